@@ -1,1 +1,151 @@
+//! The MARIN3R sidecar-injection webhook: HTTPS `POST /pod-v1-mutate` (AdmissionReview
+//! v1), probes and Prometheus metrics, over the pure `marin3r-sidecar` toolkit.
 #![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod metrics;
+pub mod server;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use marin3r_sidecar::Defaults;
+
+pub use server::{AppState, MAX_BODY_BYTES, MUTATE_PATH, metrics_router, probe_router, router};
+
+/// How long in-flight requests may take to finish after a shutdown signal.
+pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// Errors of the webhook server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot load the TLS certificate")]
+    Tls(#[source] marin3r_certs::CertsError),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{server} server failed")]
+    Serve {
+        server: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Webhook settings (built from the CLI flags, or directly in tests).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// HTTPS listener (`--webhook-port`, all interfaces).
+    pub webhook_addr: SocketAddr,
+    /// Certificate and key files (`--tls-dir` + `--tls-cert-name` / `--tls-key-name`).
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    /// Plain-HTTP probes (`--health-probe-bind-address`).
+    pub health_addr: SocketAddr,
+    /// Prometheus metrics (`--metrics-bind-address`).
+    pub metrics_addr: SocketAddr,
+    /// Image and discovery-service defaults.
+    pub defaults: Defaults,
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })
+}
+
+/// Runs the webhook until `shutdown` completes, then lets in-flight requests finish
+/// (up to [`GRACEFUL_SHUTDOWN_TIMEOUT`]).
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let tls =
+        marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"h2", b"http/1.1"])
+            .map_err(Error::Tls)?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = Arc::new(AppState {
+        defaults: config.defaults.clone(),
+        metrics: metrics.clone(),
+    });
+
+    let https = std::net::TcpListener::bind(config.webhook_addr).map_err(|source| Error::Bind {
+        addr: config.webhook_addr,
+        source,
+    })?;
+    https.set_nonblocking(true).map_err(|source| Error::Bind {
+        addr: config.webhook_addr,
+        source,
+    })?;
+    let probes = bind(config.health_addr).await?;
+    let metrics_listener = bind(config.metrics_addr).await?;
+
+    let handle = axum_server::Handle::new();
+    let tls_server = axum_server::from_tcp_rustls(
+        https,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+    )
+    .map_err(|source| Error::Serve {
+        server: "webhook",
+        source,
+    })?
+    .handle(handle.clone())
+    .serve(router(state).into_make_service());
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let probe_server = axum::serve(probes, probe_router(ready.clone()))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let metrics_server = axum::serve(metrics_listener, metrics_router(metrics))
+        .with_graceful_shutdown(stopped(stop_rx));
+
+    let watcher = {
+        let handle = handle.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            if let Some(addr) = handle.listening().await {
+                ready.store(true, Ordering::Release);
+                tracing::info!(%addr, "webhook listening");
+            }
+            shutdown.await;
+            tracing::info!("shutting down, finishing in-flight requests");
+            ready.store(false, Ordering::Release);
+            handle.graceful_shutdown(Some(GRACEFUL_SHUTDOWN_TIMEOUT));
+        })
+    };
+
+    let probe_task = tokio::spawn(probe_server.into_future());
+    let metrics_task = tokio::spawn(metrics_server.into_future());
+    let tls_res = tls_server.await;
+    // The probe and metrics servers stop once the TLS server has drained.
+    let _ = stop_tx.send(true);
+    watcher.abort();
+    let join = |r: Result<std::io::Result<()>, tokio::task::JoinError>| {
+        r.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    };
+    let probe_res = join(probe_task.await);
+    let metrics_res = join(metrics_task.await);
+    tls_res.map_err(|source| Error::Serve {
+        server: "webhook",
+        source,
+    })?;
+    probe_res.map_err(|source| Error::Serve {
+        server: "probe",
+        source,
+    })?;
+    metrics_res.map_err(|source| Error::Serve {
+        server: "metrics",
+        source,
+    })?;
+    Ok(())
+}

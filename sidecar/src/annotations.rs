@@ -1,0 +1,780 @@
+//! The `marin3r.3scale.net/*` annotation contract (SPEC §1.2): every annotation is parsed
+//! and validated up front, and every problem is reported, not only the first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::validate::{self, Quantity};
+
+/// Prefix of every MARIN3R annotation and label.
+pub const DOMAIN: &str = "marin3r.3scale.net";
+/// Label that opts a Pod into injection (value [`STATUS_ENABLED`]).
+pub const STATUS_LABEL: &str = "marin3r.3scale.net/status";
+/// Value of [`STATUS_LABEL`] that enables injection.
+pub const STATUS_ENABLED: &str = "enabled";
+/// Annotation in which the webhook records what it injected (idempotent re-injection).
+pub const SIDECAR_STATUS: &str = "marin3r.3scale.net/sidecar-status";
+
+/// Default Envoy image (flag `--default-envoy-image`).
+pub const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
+/// Default discovery service name (flag `--default-discovery-service`).
+pub const DEFAULT_DISCOVERY_SERVICE: &str = "discoveryservice";
+/// Default image for the init and shutdown managers (flag `--marin3r-image`).
+pub const DEFAULT_MARIN3R_IMAGE: &str = "quay.io/marin3r-rs/marin3r:v0.1.0";
+/// Port of the discovery service behind `discovery-service.name`.
+pub const DEFAULT_XDSS_PORT: u16 = 18000;
+
+/// Every annotation this crate understands, without the prefix.
+pub mod keys {
+    pub const NODE_ID: &str = "node-id";
+    pub const CLUSTER_ID: &str = "cluster-id";
+    pub const CONTAINER_NAME: &str = "container-name";
+    pub const ENVOY_IMAGE: &str = "envoy-image";
+    pub const ENVOY_API_VERSION: &str = "envoy-api-version";
+    pub const PORTS: &str = "ports";
+    pub const HOST_PORT_MAPPINGS: &str = "host-port-mappings";
+    pub const ENVOY_EXTRA_ARGS: &str = "envoy-extra-args";
+    pub const CONFIG_VOLUME: &str = "config-volume";
+    pub const TLS_VOLUME: &str = "tls-volume";
+    pub const CLIENT_CERTIFICATE: &str = "client-certificate";
+    pub const DISCOVERY_SERVICE_NAME: &str = "discovery-service.name";
+    pub const DISCOVERY_SERVICE_ADDRESS: &str = "discovery-service.address";
+    pub const ADMIN_PORT: &str = "admin.port";
+    pub const ADMIN_BIND_ADDRESS: &str = "admin.bind-address";
+    pub const ADMIN_ACCESS_LOG_PATH: &str = "admin.access-log-path";
+    pub const REQUESTS_CPU: &str = "resources.requests.cpu";
+    pub const REQUESTS_MEMORY: &str = "resources.requests.memory";
+    pub const LIMITS_CPU: &str = "resources.limits.cpu";
+    pub const LIMITS_MEMORY: &str = "resources.limits.memory";
+    pub const SHTDN_ENABLED: &str = "shutdown-manager.enabled";
+    pub const SHTDN_PORT: &str = "shutdown-manager.port";
+    pub const SHTDN_IMAGE: &str = "shutdown-manager.image";
+    pub const SHTDN_HOOKS: &str = "shutdown-manager.extra-lifecycle-hooks";
+    pub const SHTDN_DRAIN_TIME: &str = "shutdown-manager.drain-time";
+    pub const SHTDN_DRAIN_STRATEGY: &str = "shutdown-manager.drain-strategy";
+    pub const INIT_MANAGER_IMAGE: &str = "init-manager.image";
+    pub const NATIVE_SIDECAR: &str = "native-sidecar";
+}
+
+/// Defaults that come from the webhook's flags rather than from annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    /// `--default-envoy-image`.
+    pub envoy_image: String,
+    /// `--default-discovery-service`.
+    pub discovery_service: String,
+    /// `--marin3r-image`: default for the init and shutdown manager images.
+    pub marin3r_image: String,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            envoy_image: DEFAULT_ENVOY_IMAGE.into(),
+            discovery_service: DEFAULT_DISCOVERY_SERVICE.into(),
+            marin3r_image: DEFAULT_MARIN3R_IMAGE.into(),
+        }
+    }
+}
+
+/// One problem with one annotation (or with the Pod, `annotation` then names the field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationError {
+    /// The annotation key without the `marin3r.3scale.net/` prefix.
+    pub annotation: String,
+    /// What is wrong, naming the rule.
+    pub message: String,
+}
+
+impl fmt::Display for AnnotationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.annotation, self.message)
+    }
+}
+
+/// All the problems found in a Pod's annotations, reported together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationErrors(pub Vec<AnnotationError>);
+
+impl fmt::Display for AnnotationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid marin3r annotations: ")?;
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for AnnotationErrors {}
+
+/// Transport protocol of a container port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        }
+    }
+}
+
+/// A port Envoy listens on, from `ports` (+ `host-port-mappings`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSpec {
+    pub name: String,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub host_port: Option<u16>,
+}
+
+/// How Envoy drains listeners when the shutdown manager stops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainStrategy {
+    Gradual,
+    Immediate,
+}
+
+impl DrainStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainStrategy::Gradual => "gradual",
+            DrainStrategy::Immediate => "immediate",
+        }
+    }
+}
+
+/// Container resources from the `resources.*` annotations (absent = unset).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub requests_cpu: Option<Quantity>,
+    pub requests_memory: Option<Quantity>,
+    pub limits_cpu: Option<Quantity>,
+    pub limits_memory: Option<Quantity>,
+}
+
+/// Shutdown manager settings (present only when `shutdown-manager.enabled` is true).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownManager {
+    pub port: u16,
+    pub image: String,
+    pub extra_lifecycle_hooks: Vec<String>,
+    pub drain_time_seconds: i64,
+    pub drain_strategy: DrainStrategy,
+}
+
+/// The validated sidecar configuration of one Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidecarConfig {
+    pub node_id: String,
+    pub cluster_id: String,
+    pub container_name: String,
+    pub envoy_image: String,
+    pub ports: Vec<PortSpec>,
+    pub extra_args: Vec<String>,
+    pub config_volume: String,
+    pub tls_volume: String,
+    pub client_certificate: String,
+    pub xdss_host: String,
+    pub xdss_port: u16,
+    pub admin_port: u16,
+    pub admin_bind_address: IpAddr,
+    pub admin_access_log_path: String,
+    pub resources: Resources,
+    pub shutdown_manager: Option<ShutdownManager>,
+    pub init_manager_image: String,
+    pub native_sidecar: bool,
+}
+
+/// Collects errors while each annotation is parsed independently.
+struct Parser<'a> {
+    annotations: &'a BTreeMap<String, String>,
+    errors: Vec<AnnotationError>,
+}
+
+impl<'a> Parser<'a> {
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.annotations
+            .get(&format!("{DOMAIN}/{key}"))
+            .map(String::as_str)
+    }
+
+    fn error(&mut self, key: &str, message: impl Into<String>) {
+        self.errors.push(AnnotationError {
+            annotation: key.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Parses `key` with `f` when present; falls back to `default` when absent or invalid
+    /// (an invalid value is recorded, so the fallback never reaches a Pod).
+    fn parse<T>(&mut self, key: &str, default: T, f: impl FnOnce(&str) -> Result<T, String>) -> T {
+        match self.get(key) {
+            None => default,
+            Some(v) => match f(v) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.error(key, e);
+                    default
+                }
+            },
+        }
+    }
+
+    fn string(
+        &mut self,
+        key: &str,
+        default: &str,
+        check: fn(&str) -> Result<(), String>,
+    ) -> String {
+        self.parse(key, default.to_string(), |v| {
+            check(v).map(|()| v.to_string())
+        })
+    }
+}
+
+fn non_empty(s: &str) -> Result<(), String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".into())
+    } else if s.chars().any(char::is_control) {
+        Err("must not contain control characters".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn absolute_path(s: &str) -> Result<(), String> {
+    non_empty(s)?;
+    if s.starts_with('/') {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not an absolute path"))
+    }
+}
+
+fn api_version(s: &str) -> Result<(), String> {
+    match s {
+        "v3" => Ok(()),
+        "v2" => Err("Envoy removed the v2 xDS API; use v3".into()),
+        other => Err(format!("{other:?} is not supported; use v3")),
+    }
+}
+
+fn split_list(s: &str) -> impl Iterator<Item = &str> {
+    s.split(',').map(str::trim)
+}
+
+fn parse_port_spec(entry: &str) -> Result<PortSpec, String> {
+    let parts: Vec<&str> = entry.split(':').collect();
+    let (name, port, protocol) = match parts.as_slice() {
+        [name, port] => (*name, *port, Protocol::Tcp),
+        [name, port, proto] => {
+            let protocol = match *proto {
+                "TCP" => Protocol::Tcp,
+                "UDP" => Protocol::Udp,
+                "SCTP" => Protocol::Sctp,
+                other => {
+                    return Err(format!(
+                        "{entry:?}: protocol {other:?} is not one of TCP, UDP, SCTP"
+                    ));
+                }
+            };
+            (*name, *port, protocol)
+        }
+        _ => return Err(format!("{entry:?} is not name:port[:protocol]")),
+    };
+    validate::port_name(name)?;
+    let port = validate::port(port)?;
+    Ok(PortSpec {
+        name: name.to_string(),
+        port,
+        protocol,
+        host_port: None,
+    })
+}
+
+/// Parses and validates the MARIN3R annotations of a Pod.
+///
+/// `namespace` is the Pod's namespace (for the default discovery service address) and
+/// `container_names` the names of the Pod's own containers (for
+/// `shutdown-manager.extra-lifecycle-hooks`).
+pub fn parse(
+    annotations: &BTreeMap<String, String>,
+    namespace: &str,
+    container_names: &BTreeSet<String>,
+    defaults: &Defaults,
+) -> Result<SidecarConfig, AnnotationErrors> {
+    use keys::*;
+    let mut p = Parser {
+        annotations,
+        errors: Vec::new(),
+    };
+
+    let node_id = match p.get(NODE_ID) {
+        None => {
+            p.error(
+                NODE_ID,
+                format!("required annotation {DOMAIN}/{NODE_ID} is missing"),
+            );
+            String::new()
+        }
+        Some(_) => p.string(NODE_ID, "", non_empty),
+    };
+    let cluster_id = p.string(CLUSTER_ID, &node_id, non_empty);
+    let container_name = p.string(CONTAINER_NAME, "envoy-sidecar", validate::dns1123_label);
+    let envoy_image = p.string(ENVOY_IMAGE, &defaults.envoy_image, validate::image);
+    p.parse(ENVOY_API_VERSION, (), api_version);
+
+    let mut ports: Vec<PortSpec> = p.parse(PORTS, Vec::new(), |v| {
+        let mut out: Vec<PortSpec> = Vec::new();
+        let mut problems = Vec::new();
+        for entry in split_list(v) {
+            match parse_port_spec(entry) {
+                Ok(spec) => {
+                    if out.iter().any(|o| o.name == spec.name) {
+                        problems.push(format!("port name {:?} is used twice", spec.name));
+                    } else if out
+                        .iter()
+                        .any(|o| o.port == spec.port && o.protocol == spec.protocol)
+                    {
+                        problems.push(format!(
+                            "port {}/{} is used twice",
+                            spec.port,
+                            spec.protocol.as_str()
+                        ));
+                    } else if spec.name == "admin" {
+                        problems
+                            .push("port name \"admin\" is reserved for Envoy's admin port".into());
+                    } else {
+                        out.push(spec);
+                    }
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems.join(", "))
+        }
+    });
+
+    let mappings: Vec<(String, u16)> = p.parse(HOST_PORT_MAPPINGS, Vec::new(), |v| {
+        let mut out: Vec<(String, u16)> = Vec::new();
+        let mut problems = Vec::new();
+        for entry in split_list(v) {
+            let Some((name, host_port)) = entry.split_once(':') else {
+                problems.push(format!("{entry:?} is not portName:hostPort"));
+                continue;
+            };
+            match validate::port(host_port) {
+                Ok(hp) => {
+                    if out.iter().any(|(n, _)| n == name) {
+                        problems.push(format!("port {name:?} is mapped twice"));
+                    } else {
+                        out.push((name.to_string(), hp));
+                    }
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems.join(", "))
+        }
+    });
+    // Only check names against `ports` when `ports` itself parsed.
+    let ports_valid = !p.errors.iter().any(|e| e.annotation == PORTS);
+    for (name, host_port) in mappings {
+        match ports.iter_mut().find(|s| s.name == name) {
+            Some(spec) => spec.host_port = Some(host_port),
+            None if ports_valid => p.error(
+                HOST_PORT_MAPPINGS,
+                format!("port {name:?} is not declared in {DOMAIN}/{PORTS}"),
+            ),
+            None => {}
+        }
+    }
+
+    let extra_args = p.parse(ENVOY_EXTRA_ARGS, Vec::new(), |v| {
+        shell_words::split(v).map_err(|e| format!("cannot split {v:?} like a shell: {e}"))
+    });
+    let config_volume = p.string(
+        CONFIG_VOLUME,
+        "envoy-sidecar-bootstrap",
+        validate::dns1123_label,
+    );
+    let tls_volume = p.string(TLS_VOLUME, "envoy-sidecar-tls", validate::dns1123_label);
+    if config_volume == tls_volume {
+        p.error(
+            TLS_VOLUME,
+            format!("volume {tls_volume:?} is also the config-volume; they must differ"),
+        );
+    }
+    let client_certificate = p.string(
+        CLIENT_CERTIFICATE,
+        "envoy-sidecar-client-cert",
+        validate::dns1123_subdomain,
+    );
+
+    let ds_name = p.string(DISCOVERY_SERVICE_NAME, &defaults.discovery_service, |v| {
+        validate::dns1123_label(&format!("marin3r-{v}"))
+    });
+    let (xdss_host, xdss_port) = match p.get(DISCOVERY_SERVICE_ADDRESS) {
+        Some(_) => p.parse(
+            DISCOVERY_SERVICE_ADDRESS,
+            (String::new(), DEFAULT_XDSS_PORT),
+            validate::host_port,
+        ),
+        None => (
+            format!("marin3r-{ds_name}.{namespace}.svc"),
+            DEFAULT_XDSS_PORT,
+        ),
+    };
+
+    let admin_port = p.parse(ADMIN_PORT, 9901, validate::port);
+    let admin_bind_address = p.parse(
+        ADMIN_BIND_ADDRESS,
+        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        validate::ip,
+    );
+    let admin_access_log_path = p.string(ADMIN_ACCESS_LOG_PATH, "/dev/null", absolute_path);
+
+    let quantity =
+        |p: &mut Parser<'_>, key: &str| p.parse(key, None, |v| validate::quantity(v).map(Some));
+    let resources = Resources {
+        requests_cpu: quantity(&mut p, REQUESTS_CPU),
+        requests_memory: quantity(&mut p, REQUESTS_MEMORY),
+        limits_cpu: quantity(&mut p, LIMITS_CPU),
+        limits_memory: quantity(&mut p, LIMITS_MEMORY),
+    };
+    for (req, lim, key) in [
+        (&resources.requests_cpu, &resources.limits_cpu, REQUESTS_CPU),
+        (
+            &resources.requests_memory,
+            &resources.limits_memory,
+            REQUESTS_MEMORY,
+        ),
+    ] {
+        if let (Some(r), Some(l)) = (req, lim) {
+            if r.nanos > l.nanos {
+                p.error(
+                    key,
+                    format!("request {} is greater than the limit {}", r.text, l.text),
+                );
+            }
+        }
+    }
+
+    let shtdn_enabled = p.parse(SHTDN_ENABLED, false, validate::boolean);
+    let shtdn_port = p.parse(SHTDN_PORT, 8090, validate::port);
+    let shtdn_image = p.string(SHTDN_IMAGE, &defaults.marin3r_image, validate::image);
+    let hooks = p.parse(SHTDN_HOOKS, Vec::new(), |v| {
+        let names: Vec<String> = split_list(v)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        let unknown: Vec<&str> = names
+            .iter()
+            .filter(|n| !container_names.contains(n.as_str()))
+            .map(String::as_str)
+            .collect();
+        if unknown.is_empty() {
+            Ok(names)
+        } else {
+            Err(format!(
+                "container(s) {} not found in the pod",
+                unknown
+                    .iter()
+                    .map(|n| format!("{n:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    });
+    let drain_time = p.parse(SHTDN_DRAIN_TIME, 300, |v| {
+        let n: i64 = v.parse().map_err(|_| format!("{v:?} is not a number"))?;
+        if (1..=3600).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("{n} is out of range (1-3600 seconds)"))
+        }
+    });
+    let drain_strategy = p.parse(SHTDN_DRAIN_STRATEGY, DrainStrategy::Gradual, |v| match v {
+        "gradual" => Ok(DrainStrategy::Gradual),
+        "immediate" => Ok(DrainStrategy::Immediate),
+        other => Err(format!("{other:?} is not gradual or immediate")),
+    });
+    let init_manager_image = p.string(INIT_MANAGER_IMAGE, &defaults.marin3r_image, validate::image);
+    let native_sidecar = p.parse(NATIVE_SIDECAR, false, validate::boolean);
+
+    // Cross-annotation port conflicts.
+    let envoy_ports: Vec<u16> = ports
+        .iter()
+        .filter(|s| s.protocol == Protocol::Tcp)
+        .map(|s| s.port)
+        .collect();
+    if envoy_ports.contains(&admin_port) {
+        p.error(
+            ADMIN_PORT,
+            format!("port {admin_port} is also an Envoy port in {DOMAIN}/{PORTS}"),
+        );
+    }
+    if shtdn_enabled {
+        if shtdn_port == admin_port {
+            p.error(
+                SHTDN_PORT,
+                format!("port {shtdn_port} is also the admin port; they must differ"),
+            );
+        }
+        if envoy_ports.contains(&shtdn_port) {
+            p.error(
+                SHTDN_PORT,
+                format!("port {shtdn_port} is also an Envoy port in {DOMAIN}/{PORTS}"),
+            );
+        }
+    }
+
+    if !p.errors.is_empty() {
+        return Err(AnnotationErrors(p.errors));
+    }
+    Ok(SidecarConfig {
+        node_id,
+        cluster_id,
+        container_name,
+        envoy_image,
+        ports,
+        extra_args,
+        config_volume,
+        tls_volume,
+        client_certificate,
+        xdss_host,
+        xdss_port,
+        admin_port,
+        admin_bind_address,
+        admin_access_log_path,
+        resources,
+        shutdown_manager: shtdn_enabled.then(|| ShutdownManager {
+            port: shtdn_port,
+            image: shtdn_image,
+            extra_lifecycle_hooks: hooks,
+            drain_time_seconds: drain_time,
+            drain_strategy,
+        }),
+        init_manager_image,
+        native_sidecar,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("{DOMAIN}/{k}"), v.to_string()))
+            .collect()
+    }
+
+    fn parse_with(pairs: &[(&str, &str)]) -> Result<SidecarConfig, AnnotationErrors> {
+        let names = ["app".to_string()].into_iter().collect();
+        parse(&ann(pairs), "ns", &names, &Defaults::default())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse_with(&[("node-id", "kuard")]).unwrap();
+        assert_eq!(c.node_id, "kuard");
+        assert_eq!(c.cluster_id, "kuard");
+        assert_eq!(c.container_name, "envoy-sidecar");
+        assert_eq!(c.envoy_image, DEFAULT_ENVOY_IMAGE);
+        assert_eq!(c.xdss_host, "marin3r-discoveryservice.ns.svc");
+        assert_eq!(c.xdss_port, 18000);
+        assert_eq!(c.admin_port, 9901);
+        assert_eq!(c.admin_bind_address.to_string(), "0.0.0.0");
+        assert_eq!(c.admin_access_log_path, "/dev/null");
+        assert_eq!(c.config_volume, "envoy-sidecar-bootstrap");
+        assert_eq!(c.tls_volume, "envoy-sidecar-tls");
+        assert_eq!(c.client_certificate, "envoy-sidecar-client-cert");
+        assert!(c.shutdown_manager.is_none());
+        assert!(!c.native_sidecar);
+        assert!(c.ports.is_empty());
+    }
+
+    #[test]
+    fn missing_node_id_names_the_annotation() {
+        let e = parse_with(&[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid marin3r annotations: node-id: required annotation marin3r.3scale.net/node-id is missing"
+        );
+    }
+
+    #[test]
+    fn all_errors_are_reported_together() {
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "http:80"),
+            ("admin.port", "abc"),
+            ("envoy-api-version", "v2"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid marin3r annotations: envoy-api-version: Envoy removed the v2 xDS API; use v3; \
+             ports: port 80 is privileged (1024-65535); admin.port: \"abc\" is not a number"
+        );
+    }
+
+    #[test]
+    fn ports_and_mappings() {
+        let c = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "http:8080, udp:8081:UDP"),
+            ("host-port-mappings", "http:3000"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.ports,
+            vec![
+                PortSpec {
+                    name: "http".into(),
+                    port: 8080,
+                    protocol: Protocol::Tcp,
+                    host_port: Some(3000)
+                },
+                PortSpec {
+                    name: "udp".into(),
+                    port: 8081,
+                    protocol: Protocol::Udp,
+                    host_port: None
+                },
+            ]
+        );
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "http:8080,http:8081,x:8082:HTTP,bad"),
+            ("host-port-mappings", "other:3000"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.0.len(),
+            1,
+            "mapping not checked against broken ports: {e}"
+        );
+        assert!(e.to_string().contains("port name \"http\" is used twice"));
+        assert!(e.to_string().contains("protocol \"HTTP\" is not one of"));
+        assert!(
+            e.to_string()
+                .contains("\"bad\" is not name:port[:protocol]")
+        );
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "http:8080"),
+            ("host-port-mappings", "other:3000"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("port \"other\" is not declared"));
+    }
+
+    #[test]
+    fn resources_request_must_not_exceed_limit() {
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("resources.requests.cpu", "2"),
+            ("resources.limits.cpu", "1500m"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.0[0].to_string(),
+            "resources.requests.cpu: request 2 is greater than the limit 1500m"
+        );
+        assert!(
+            parse_with(&[
+                ("node-id", "x"),
+                ("resources.requests.memory", "1Gi"),
+                ("resources.limits.memory", "1073741824"),
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn shutdown_manager_ports_must_be_distinct() {
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "http:8090"),
+            ("shutdown-manager.enabled", "true"),
+            ("shutdown-manager.port", "9901"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("port 9901 is also the admin port"));
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "http:8090"),
+            ("shutdown-manager.enabled", "true"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("port 8090 is also an Envoy port"));
+    }
+
+    #[test]
+    fn lifecycle_hooks_must_name_pod_containers() {
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("shutdown-manager.enabled", "true"),
+            ("shutdown-manager.extra-lifecycle-hooks", "app,nope"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid marin3r annotations: shutdown-manager.extra-lifecycle-hooks: container(s) \"nope\" not found in the pod"
+        );
+    }
+
+    #[test]
+    fn explicit_discovery_address() {
+        let c = parse_with(&[
+            ("node-id", "x"),
+            ("discovery-service.address", "xds.local:1234"),
+        ])
+        .unwrap();
+        assert_eq!((c.xdss_host.as_str(), c.xdss_port), ("xds.local", 1234));
+    }
+
+    #[test]
+    fn extra_args_honour_quotes() {
+        let c = parse_with(&[
+            ("node-id", "x"),
+            (
+                "envoy-extra-args",
+                r#"--log-level debug --log-format "%v %n" 'a b'"#,
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.extra_args,
+            vec!["--log-level", "debug", "--log-format", "%v %n", "a b"]
+        );
+        let e =
+            parse_with(&[("node-id", "x"), ("envoy-extra-args", "\"unterminated")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid marin3r annotations: envoy-extra-args: cannot split")
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! Pod mutation: decides whether a Pod (or a pod template) gets a sidecar and returns the
+//! mutated object.
+//!
+//! The Pod is handled as raw JSON, not as a typed `k8s_openapi` Pod: a round trip through
+//! typed structs would drop fields this build does not know (newer Kubernetes versions),
+//! and the JSON patch computed from the difference would then delete them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::Error;
+use crate::annotations::{
+    self, AnnotationError, AnnotationErrors, Defaults, SIDECAR_STATUS, STATUS_ENABLED,
+    STATUS_LABEL, SidecarConfig,
+};
+use crate::generate;
+
+/// Kubernetes' default `terminationGracePeriodSeconds`.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD: i64 = 30;
+
+/// Why a Pod was left unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The Pod lacks the `marin3r.3scale.net/status: enabled` label.
+    NotLabelled,
+}
+
+impl SkipReason {
+    /// Stable label value for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::NotLabelled => "not_labelled",
+        }
+    }
+}
+
+/// The result of [`mutate_pod`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mutation {
+    /// Nothing to do; the Pod is allowed unchanged.
+    Skipped(SkipReason),
+    /// The Pod with the sidecar injected.
+    Injected(Box<Value>),
+}
+
+/// What the webhook injected, recorded in the `marin3r.3scale.net/sidecar-status`
+/// annotation so a second injection first removes these objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SidecarStatus {
+    #[serde(default)]
+    pub containers: Vec<String>,
+    #[serde(default)]
+    pub init_containers: Vec<String>,
+    #[serde(default)]
+    pub volumes: Vec<String>,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> Error {
+    Error::InvalidPod {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+fn string_map(
+    meta: Option<&Map<String, Value>>,
+    key: &str,
+) -> Result<BTreeMap<String, String>, Error> {
+    let field = format!("metadata.{key}");
+    match meta.and_then(|m| m.get(key)) {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(invalid(&format!("{field}[{k:?}]"), "must be a string")),
+            })
+            .collect(),
+        Some(_) => Err(invalid(&field, "must be a map of strings")),
+    }
+}
+
+/// Returns the array at `spec[key]`, creating it when absent.
+fn array_mut<'a>(spec: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value>, Error> {
+    let entry = spec
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if entry.is_null() {
+        *entry = Value::Array(Vec::new());
+    }
+    entry
+        .as_array_mut()
+        .ok_or_else(|| invalid(&format!("spec.{key}"), "must be a list"))
+}
+
+fn names(list: &[Value]) -> impl Iterator<Item = &str> {
+    list.iter()
+        .filter_map(|c| c.get("name").and_then(Value::as_str))
+}
+
+fn to_value<T: Serialize>(t: &T) -> Result<Value, Error> {
+    serde_json::to_value(t).map_err(Error::Serialize)
+}
+
+/// Decides and applies sidecar injection for a Pod or pod template (`{metadata, spec}`).
+///
+/// `namespace` is the namespace the Pod is created in (the admission request's
+/// namespace); when `None`, `metadata.namespace` is used, then `default`.
+pub fn mutate_pod(
+    pod: &Value,
+    namespace: Option<&str>,
+    defaults: &Defaults,
+) -> Result<Mutation, Error> {
+    let root = pod
+        .as_object()
+        .ok_or_else(|| invalid("object", "must be a JSON object"))?;
+    let meta = match root.get("metadata") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => return Err(invalid("metadata", "must be an object")),
+    };
+    let labels = string_map(meta, "labels")?;
+    if labels.get(STATUS_LABEL).map(String::as_str) != Some(STATUS_ENABLED) {
+        return Ok(Mutation::Skipped(SkipReason::NotLabelled));
+    }
+    let mut annotations = string_map(meta, "annotations")?;
+    let namespace = namespace
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            meta.and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("default")
+        .to_string();
+
+    let previous: SidecarStatus = match annotations.get(SIDECAR_STATUS) {
+        None => SidecarStatus::default(),
+        Some(s) => serde_json::from_str(s).map_err(|e| {
+            Error::Annotations(AnnotationErrors(vec![AnnotationError {
+                annotation: "sidecar-status".into(),
+                message: format!("is not what the webhook writes: {e}"),
+            }]))
+        })?,
+    };
+
+    let mut out = pod.clone();
+    let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Err(invalid("spec", "is required and must be an object"));
+    };
+    if !matches!(spec.get("containers"), Some(Value::Array(_))) {
+        return Err(invalid("spec.containers", "is required and must be a list"));
+    }
+
+    // Remove what an earlier injection added, so injecting twice gives the same Pod.
+    let strip = |list: &mut Vec<Value>, names: &[String]| {
+        list.retain(|c| {
+            c.get("name")
+                .and_then(Value::as_str)
+                .is_none_or(|n| !names.iter().any(|x| x == n))
+        });
+    };
+    let injected_containers: Vec<String> = previous
+        .containers
+        .iter()
+        .chain(&previous.init_containers)
+        .cloned()
+        .collect();
+    strip(array_mut(spec, "containers")?, &injected_containers);
+    strip(array_mut(spec, "initContainers")?, &injected_containers);
+    strip(array_mut(spec, "volumes")?, &previous.volumes);
+
+    let app_containers: BTreeSet<String> = names(array_mut(spec, "containers")?)
+        .map(str::to_string)
+        .collect();
+    let cfg = annotations::parse(&annotations, &namespace, &app_containers, defaults)
+        .map_err(Error::Annotations)?;
+
+    let init_names: BTreeSet<String> = names(array_mut(spec, "initContainers")?)
+        .map(str::to_string)
+        .collect();
+    let volume_names: BTreeSet<String> = names(array_mut(spec, "volumes")?)
+        .map(str::to_string)
+        .collect();
+    check_conflicts(&cfg, &app_containers, &init_names, &volume_names)?;
+
+    let envoy = to_value(&generate::envoy_container(&cfg))?;
+    let init = to_value(&generate::init_manager_container(&cfg))?;
+    let shtdn = cfg
+        .shutdown_manager
+        .as_ref()
+        .map(|sm| to_value(&generate::shutdown_manager_container(&cfg, sm)))
+        .transpose()?;
+
+    let mut status = SidecarStatus {
+        containers: Vec::new(),
+        init_containers: vec![generate::INIT_MANAGER_NAME.to_string()],
+        volumes: vec![cfg.tls_volume.clone(), cfg.config_volume.clone()],
+    };
+    let mut sidecars = vec![envoy];
+    sidecars.extend(shtdn);
+    let mut sidecar_names = vec![cfg.container_name.clone()];
+    if cfg.shutdown_manager.is_some() {
+        sidecar_names.push(generate::SHUTDOWN_MANAGER_NAME.to_string());
+    }
+    array_mut(spec, "initContainers")?.push(init);
+    if cfg.native_sidecar {
+        array_mut(spec, "initContainers")?.extend(sidecars);
+        status.init_containers.extend(sidecar_names);
+    } else {
+        array_mut(spec, "containers")?.extend(sidecars);
+        status.containers = sidecar_names;
+    }
+    for v in generate::volumes(&cfg) {
+        array_mut(spec, "volumes")?.push(to_value(&v)?);
+    }
+
+    if let Some(sm) = &cfg.shutdown_manager {
+        let current = match spec.get("terminationGracePeriodSeconds") {
+            None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_PERIOD,
+            Some(v) => v.as_i64().ok_or_else(|| {
+                invalid("spec.terminationGracePeriodSeconds", "must be an integer")
+            })?,
+        };
+        spec.insert(
+            "terminationGracePeriodSeconds".into(),
+            Value::from(current.max(sm.drain_time_seconds)),
+        );
+        let hook = to_value(&generate::drain_pre_stop(sm.port))?;
+        for c in array_mut(spec, "containers")?.iter_mut() {
+            let hooked = c
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| sm.extra_lifecycle_hooks.iter().any(|h| h == n));
+            if hooked {
+                set_pre_stop(c, hook.clone())?;
+            }
+        }
+    }
+
+    let status_json = serde_json::to_string(&status).map_err(Error::Serialize)?;
+    annotations.insert(SIDECAR_STATUS.to_string(), status_json);
+    let meta = out
+        .as_object_mut()
+        .ok_or_else(|| invalid("object", "must be a JSON object"))?
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(m) = meta.as_object_mut() {
+        m.insert("annotations".into(), to_value(&annotations)?);
+    }
+    Ok(Mutation::Injected(Box::new(out)))
+}
+
+/// Replaces only `lifecycle.preStop` of a container, keeping `postStart`.
+fn set_pre_stop(container: &mut Value, hook: Value) -> Result<(), Error> {
+    let name = container
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let obj = container
+        .as_object_mut()
+        .ok_or_else(|| invalid("spec.containers", "entries must be objects"))?;
+    let lifecycle = obj
+        .entry("lifecycle")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if lifecycle.is_null() {
+        *lifecycle = Value::Object(Map::new());
+    }
+    lifecycle
+        .as_object_mut()
+        .ok_or_else(|| {
+            invalid(
+                &format!("spec.containers[{name:?}].lifecycle"),
+                "must be an object",
+            )
+        })?
+        .insert("preStop".into(), hook);
+    Ok(())
+}
+
+fn check_conflicts(
+    cfg: &SidecarConfig,
+    containers: &BTreeSet<String>,
+    init_containers: &BTreeSet<String>,
+    volumes: &BTreeSet<String>,
+) -> Result<(), Error> {
+    let mut errors = Vec::new();
+    let taken = |n: &str| containers.contains(n) || init_containers.contains(n);
+    if taken(&cfg.container_name) {
+        errors.push(AnnotationError {
+            annotation: annotations::keys::CONTAINER_NAME.into(),
+            message: format!(
+                "the pod already has a container named {:?}",
+                cfg.container_name
+            ),
+        });
+    }
+    let mut reserved = vec![generate::INIT_MANAGER_NAME];
+    if cfg.shutdown_manager.is_some() {
+        reserved.push(generate::SHUTDOWN_MANAGER_NAME);
+    }
+    for name in reserved {
+        if taken(name) || cfg.container_name == name {
+            errors.push(AnnotationError {
+                annotation: "spec.containers".into(),
+                message: format!("the pod already has a container named {name:?}, which the sidecar injection adds"),
+            });
+        }
+    }
+    for (key, vol) in [
+        (annotations::keys::TLS_VOLUME, &cfg.tls_volume),
+        (annotations::keys::CONFIG_VOLUME, &cfg.config_volume),
+    ] {
+        if volumes.contains(vol) {
+            errors.push(AnnotationError {
+                annotation: key.into(),
+                message: format!("the pod already has a volume named {vol:?}"),
+            });
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Annotations(AnnotationErrors(errors)))
+    }
+}

@@ -1,0 +1,48 @@
+//! Offline injection into workloads (`marin3r inject`, SPEC §1.4): the pod template of a
+//! Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob gets exactly what the
+//! webhook would inject into the Pods it creates.
+
+use serde_json::Value;
+
+use crate::Error;
+use crate::annotations::Defaults;
+use crate::inject::{Mutation, mutate_pod};
+
+/// JSON pointer of the pod template inside a workload of `kind`, `""` for a Pod.
+pub fn pod_template_pointer(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Pod" => Some(""),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => Some("/spec/template"),
+        "CronJob" => Some("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }
+}
+
+/// Injects the sidecar into a workload's pod template (or a Pod) and returns the object;
+/// an object whose template is not labelled for injection comes back unchanged.
+pub fn inject_workload(object: &Value, defaults: &Defaults) -> Result<Value, Error> {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let pointer = pod_template_pointer(kind).ok_or_else(|| Error::UnsupportedKind {
+        kind: kind.to_string(),
+    })?;
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    let template = object.pointer(pointer).ok_or_else(|| Error::InvalidPod {
+        field: pointer.trim_start_matches('/').replace('/', "."),
+        message: format!("a {kind} needs a pod template"),
+    })?;
+    match mutate_pod(template, namespace, defaults)? {
+        Mutation::Skipped(_) => Ok(object.clone()),
+        Mutation::Injected(pod) => {
+            let mut out = object.clone();
+            if let Some(slot) = out.pointer_mut(pointer) {
+                *slot = *pod;
+            }
+            Ok(out)
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The sans-I/O admission core: AdmissionReview v1 bytes in, AdmissionReview v1 out.
+//!
+//! A body that is not an AdmissionReview v1 with a request uid is a [`BadRequest`]
+//! (HTTP 400). Everything else gets a well-formed review: allowed unchanged (not a Pod,
+//! not a CREATE, not labelled), allowed with a JSON patch, or denied with the aggregated
+//! validation message. The response type is our own: kube 5.0's `AdmissionResponse`
+//! serialises the patch as an array of numbers (kube-rs #1781), while the API server
+//! expects a base64 string.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use marin3r_sidecar::{Defaults, Mutation, SkipReason, mutate_pod};
+
+/// The only AdmissionReview version the webhook speaks.
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+/// AdmissionReview kind.
+pub const KIND: &str = "AdmissionReview";
+
+/// A request the webhook cannot answer with an AdmissionReview: HTTP 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+/// Why a review was allowed without changes (a metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    NotAPod,
+    NotCreate,
+    Subresource,
+    Sidecar(SkipReason),
+    /// Injection produced no change (the Pod already had exactly this sidecar).
+    Unchanged,
+}
+
+impl Skip {
+    /// Stable label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::NotAPod => "not_a_pod",
+            Skip::NotCreate => "not_create",
+            Skip::Subresource => "subresource",
+            Skip::Sidecar(r) => r.as_str(),
+            Skip::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// What happened to one review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Injected,
+    Skipped(Skip),
+    Denied,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<RequestIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn {
+    uid: Option<String>,
+    kind: Option<Gvk>,
+    sub_resource: Option<String>,
+    namespace: Option<String>,
+    operation: Option<String>,
+    object: Option<Value>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+struct Gvk {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+/// `AdmissionReview` v1 response envelope.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewOut {
+    pub api_version: String,
+    pub kind: String,
+    pub response: Response,
+}
+
+/// `AdmissionResponse` with the patch as a base64 string.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    pub uid: String,
+    pub allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+/// The `metav1.Status` of a denial.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub status: String,
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ReviewOut {
+    fn new(response: Response) -> Self {
+        Self {
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
+            response,
+        }
+    }
+
+    fn allow(uid: String) -> Self {
+        Self::new(Response {
+            uid,
+            allowed: true,
+            patch_type: None,
+            patch: None,
+            status: None,
+        })
+    }
+
+    fn deny(uid: String, code: u16, message: String) -> Self {
+        let reason = if code == 403 {
+            "Forbidden"
+        } else {
+            "BadRequest"
+        };
+        Self::new(Response {
+            uid,
+            allowed: false,
+            patch_type: None,
+            patch: None,
+            status: Some(Status {
+                status: "Failure".into(),
+                code,
+                reason: reason.into(),
+                message,
+            }),
+        })
+    }
+}
+
+fn strip_managed_fields(obj: &mut Value) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+}
+
+/// Handles one AdmissionReview body.
+pub fn review(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), BadRequest> {
+    let input: ReviewIn = serde_json::from_slice(body)
+        .map_err(|e| BadRequest(format!("body is not an AdmissionReview JSON object: {e}")))?;
+    if input.api_version.as_deref() != Some(API_VERSION) || input.kind.as_deref() != Some(KIND) {
+        return Err(BadRequest(format!(
+            "expected apiVersion {API_VERSION:?} and kind {KIND:?}, got apiVersion {:?} and kind {:?}",
+            input.api_version.unwrap_or_default(),
+            input.kind.unwrap_or_default()
+        )));
+    }
+    let request = input
+        .request
+        .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
+    let uid = request
+        .uid
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| BadRequest("request.uid is missing".into()))?;
+
+    let pod_kind = Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Pod".into(),
+    };
+    if request.kind.as_ref() != Some(&pod_kind) {
+        return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::NotAPod)));
+    }
+    if request
+        .sub_resource
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Subresource)));
+    }
+    if request.operation.as_deref() != Some("CREATE") {
+        return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::NotCreate)));
+    }
+    let mut pod = match request.object {
+        Some(obj @ Value::Object(_)) => obj,
+        _ => {
+            return Ok((
+                ReviewOut::deny(uid, 400, "request.object must be a Pod object".into()),
+                Outcome::Denied,
+            ));
+        }
+    };
+    strip_managed_fields(&mut pod);
+
+    match mutate_pod(&pod, request.namespace.as_deref(), defaults) {
+        Ok(Mutation::Skipped(reason)) => Ok((
+            ReviewOut::allow(uid),
+            Outcome::Skipped(Skip::Sidecar(reason)),
+        )),
+        Ok(Mutation::Injected(mutated)) => {
+            let patch = json_patch::diff(&pod, &mutated);
+            if patch.0.is_empty() {
+                return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Unchanged)));
+            }
+            let bytes = serde_json::to_vec(&patch)
+                .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
+            let mut out = ReviewOut::allow(uid);
+            out.response.patch_type = Some("JSONPatch".into());
+            out.response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            Ok((out, Outcome::Injected))
+        }
+        Err(e) => Ok((ReviewOut::deny(uid, 400, e.to_string()), Outcome::Denied)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn pod_review(pod: Value) -> Value {
+        json!({
+            "apiVersion": API_VERSION, "kind": KIND,
+            "request": {
+                "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "ns", "operation": "CREATE", "object": pod
+            }
+        })
+    }
+
+    #[test]
+    fn bad_requests() {
+        let d = Defaults::default();
+        for (b, msg) in [
+            (b"not json".to_vec(), "not an AdmissionReview JSON"),
+            (body(json!([1, 2])), "not an AdmissionReview JSON"),
+            (
+                body(
+                    json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": KIND, "request": {"uid": "x"}}),
+                ),
+                "expected apiVersion",
+            ),
+            (
+                body(json!({"apiVersion": API_VERSION, "kind": KIND})),
+                "has no request",
+            ),
+            (
+                body(
+                    json!({"apiVersion": API_VERSION, "kind": KIND, "request": {"kind": {"kind": "Pod"}}}),
+                ),
+                "request.uid is missing",
+            ),
+        ] {
+            let err = review(&b, &d).unwrap_err();
+            assert!(err.0.contains(msg), "{err} should contain {msg}");
+        }
+    }
+
+    #[test]
+    fn non_pod_is_allowed_unchanged() {
+        let mut r = pod_review(json!({}));
+        r["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+        let (out, outcome) = review(&body(r), &Defaults::default()).unwrap();
+        assert_eq!(outcome, Outcome::Skipped(Skip::NotAPod));
+        assert!(out.response.allowed);
+        assert_eq!(out.response.uid, "u-1");
+        assert!(out.response.patch.is_none() && out.response.patch_type.is_none());
+    }
+
+    #[test]
+    fn labelled_pod_without_node_id_is_denied() {
+        let pod = json!({"metadata": {"labels": {"marin3r.3scale.net/status": "enabled"}},
+                         "spec": {"containers": [{"name": "app"}]}});
+        let (out, outcome) = review(&body(pod_review(pod)), &Defaults::default()).unwrap();
+        assert_eq!(outcome, Outcome::Denied);
+        assert!(!out.response.allowed);
+        let status = out.response.status.unwrap();
+        assert_eq!(status.code, 400);
+        assert!(status.message.contains("marin3r.3scale.net/node-id"));
+    }
+
+    #[test]
+    fn patch_is_base64_and_ignores_managed_fields() {
+        let pod = json!({"metadata": {"labels": {"marin3r.3scale.net/status": "enabled"},
+                                      "annotations": {"marin3r.3scale.net/node-id": "n"},
+                                      "managedFields": [{"manager": "kubectl"}]},
+                         "spec": {"containers": [{"name": "app"}]}});
+        let (out, outcome) = review(&body(pod_review(pod)), &Defaults::default()).unwrap();
+        assert_eq!(outcome, Outcome::Injected);
+        assert_eq!(out.response.patch_type.as_deref(), Some("JSONPatch"));
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(out.response.patch.unwrap())
+            .unwrap();
+        let ops: Vec<Value> = serde_json::from_slice(&raw).unwrap();
+        assert!(!ops.is_empty());
+        assert!(
+            ops.iter()
+                .all(|op| !op["path"].as_str().unwrap().contains("managedFields"))
+        );
+        let text = serde_json::to_value(ReviewOut::allow("x".into())).unwrap();
+        assert_eq!(
+            text,
+            json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "x", "allowed": true}})
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Prometheus metrics of the webhook (text format on `--metrics-bind-address`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::admission::Outcome;
+
+/// Label set of the skip counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    pub reason: String,
+}
+
+/// Label set of the request counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub result: String,
+}
+
+/// Latency buckets from 50 µs to 1 s: injection takes tens of microseconds, so the
+/// default Prometheus buckets (starting at 5 ms) would put every request in one bucket.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// All webhook metrics and the registry that exposes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    injections: Counter,
+    denials: Counter,
+    skips: Family<SkipLabels, Counter>,
+    latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("marin3r_webhook");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let injections = Counter::default();
+        let denials = Counter::default();
+        let skips = Family::<SkipLabels, Counter>::default();
+        let latency = Histogram::new(LATENCY_BUCKETS);
+        registry.register(
+            "requests",
+            "Admission requests by result (injected, skipped, denied, bad_request)",
+            requests.clone(),
+        );
+        registry.register("injections", "Pods that got a sidecar", injections.clone());
+        registry.register(
+            "denials",
+            "Pods denied for invalid annotations",
+            denials.clone(),
+        );
+        registry.register(
+            "skips",
+            "Requests allowed unchanged, by reason",
+            skips.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time to answer an admission request",
+            latency.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            injections,
+            denials,
+            skips,
+            latency,
+        }
+    }
+
+    /// Records one answered review.
+    pub fn observe(&self, outcome: Option<&Outcome>, seconds: f64) {
+        let result = match outcome {
+            None => "bad_request",
+            Some(Outcome::Injected) => {
+                self.injections.inc();
+                "injected"
+            }
+            Some(Outcome::Denied) => {
+                self.denials.inc();
+                "denied"
+            }
+            Some(Outcome::Skipped(skip)) => {
+                self.skips
+                    .get_or_create(&SkipLabels {
+                        reason: skip.as_str().to_string(),
+                    })
+                    .inc();
+                "skipped"
+            }
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                result: result.to_string(),
+            })
+            .inc();
+        self.latency.observe(seconds);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
