@@ -371,31 +371,30 @@ pub fn parse(
         }
     });
 
-    let mappings: Vec<(String, u16)> = p.parse(HOST_PORT_MAPPINGS, Vec::new(), |v| {
-        let mut out: Vec<(String, u16)> = Vec::new();
-        let mut problems = Vec::new();
-        for entry in split_list(v) {
-            let Some((name, host_port)) = entry.split_once(':') else {
-                problems.push(format!("{entry:?} is not portName:hostPort"));
-                continue;
-            };
-            match validate::port(host_port) {
-                Ok(hp) => {
-                    if out.iter().any(|(n, _)| n == name) {
-                        problems.push(format!("port {name:?} is mapped twice"));
-                    } else {
-                        out.push((name.to_string(), hp));
-                    }
-                }
-                Err(e) => problems.push(e),
+    // Each mapping entry is checked on its own, so a bad entry does not hide the others.
+    let mut mappings: Vec<(String, u16)> = Vec::new();
+    let mut mapping_problems = Vec::new();
+    for entry in p
+        .get(HOST_PORT_MAPPINGS)
+        .map(split_list)
+        .into_iter()
+        .flatten()
+    {
+        let Some((name, host_port)) = entry.split_once(':') else {
+            mapping_problems.push(format!("{entry:?} is not portName:hostPort"));
+            continue;
+        };
+        match validate::port(host_port) {
+            Ok(_) if mappings.iter().any(|(n, _)| n == name) => {
+                mapping_problems.push(format!("port {name:?} is mapped twice"));
             }
+            Ok(hp) => mappings.push((name.to_string(), hp)),
+            Err(e) => mapping_problems.push(e),
         }
-        if problems.is_empty() {
-            Ok(out)
-        } else {
-            Err(problems.join(", "))
-        }
-    });
+    }
+    if !mapping_problems.is_empty() {
+        p.error(HOST_PORT_MAPPINGS, mapping_problems.join(", "));
+    }
     // Only check names against `ports` when `ports` itself parsed.
     let ports_valid = !p.errors.iter().any(|e| e.annotation == PORTS);
     for (name, host_port) in mappings {

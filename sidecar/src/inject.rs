@@ -136,14 +136,17 @@ pub fn mutate_pod(
         .unwrap_or("default")
         .to_string();
 
+    // A malformed status is reported together with the annotation errors.
+    let mut status_error = None;
     let previous: SidecarStatus = match annotations.get(SIDECAR_STATUS) {
         None => SidecarStatus::default(),
-        Some(s) => serde_json::from_str(s).map_err(|e| {
-            Error::Annotations(AnnotationErrors(vec![AnnotationError {
+        Some(s) => serde_json::from_str(s).unwrap_or_else(|e| {
+            status_error = Some(AnnotationError {
                 annotation: "sidecar-status".into(),
-                message: format!("is not what the webhook writes: {e}"),
-            }]))
-        })?,
+                message: format!("is not the JSON the webhook writes ({e})"),
+            });
+            SidecarStatus::default()
+        }),
     };
 
     let mut out = pod.clone();
@@ -175,8 +178,17 @@ pub fn mutate_pod(
     let app_containers: BTreeSet<String> = names(array_mut(spec, "containers")?)
         .map(str::to_string)
         .collect();
-    let cfg = annotations::parse(&annotations, &namespace, &app_containers, defaults)
-        .map_err(Error::Annotations)?;
+    let cfg = match (
+        annotations::parse(&annotations, &namespace, &app_containers, defaults),
+        status_error,
+    ) {
+        (Ok(cfg), None) => cfg,
+        (Ok(_), Some(e)) => return Err(Error::Annotations(AnnotationErrors(vec![e]))),
+        (Err(mut errors), status_error) => {
+            errors.0.extend(status_error);
+            return Err(Error::Annotations(errors));
+        }
+    };
 
     let init_names: BTreeSet<String> = names(array_mut(spec, "initContainers")?)
         .map(str::to_string)

@@ -3,4 +3,31 @@
 //! bootstrap that `marin3r init-manager` writes. No sockets, no async runtime.
 #![forbid(unsafe_code)]
 
+pub mod annotations;
 pub mod bootstrap;
+pub mod generate;
+pub mod inject;
+pub mod validate;
+pub mod workload;
+
+pub use annotations::{AnnotationError, AnnotationErrors, Defaults, SidecarConfig};
+pub use inject::{Mutation, SkipReason, mutate_pod};
+
+/// Errors of the sidecar toolkit.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// One or more annotations are invalid; all of them are listed.
+    #[error("{0}")]
+    Annotations(AnnotationErrors),
+    /// The Pod (or workload) itself is malformed.
+    #[error("invalid pod: {field}: {message}")]
+    InvalidPod { field: String, message: String },
+    /// A workload kind `marin3r inject` does not know.
+    #[error(
+        "unsupported kind {kind:?}: expected Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob"
+    )]
+    UnsupportedKind { kind: String },
+    /// Serialising a generated object failed.
+    #[error("cannot serialise generated object")]
+    Serialize(#[source] serde_json::Error),
+}

@@ -1,0 +1,170 @@
+//! Golden injection tests (Istio style): every `tests/fixtures/injection/<case>/input.yaml`
+//! Pod goes through the real HTTP handler as an AdmissionReview. The returned base64
+//! JSONPatch is applied to the input and must give `expected.yaml`; or the review must be
+//! denied exactly as `denied.yaml` says. Every injected result then goes through the
+//! handler again and must come back unchanged (idempotency).
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p marin3r-webhook --test golden` rewrites the expected
+//! files; review every diff before committing it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use base64::Engine as _;
+use http_body_util::BodyExt as _;
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+use marin3r_sidecar::Defaults;
+use marin3r_webhook::metrics::Metrics;
+use marin3r_webhook::{AppState, MUTATE_PATH, router};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/injection")
+}
+
+fn read_yaml(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn defaults() -> Defaults {
+    Defaults {
+        envoy_image: "envoyproxy/envoy:v1.40.0".into(),
+        discovery_service: "discoveryservice".into(),
+        marin3r_image: "quay.io/marin3r-rs/marin3r:v0.1.0".into(),
+    }
+}
+
+fn review(pod: &Value, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        }
+    })
+}
+
+/// Sends one review through the router and returns the AdmissionResponse.
+async fn admit(pod: &Value, namespace: &str) -> Value {
+    let state = Arc::new(AppState {
+        defaults: defaults(),
+        metrics: Arc::new(Metrics::new()),
+    });
+    let req = Request::post(MUTATE_PATH)
+        .header("content-type", "application/json")
+        .body(Body::from(review(pod, namespace).to_string()))
+        .unwrap();
+    let resp = router(state).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let out: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(out["kind"], "AdmissionReview");
+    assert_eq!(out["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    out["response"].clone()
+}
+
+/// Applies the response's patch (if any) to `pod`.
+fn apply(pod: &Value, response: &Value) -> Value {
+    let mut out = pod.clone();
+    match response.get("patch") {
+        None => assert!(response.get("patchType").is_none(), "patchType without patch"),
+        Some(p) => {
+            assert_eq!(response["patchType"], "JSONPatch");
+            let b64 = p.as_str().expect("patch must be a base64 string");
+            let raw = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+            let patch: json_patch::Patch = serde_json::from_slice(&raw).unwrap();
+            json_patch::patch(&mut out, &patch).unwrap();
+        }
+    }
+    out
+}
+
+fn write_yaml(path: &Path, v: &Value) {
+    let text = serde_saphyr::to_string(v).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+async fn run_case(dir: &Path) -> Result<(), String> {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let input = read_yaml(&dir.join("input.yaml"));
+    let namespace = std::fs::read_to_string(dir.join("namespace"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "default".into());
+    let response = admit(&input, &namespace).await;
+    let expected_path = dir.join("expected.yaml");
+    let denied_path = dir.join("denied.yaml");
+
+    if response["allowed"] == false {
+        let got = json!({"code": response["status"]["code"], "message": response["status"]["message"]});
+        if update && !expected_path.exists() {
+            write_yaml(&denied_path, &got);
+        }
+        if !denied_path.exists() {
+            return Err(format!("{name}: denied unexpectedly: {got}"));
+        }
+        let want = read_yaml(&denied_path);
+        if got != want {
+            return Err(format!("{name}: denial differs\n got: {got}\nwant: {want}"));
+        }
+        assert!(response.get("patch").is_none(), "{name}: a denial carries no patch");
+        return Ok(());
+    }
+
+    let injected = apply(&input, &response);
+    if update && !denied_path.exists() {
+        write_yaml(&expected_path, &injected);
+    }
+    if !expected_path.exists() {
+        return Err(format!("{name}: allowed but the case has no expected.yaml"));
+    }
+    let want = read_yaml(&expected_path);
+    if injected != want {
+        return Err(format!(
+            "{name}: injected pod differs\n got: {}\nwant: {}",
+            serde_json::to_string_pretty(&injected).unwrap(),
+            serde_json::to_string_pretty(&want).unwrap()
+        ));
+    }
+
+    // Idempotency: the injected Pod goes through again and comes back unchanged.
+    let again = admit(&injected, &namespace).await;
+    if again["allowed"] != true || again.get("patch").is_some() {
+        return Err(format!("{name}: second pass is not a no-op: {again}"));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn golden_injection_cases() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 25, "expected at least 25 golden cases, found {}", dirs.len());
+    let mut failures = Vec::new();
+    for dir in &dirs {
+        if let Err(e) = run_case(dir).await {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), dirs.len(), failures.join("\n\n"));
+}
