@@ -61,32 +61,60 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Error> {
         .map_err(|source| Error::Bind { addr, source })
 }
 
-/// Runs the webhook until `shutdown` completes, then lets in-flight requests finish
-/// (up to [`GRACEFUL_SHUTDOWN_TIMEOUT`]).
-pub async fn run(
+/// The three bound sockets of a webhook (tests bind them on port 0).
+#[derive(Debug)]
+pub struct Listeners {
+    pub https: std::net::TcpListener,
+    pub probes: tokio::net::TcpListener,
+    pub metrics: tokio::net::TcpListener,
+}
+
+impl Listeners {
+    /// Binds the addresses of `config`.
+    pub async fn bind(config: &Config) -> Result<Self, Error> {
+        let https = std::net::TcpListener::bind(config.webhook_addr).map_err(|source| Error::Bind {
+            addr: config.webhook_addr,
+            source,
+        })?;
+        https.set_nonblocking(true).map_err(|source| Error::Bind {
+            addr: config.webhook_addr,
+            source,
+        })?;
+        Ok(Self {
+            https,
+            probes: bind(config.health_addr).await?,
+            metrics: bind(config.metrics_addr).await?,
+        })
+    }
+}
+
+/// Binds the configured addresses and serves until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    let listeners = Listeners::bind(&config).await?;
+    serve(config, listeners, shutdown).await
+}
+
+/// Serves on already-bound listeners until `shutdown` completes, then lets in-flight
+/// requests finish (up to [`GRACEFUL_SHUTDOWN_TIMEOUT`]). The TLS certificate is re-read
+/// when its files change, so rotation needs no restart.
+pub async fn serve(
     config: Config,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let tls =
-        marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"h2", b"http/1.1"])
-            .map_err(Error::Tls)?;
+    let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"h2", b"http/1.1"])
+        .map_err(Error::Tls)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let state = Arc::new(AppState {
         defaults: config.defaults.clone(),
         metrics: metrics.clone(),
     });
-
-    let https = std::net::TcpListener::bind(config.webhook_addr).map_err(|source| Error::Bind {
-        addr: config.webhook_addr,
-        source,
-    })?;
-    https.set_nonblocking(true).map_err(|source| Error::Bind {
-        addr: config.webhook_addr,
-        source,
-    })?;
-    let probes = bind(config.health_addr).await?;
-    let metrics_listener = bind(config.metrics_addr).await?;
+    let Listeners {
+        https,
+        probes,
+        metrics: metrics_listener,
+    } = listeners;
 
     let handle = axum_server::Handle::new();
     let tls_server = axum_server::from_tcp_rustls(
