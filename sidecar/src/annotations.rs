@@ -468,13 +468,13 @@ pub fn parse(
             REQUESTS_MEMORY,
         ),
     ] {
-        if let (Some(r), Some(l)) = (req, lim) {
-            if r.nanos > l.nanos {
-                p.error(
-                    key,
-                    format!("request {} is greater than the limit {}", r.text, l.text),
-                );
-            }
+        if let (Some(r), Some(l)) = (req, lim)
+            && r.nanos > l.nanos
+        {
+            p.error(
+                key,
+                format!("request {} is greater than the limit {}", r.text, l.text),
+            );
         }
     }
 
@@ -566,7 +566,7 @@ pub fn parse(
         admin_bind_address,
         admin_access_log_path,
         resources,
-        shutdown_manager: shtdn_enabled.then(|| ShutdownManager {
+        shutdown_manager: shtdn_enabled.then_some(ShutdownManager {
             port: shtdn_port,
             image: shtdn_image,
             extra_lifecycle_hooks: hooks,

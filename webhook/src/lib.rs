@@ -72,10 +72,11 @@ pub struct Listeners {
 impl Listeners {
     /// Binds the addresses of `config`.
     pub async fn bind(config: &Config) -> Result<Self, Error> {
-        let https = std::net::TcpListener::bind(config.webhook_addr).map_err(|source| Error::Bind {
-            addr: config.webhook_addr,
-            source,
-        })?;
+        let https =
+            std::net::TcpListener::bind(config.webhook_addr).map_err(|source| Error::Bind {
+                addr: config.webhook_addr,
+                source,
+            })?;
         https.set_nonblocking(true).map_err(|source| Error::Bind {
             addr: config.webhook_addr,
             source,
@@ -89,7 +90,10 @@ impl Listeners {
 }
 
 /// Binds the configured addresses and serves until `shutdown` completes.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let listeners = Listeners::bind(&config).await?;
     serve(config, listeners, shutdown).await
 }
@@ -102,8 +106,9 @@ pub async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"h2", b"http/1.1"])
-        .map_err(Error::Tls)?;
+    let tls =
+        marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"h2", b"http/1.1"])
+            .map_err(Error::Tls)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let state = Arc::new(AppState {

@@ -72,6 +72,12 @@ impl Metrics {
             "Time to answer an admission request",
             latency.clone(),
         );
+        // Pre-create the result series so dashboards see zeros instead of gaps.
+        for result in ["injected", "skipped", "denied", "bad_request"] {
+            let _ = requests.get_or_create(&RequestLabels {
+                result: result.to_string(),
+            });
+        }
         Self {
             registry,
             requests,

@@ -6,6 +6,7 @@
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p marin3r-webhook --test golden` rewrites the expected
 //! files; review every diff before committing it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,7 +76,10 @@ async fn admit(pod: &Value, namespace: &str) -> Value {
     let out: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(out["kind"], "AdmissionReview");
-    assert_eq!(out["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(
+        out["response"]["uid"],
+        "705ab4f5-6393-11e8-b7cc-42010a800002"
+    );
     out["response"].clone()
 }
 
@@ -83,11 +87,16 @@ async fn admit(pod: &Value, namespace: &str) -> Value {
 fn apply(pod: &Value, response: &Value) -> Value {
     let mut out = pod.clone();
     match response.get("patch") {
-        None => assert!(response.get("patchType").is_none(), "patchType without patch"),
+        None => assert!(
+            response.get("patchType").is_none(),
+            "patchType without patch"
+        ),
         Some(p) => {
             assert_eq!(response["patchType"], "JSONPatch");
             let b64 = p.as_str().expect("patch must be a base64 string");
-            let raw = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap();
             let patch: json_patch::Patch = serde_json::from_slice(&raw).unwrap();
             json_patch::patch(&mut out, &patch).unwrap();
         }
@@ -112,7 +121,8 @@ async fn run_case(dir: &Path) -> Result<(), String> {
     let denied_path = dir.join("denied.yaml");
 
     if response["allowed"] == false {
-        let got = json!({"code": response["status"]["code"], "message": response["status"]["message"]});
+        let got =
+            json!({"code": response["status"]["code"], "message": response["status"]["message"]});
         if update && !expected_path.exists() {
             write_yaml(&denied_path, &got);
         }
@@ -123,7 +133,10 @@ async fn run_case(dir: &Path) -> Result<(), String> {
         if got != want {
             return Err(format!("{name}: denial differs\n got: {got}\nwant: {want}"));
         }
-        assert!(response.get("patch").is_none(), "{name}: a denial carries no patch");
+        assert!(
+            response.get("patch").is_none(),
+            "{name}: a denial carries no patch"
+        );
         return Ok(());
     }
 
@@ -159,12 +172,22 @@ async fn golden_injection_cases() {
         .filter(|p| p.is_dir())
         .collect();
     dirs.sort();
-    assert!(dirs.len() >= 25, "expected at least 25 golden cases, found {}", dirs.len());
+    assert!(
+        dirs.len() >= 25,
+        "expected at least 25 golden cases, found {}",
+        dirs.len()
+    );
     let mut failures = Vec::new();
     for dir in &dirs {
         if let Err(e) = run_case(dir).await {
             failures.push(e);
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), dirs.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        dirs.len(),
+        failures.join("\n\n")
+    );
 }

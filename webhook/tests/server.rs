@@ -1,5 +1,6 @@
 //! The webhook as the API server sees it: bad input answered with 400 + JSON through the
 //! router, and a real HTTPS socket whose certificate is rotated on disk while it runs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -34,7 +35,8 @@ async fn post(body: Vec<u8>) -> (StatusCode, Value) {
     let resp = router(state()).oneshot(req).await.unwrap();
     let status = resp.status();
     assert_eq!(
-        resp.headers()["content-type"], "application/json",
+        resp.headers()["content-type"],
+        "application/json",
         "every answer is JSON"
     );
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
@@ -73,15 +75,43 @@ async fn bad_input_gets_400_with_a_json_error() {
     let mut wrong_kind = pod_review(labelled_pod());
     wrong_kind["kind"] = json!("ConfigMap");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("garbage", b"\x00\xffnot json at all".to_vec(), "not an AdmissionReview"),
+        (
+            "garbage",
+            b"\x00\xffnot json at all".to_vec(),
+            "not an AdmissionReview",
+        ),
         ("empty", Vec::new(), "not an AdmissionReview"),
-        ("json but not an object", b"\"hello\"".to_vec(), "not an AdmissionReview"),
-        ("wrong apiVersion", serde_json::to_vec(&wrong_version).unwrap(), "expected apiVersion"),
-        ("wrong kind", serde_json::to_vec(&wrong_kind).unwrap(), "expected apiVersion"),
-        ("missing uid", serde_json::to_vec(&no_uid).unwrap(), "request.uid is missing"),
-        ("no request", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), "has no request"),
+        (
+            "json but not an object",
+            b"\"hello\"".to_vec(),
+            "not an AdmissionReview",
+        ),
+        (
+            "wrong apiVersion",
+            serde_json::to_vec(&wrong_version).unwrap(),
+            "expected apiVersion",
+        ),
+        (
+            "wrong kind",
+            serde_json::to_vec(&wrong_kind).unwrap(),
+            "expected apiVersion",
+        ),
+        (
+            "missing uid",
+            serde_json::to_vec(&no_uid).unwrap(),
+            "request.uid is missing",
+        ),
+        (
+            "no request",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            "has no request",
+        ),
         ("huge body", huge, "exceeds"),
-        ("deeply nested", format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes(), "not an AdmissionReview"),
+        (
+            "deeply nested",
+            format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes(),
+            "not an AdmissionReview",
+        ),
     ];
     for (name, body, msg) in cases {
         let (status, v) = post(body).await;
@@ -130,7 +160,12 @@ async fn valid_reviews_are_answered_with_200() {
     weird["metadata"]["annotations"]["marin3r.3scale.net/admin.port"] = json!(9901);
     let (_, v) = post(serde_json::to_vec(&pod_review(weird)).unwrap()).await;
     assert_eq!(v["response"]["allowed"], false);
-    assert!(v["response"]["status"]["message"].as_str().unwrap().contains("admin.port"));
+    assert!(
+        v["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("admin.port")
+    );
 
     // A Pod without spec.containers: denied, not a 500.
     let mut nospec = labelled_pod();
@@ -138,7 +173,12 @@ async fn valid_reviews_are_answered_with_200() {
     let (status, v) = post(serde_json::to_vec(&pod_review(nospec)).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["response"]["allowed"], false);
-    assert!(v["response"]["status"]["message"].as_str().unwrap().contains("spec"));
+    assert!(
+        v["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec")
+    );
 }
 
 // ---------------------------------------------------------------- HTTPS socket tests
@@ -197,7 +237,10 @@ fn der(pem: &str) -> Vec<CertificateDer<'static>> {
 fn install_server_cert(dir: &Path, b: &Bundle) {
     let server = dir.join("server");
     std::fs::create_dir_all(&server).unwrap();
-    for (name, content) in [("tls.crt", &b.server.cert_pem), ("tls.key", &b.server.key_pem)] {
+    for (name, content) in [
+        ("tls.crt", &b.server.cert_pem),
+        ("tls.key", &b.server.key_pem),
+    ] {
         let tmp = server.join(format!(".{name}.tmp"));
         std::fs::write(&tmp, content).unwrap();
         std::fs::rename(&tmp, server.join(name)).unwrap();
@@ -209,7 +252,12 @@ async fn https_request(
     addr: SocketAddr,
     roots: &[&Bundle],
     request: &str,
-) -> (CertificateDer<'static>, rustls::ProtocolVersion, u16, String) {
+) -> (
+    CertificateDer<'static>,
+    rustls::ProtocolVersion,
+    u16,
+    String,
+) {
     let mut store = rustls::RootCertStore::empty();
     for b in roots {
         for c in der(&b.ca.cert_pem) {
@@ -240,7 +288,10 @@ async fn https_request(
     tls.read_to_end(&mut buf).await.unwrap();
     let text = String::from_utf8(buf).unwrap();
     let status: u16 = text[9..12].parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (peer, version, status, body)
 }
 
@@ -260,7 +311,12 @@ async fn plain_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.unwrap();
     let status = buf[9..12].parse().unwrap();
-    (status, buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+    (
+        status,
+        buf.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
 }
 
 #[tokio::test]
@@ -280,12 +336,19 @@ async fn https_injection_and_certificate_rotation_without_restart() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(5), ready).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), ready)
+        .await
+        .unwrap();
     assert_eq!(plain_get(server.probes, "/healthz").await.0, 200);
 
-    let (peer, version, status, body) = https_request(server.https, &[&first, &second], &mutate_request()).await;
+    let (peer, version, status, body) =
+        https_request(server.https, &[&first, &second], &mutate_request()).await;
     assert_eq!(peer, der(&first.server.cert_pem)[0]);
-    assert_eq!(version, rustls::ProtocolVersion::TLSv1_2, "TLS 1.2 clients are served");
+    assert_eq!(
+        version,
+        rustls::ProtocolVersion::TLSv1_2,
+        "TLS 1.2 clients are served"
+    );
     assert_eq!(status, 200);
     let review: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(review["response"]["allowed"], true);
@@ -299,17 +362,31 @@ async fn https_injection_and_certificate_rotation_without_restart() {
 
     // Broken files: the server keeps the last good certificate.
     std::fs::write(dir.path().join("server/tls.crt.tmp"), "garbage").unwrap();
-    std::fs::rename(dir.path().join("server/tls.crt.tmp"), dir.path().join("server/tls.crt")).unwrap();
-    let (peer, _, status, _) = https_request(server.https, &[&first, &second], &mutate_request()).await;
+    std::fs::rename(
+        dir.path().join("server/tls.crt.tmp"),
+        dir.path().join("server/tls.crt"),
+    )
+    .unwrap();
+    let (peer, _, status, _) =
+        https_request(server.https, &[&first, &second], &mutate_request()).await;
     assert_eq!(peer, der(&second.server.cert_pem)[0]);
     assert_eq!(status, 200);
 
     let (status, text) = plain_get(server.metrics, "/metrics").await;
     assert_eq!(status, 200);
-    assert!(text.contains("marin3r_webhook_requests_total{result=\"injected\"} 3"), "{text}");
-    assert!(text.contains("marin3r_webhook_injections_total 3"), "{text}");
-    assert!(text.contains("marin3r_webhook_request_duration_seconds_bucket{le=\"5e-5\"}")
-        || text.contains("marin3r_webhook_request_duration_seconds_bucket{le=\"0.00005\"}"), "{text}");
+    assert!(
+        text.contains("marin3r_webhook_requests_total{result=\"injected\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("marin3r_webhook_injections_total 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("marin3r_webhook_request_duration_seconds_bucket{le=\"5e-5\"}")
+            || text.contains("marin3r_webhook_request_duration_seconds_bucket{le=\"0.00005\"}"),
+        "{text}"
+    );
 
     // Graceful shutdown: the server future completes.
     server.stop.take().unwrap().send(()).unwrap();
