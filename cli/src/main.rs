@@ -1,2 +1,21 @@
+//! `marin3r`: one binary for every MARIN3R role. Parsing and wiring only; the work is in
+//! the library crates.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod args;
+mod commands;
+mod logging;
+
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    let cli = args::Cli::parse();
+    logging::init(cli.log_format, &cli.log_level);
+    match commands::run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Command-line interface. Every flag can also be set by `MARIN3R_<FLAG>`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::logging::LogFormat;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "marin3r",
+    version,
+    about = "MARIN3R: Envoy sidecar injection and control plane for Kubernetes"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "json",
+        env = "MARIN3R_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    /// Log level or tracing filter (RUST_LOG overrides it).
+    #[arg(long, global = true, default_value = "info", env = "MARIN3R_LOG_LEVEL")]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the sidecar-injection admission webhook (HTTPS).
+    Webhook(WebhookArgs),
+    /// Inject the sidecar into Pods and workload templates from a file, offline.
+    Inject(InjectArgs),
+    /// Write Envoy's bootstrap and the client-certificate SDS file (init container).
+    InitManager(InitManagerArgs),
+    /// Drain Envoy's connections before the pod stops (sidecar).
+    ShutdownManager(ShutdownManagerArgs),
+    /// Issue a CA, a server and a client certificate.
+    Certs(CertsArgs),
+}
+
+/// Parses a listen address: `:8081` (all interfaces), `127.0.0.1:8081`, `[::1]:8081`.
+pub fn bind_address(s: &str) -> Result<SocketAddr, String> {
+    if let Some(port) = s.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| format!("{s:?}: invalid port"))?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is not an address like :8081 or 127.0.0.1:8081"))
+}
+
+/// Defaults used when a Pod does not set the corresponding annotation.
+#[derive(Debug, Args, Clone)]
+pub struct InjectionDefaults {
+    /// Envoy image when `marin3r.3scale.net/envoy-image` is not set.
+    #[arg(long, env = "MARIN3R_DEFAULT_ENVOY_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE)]
+    pub default_envoy_image: String,
+    /// Discovery service name when `marin3r.3scale.net/discovery-service.name` is not set.
+    #[arg(long, env = "MARIN3R_DEFAULT_DISCOVERY_SERVICE", default_value = marin3r_sidecar::annotations::DEFAULT_DISCOVERY_SERVICE)]
+    pub default_discovery_service: String,
+    /// Image of the init and shutdown managers (normally this marin3r image).
+    #[arg(long, env = "MARIN3R_MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
+    pub marin3r_image: String,
+}
+
+impl From<InjectionDefaults> for marin3r_sidecar::Defaults {
+    fn from(d: InjectionDefaults) -> Self {
+        Self {
+            envoy_image: d.default_envoy_image,
+            discovery_service: d.default_discovery_service,
+            marin3r_image: d.marin3r_image,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// HTTPS port of the admission endpoint `/pod-v1-mutate`.
+    #[arg(long, env = "MARIN3R_WEBHOOK_PORT", default_value_t = 9443)]
+    pub webhook_port: u16,
+    /// Address the HTTPS port binds to.
+    #[arg(long, env = "MARIN3R_WEBHOOK_BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub webhook_bind_address: IpAddr,
+    /// Directory holding the serving certificate and key (re-read when they change).
+    #[arg(
+        long,
+        env = "MARIN3R_TLS_DIR",
+        default_value = "/apiserver.local.config/certificates"
+    )]
+    pub tls_dir: PathBuf,
+    /// Certificate file name inside --tls-dir.
+    #[arg(long, env = "MARIN3R_TLS_CERT_NAME", default_value = "tls.crt")]
+    pub tls_cert_name: String,
+    /// Key file name inside --tls-dir.
+    #[arg(long, env = "MARIN3R_TLS_KEY_NAME", default_value = "tls.key")]
+    pub tls_key_name: String,
+    /// Plain-HTTP address of /healthz and /readyz.
+    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = bind_address)]
+    pub health_probe_bind_address: SocketAddr,
+    /// Plain-HTTP address of /metrics.
+    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = bind_address)]
+    pub metrics_bind_address: SocketAddr,
+    #[command(flatten)]
+    pub defaults: InjectionDefaults,
+}
+
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    /// YAML file with Pods and workloads (multi-document); `-` reads standard input.
+    #[arg(short = 'f', long = "filename", env = "MARIN3R_FILENAME")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub defaults: InjectionDefaults,
+}
+
+#[derive(Debug, Args)]
+pub struct InitManagerArgs {
+    /// Discovery service host.
+    #[arg(long, env = "MARIN3R_XDSS_HOST")]
+    pub xdss_host: String,
+    /// Discovery service port.
+    #[arg(long, env = "MARIN3R_XDSS_PORT", default_value_t = 18000)]
+    pub xdss_port: u16,
+    /// Envoy node id.
+    #[arg(long, env = "MARIN3R_NODE_ID")]
+    pub node_id: String,
+    /// Envoy cluster id (defaults to the node id).
+    #[arg(long, env = "MARIN3R_CLUSTER_ID")]
+    pub cluster_id: Option<String>,
+    /// Envoy admin listener, ip:port.
+    #[arg(
+        long,
+        env = "MARIN3R_ADMIN_BIND_ADDRESS",
+        default_value = "0.0.0.0:9901"
+    )]
+    pub admin_bind_address: String,
+    /// Envoy admin access log path.
+    #[arg(
+        long,
+        env = "MARIN3R_ADMIN_ACCESS_LOG_PATH",
+        default_value = "/dev/null"
+    )]
+    pub admin_access_log_path: String,
+    /// Directory of the client certificate (tls.crt, tls.key, ca.crt).
+    #[arg(
+        long,
+        env = "MARIN3R_CLIENT_CERTIFICATE_PATH",
+        default_value = "/etc/envoy/tls/client"
+    )]
+    pub client_certificate_path: PathBuf,
+    /// Bootstrap file to write.
+    #[arg(
+        long,
+        env = "MARIN3R_CONFIG_FILE",
+        default_value = "/etc/envoy/bootstrap/config.json"
+    )]
+    pub config_file: PathBuf,
+    /// Directory for the SDS file.
+    #[arg(
+        long,
+        env = "MARIN3R_RESOURCES_PATH",
+        default_value = "/etc/envoy/bootstrap"
+    )]
+    pub resources_path: PathBuf,
+    /// Name of the RTDS runtime layer.
+    #[arg(long, env = "MARIN3R_RTDS_RESOURCE_NAME", default_value = "runtime")]
+    pub rtds_resource_name: String,
+    /// Envoy image (recorded in the node metadata).
+    #[arg(long, env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE)]
+    pub envoy_image: String,
+    /// xDS flavour: state of the world or incremental.
+    #[arg(long, env = "MARIN3R_API_TYPE", default_value = "sotw")]
+    pub api_type: marin3r_sidecar::bootstrap::ApiType,
+    /// Pod name (downward API).
+    #[arg(long, env = "POD_NAME", default_value = "")]
+    pub pod_name: String,
+    /// Pod namespace (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "")]
+    pub pod_namespace: String,
+    /// Node host name (downward API).
+    #[arg(long, env = "HOST_NAME", default_value = "")]
+    pub host_name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ShutdownManagerArgs {
+    /// HTTP port of /healthz, /drain and /shutdown.
+    #[arg(long, env = "MARIN3R_PORT", default_value_t = 8090)]
+    pub port: u16,
+    /// Address the port binds to.
+    #[arg(long, env = "MARIN3R_BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Envoy admin URL.
+    #[arg(
+        long,
+        env = "MARIN3R_ENVOY_ADMIN_ADDRESS",
+        default_value = "http://localhost:9901"
+    )]
+    pub envoy_admin_address: String,
+    /// File created when draining finished.
+    #[arg(long, env = "MARIN3R_READY_FILE", default_value = "/tmp/shutdown-ok")]
+    pub ready_file: PathBuf,
+    /// How often /shutdown checks for the ready file.
+    #[arg(long, env = "MARIN3R_CHECK_READY_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub check_ready_interval: std::time::Duration,
+    /// How often open connections are polled while draining.
+    #[arg(long, env = "MARIN3R_CHECK_DRAIN_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub check_drain_interval: std::time::Duration,
+    /// Wait before failing Envoy's health check.
+    #[arg(long, env = "MARIN3R_START_DRAIN_DELAY", default_value = "0s", value_parser = duration)]
+    pub start_drain_delay: std::time::Duration,
+    /// Wait after failing the health check before polling connections.
+    #[arg(long, env = "MARIN3R_CHECK_DRAIN_DELAY", default_value = "15s", value_parser = duration)]
+    pub check_drain_delay: std::time::Duration,
+    /// Open connections at or below which draining is done.
+    #[arg(long, env = "MARIN3R_MIN_OPEN_CONNECTIONS", default_value_t = 0)]
+    pub min_open_connections: u64,
+    /// Minimum time a drain lasts.
+    #[arg(long, env = "MARIN3R_MIN_DRAIN_DURATION", value_parser = duration)]
+    pub min_drain_duration: Option<std::time::Duration>,
+    /// Give up draining after this long.
+    #[arg(long, env = "MARIN3R_DRAIN_TIMEOUT", value_parser = duration)]
+    pub drain_timeout: Option<std::time::Duration>,
+    /// /shutdown answers 500 after waiting this long for the ready file.
+    #[arg(long, env = "MARIN3R_READY_TIMEOUT", value_parser = duration)]
+    pub ready_timeout: Option<std::time::Duration>,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    marin3r_shutdown_manager::parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Output directory: DIR/{ca,server,client}/{tls.crt,tls.key,ca.crt}.
+    #[arg(long, env = "MARIN3R_OUT")]
+    pub out: PathBuf,
+    /// DNS names and IP addresses of the server certificate, comma separated.
+    #[arg(long, env = "MARIN3R_HOSTS", value_delimiter = ',', required = true)]
+    pub hosts: Vec<String>,
+    /// Common name of the client certificate.
+    #[arg(long, env = "MARIN3R_CLIENT_CN", default_value = marin3r_certs::DEFAULT_CLIENT_CN)]
+    pub client_cn: String,
+    /// Validity of every certificate (e.g. 8760h, 30m, plain seconds).
+    #[arg(long, env = "MARIN3R_VALIDITY", default_value = "8760h", value_parser = duration)]
+    pub validity: std::time::Duration,
+    /// Key algorithm.
+    #[arg(long, env = "MARIN3R_KEY_TYPE", default_value = "ecdsa")]
+    pub key_type: marin3r_certs::KeyType,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bind_addresses() {
+        assert_eq!(bind_address(":8081").unwrap().to_string(), "0.0.0.0:8081");
+        assert_eq!(
+            bind_address("127.0.0.1:1").unwrap().to_string(),
+            "127.0.0.1:1"
+        );
+        assert_eq!(bind_address("[::1]:1").unwrap().to_string(), "[::1]:1");
+        assert!(bind_address("8081").is_err());
+        assert!(bind_address(":x").is_err());
+    }
+}

@@ -1,0 +1,321 @@
+//! The `marin3r` binary end to end: offline injection, certificate issuance, init-manager
+//! and the webhook process (start, serve, stop on SIGTERM).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn marin3r() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_marin3r"))
+}
+
+struct KillOnDrop(Child);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const WORKLOADS: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: kuard}
+spec: {ports: [{port: 8443}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: kuard, namespace: demo}
+spec:
+  selector: {matchLabels: {app: kuard}}
+  template:
+    metadata:
+      labels: {app: kuard, marin3r.3scale.net/status: enabled}
+      annotations:
+        marin3r.3scale.net/node-id: kuard
+        marin3r.3scale.net/ports: envoy-https:8443
+    spec:
+      containers:
+      - {name: kuard, image: "gcr.io/kuar-demo/kuard-amd64:blue"}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "0 0 * * *"
+  jobTemplate:
+    spec:
+      template:
+        metadata:
+          labels: {marin3r.3scale.net/status: enabled}
+          annotations: {marin3r.3scale.net/node-id: nightly}
+        spec:
+          restartPolicy: Never
+          containers: [{name: job, image: job}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: plain}
+spec:
+  template:
+    metadata: {labels: {app: plain}}
+    spec: {containers: [{name: app, image: app}]}
+"#;
+
+fn run_with_stdin(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = marin3r()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn inject_rewrites_pod_templates_and_passes_other_objects_through() {
+    let out = run_with_stdin(&["inject", "-f", "-"], WORKLOADS);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(docs.len(), 4);
+    assert_eq!(docs[0]["kind"], "Service");
+    assert!(docs[0]["spec"].get("template").is_none());
+
+    let pod = &docs[1]["spec"]["template"]["spec"];
+    let names: Vec<&str> = pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kuard", "envoy-sidecar"]);
+    assert_eq!(pod["initContainers"][0]["name"], "envoy-init-mgr");
+    let init_args: Vec<&str> = pod["initContainers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        init_args
+            .windows(2)
+            .any(|w| w == ["--xdss-host", "marin3r-discoveryservice.demo.svc"]),
+        "{init_args:?}"
+    );
+    assert_eq!(pod["containers"][1]["ports"][0]["containerPort"], 8443);
+
+    let cron = &docs[2]["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(cron["containers"][1]["name"], "envoy-sidecar");
+    // Unlabelled template: unchanged.
+    assert_eq!(
+        docs[3]["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Injecting the output again changes nothing (idempotent).
+    let again = run_with_stdin(
+        &["inject", "-f", "-"],
+        std::str::from_utf8(&out.stdout).unwrap(),
+    );
+    assert!(again.status.success());
+    assert_eq!(again.stdout, out.stdout);
+}
+
+#[test]
+fn inject_reports_invalid_annotations_and_fails() {
+    let bad = WORKLOADS.replace("envoy-https:8443", "envoy-https:443");
+    let out = run_with_stdin(&["inject", "-f", "-"], &bad);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Deployment/kuard: invalid marin3r annotations: ports: port 443 is privileged (1024-65535)"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing is half-printed");
+}
+
+#[test]
+fn certs_and_init_manager_write_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = marin3r()
+        .args(["--log-format", "text", "certs", "--out"])
+        .arg(dir.path())
+        .args(["--hosts", "localhost,127.0.0.1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for sub in ["ca", "server", "client"] {
+        for f in ["tls.crt", "tls.key", "ca.crt"] {
+            assert!(dir.path().join(sub).join(f).is_file(), "{sub}/{f}");
+        }
+    }
+
+    let boot = dir.path().join("bootstrap");
+    let out = marin3r()
+        .args([
+            "init-manager",
+            "--xdss-host",
+            "127.0.0.1",
+            "--node-id",
+            "kuard",
+            "--api-type",
+            "delta",
+        ])
+        .arg("--client-certificate-path")
+        .arg(dir.path().join("client"))
+        .arg("--config-file")
+        .arg(boot.join("config.json"))
+        .arg("--resources-path")
+        .arg(&boot)
+        .env("POD_NAME", "kuard-abc")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(boot.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["node"]["id"], "kuard");
+    assert_eq!(
+        config["node"]["cluster"], "kuard",
+        "cluster id defaults to the node id"
+    );
+    assert_eq!(config["node"]["metadata"]["pod_name"], "kuard-abc");
+    assert_eq!(
+        config["dynamic_resources"]["ads_config"]["api_type"],
+        "DELTA_GRPC"
+    );
+    assert!(boot.join("tls_certificate_sds_secret.json").is_file());
+
+    let out = marin3r()
+        .args(["init-manager", "--xdss-host", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "missing --node-id is a usage error"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
+}
+
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn webhook_process_serves_probes_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = marin3r()
+        .args(["certs", "--hosts", "localhost", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
+    let (https, probes, metrics) = (free_port(), free_port(), free_port());
+    let child = marin3r()
+        .args([
+            "webhook",
+            "--webhook-bind-address",
+            "127.0.0.1",
+            "--webhook-port",
+            &https.to_string(),
+        ])
+        .arg("--tls-dir")
+        .arg(dir.path().join("server"))
+        .args([
+            "--health-probe-bind-address",
+            &format!("127.0.0.1:{probes}"),
+        ])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    assert!(
+        wait_until(Duration::from_secs(10), || http_get(probes, "/readyz")
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200"))),
+        "webhook never became ready"
+    );
+    assert!(
+        http_get(metrics, "/metrics")
+            .unwrap()
+            .contains("marin3r_webhook_requests_total{result=\"injected\"} 0")
+    );
+
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || child
+            .0
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "no exit after SIGTERM"
+    );
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "graceful exit, got {status}");
+    let mut logs = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(logs.lines().next().unwrap()).expect("JSON logs by default");
+    assert!(first.get("level").is_some(), "{first}");
+    assert!(logs.contains("shutting down"), "{logs}");
+}
