@@ -4,19 +4,13 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use marin3r_tests::{KillOnDrop, free_port, wait_for};
 
 fn marin3r() -> Command {
     Command::new(env!("CARGO_BIN_EXE_marin3r"))
-}
-
-struct KillOnDrop(Child);
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 const WORKLOADS: &str = r#"
@@ -218,14 +212,6 @@ fn certs_and_init_manager_write_their_files() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
@@ -233,17 +219,6 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     Some(buf)
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 #[test]
@@ -256,15 +231,14 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
         .unwrap()
         .status;
     assert!(status.success());
-    let (https, probes, metrics) = (free_port(), free_port(), free_port());
-    let child = marin3r()
-        .args([
-            "webhook",
-            "--webhook-bind-address",
-            "127.0.0.1",
-            "--webhook-port",
-            &https.to_string(),
-        ])
+    let (https, probes, metrics) = (
+        free_port().unwrap(),
+        free_port().unwrap(),
+        free_port().unwrap(),
+    );
+    let mut cmd = marin3r();
+    cmd.args(["webhook", "--webhook-bind-address", "127.0.0.1"])
+        .args(["--webhook-port", &https.to_string()])
         .arg("--tls-dir")
         .arg(dir.path().join("server"))
         .args([
@@ -273,22 +247,16 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
         ])
         .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    assert!(
-        wait_until(Duration::from_secs(10), || http_get(probes, "/readyz")
-            .is_some_and(|r| r.starts_with("HTTP/1.1 200"))),
-        "webhook never became ready"
-    );
-    assert!(
-        http_get(metrics, "/metrics")
-            .unwrap()
-            .contains("marin3r_webhook_requests_total{result=\"injected\"} 0")
-    );
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop::spawn("webhook", &mut cmd).unwrap();
+    let ready = wait_for(Duration::from_secs(10), || {
+        http_get(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    assert!(ready.is_some(), "webhook never became ready");
+    let metrics_text = http_get(metrics, "/metrics").unwrap();
+    assert!(metrics_text.contains("marin3r_webhook_requests_total{result=\"injected\"} 0"));
 
-    let pid = child.0.id().to_string();
+    let pid = child.id().to_string();
     assert!(
         Command::new("kill")
             .args(["-TERM", &pid])
@@ -296,24 +264,12 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
             .unwrap()
             .success()
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || child
-            .0
-            .try_wait()
-            .unwrap()
-            .is_some()),
-        "no exit after SIGTERM"
-    );
-    let status = child.0.wait().unwrap();
+    let status = wait_for(Duration::from_secs(10), || child.try_wait());
+    let status = status.expect("no exit after SIGTERM");
     assert!(status.success(), "graceful exit, got {status}");
     let mut logs = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
+    let mut stderr = child.child.stderr.take().unwrap();
+    stderr.read_to_string(&mut logs).unwrap();
     let first: serde_json::Value =
         serde_json::from_str(logs.lines().next().unwrap()).expect("JSON logs by default");
     assert!(first.get("level").is_some(), "{first}");
