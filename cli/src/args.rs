@@ -42,6 +42,10 @@ pub enum Command {
     ShutdownManager(ShutdownManagerArgs),
     /// Issue a CA, a server and a client certificate.
     Certs(CertsArgs),
+    /// Run the Envoy discovery service (ADS over mTLS).
+    DiscoveryService(DiscoveryServiceArgs),
+    /// Decode every resource of every EnvoyConfig in a file; exit 1 listing all errors.
+    Validate(ValidateArgs),
 }
 
 /// Parses a listen address: `:8081` (all interfaces), `127.0.0.1:8081`, `[::1]:8081`.
@@ -233,6 +237,46 @@ pub struct ShutdownManagerArgs {
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
     marin3r_shutdown_manager::parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct DiscoveryServiceArgs {
+    /// gRPC port (ADS SotW and Delta, grpc.health.v1), mTLS only.
+    #[arg(long, env = "MARIN3R_XDSS_PORT", default_value_t = 18000)]
+    pub xdss_port: u16,
+    /// Address the gRPC port binds to.
+    #[arg(long, env = "MARIN3R_XDSS_BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub xdss_bind_address: IpAddr,
+    /// Directory with the server certificate (tls.crt, tls.key), re-read on change.
+    #[arg(
+        long,
+        env = "MARIN3R_SERVER_CERTIFICATE_PATH",
+        default_value = "/etc/marin3r/tls/server"
+    )]
+    pub server_certificate_path: PathBuf,
+    /// Directory with the CA client certificates must chain to (ca.crt, else tls.crt).
+    #[arg(
+        long,
+        env = "MARIN3R_CA_CERTIFICATE_PATH",
+        default_value = "/etc/marin3r/tls/ca"
+    )]
+    pub ca_certificate_path: PathBuf,
+    /// Local mode: serve the EnvoyConfig and Secret manifests of this folder (watched).
+    #[arg(long, env = "MARIN3R_CONFIG_DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Plain-HTTP address of /metrics.
+    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = ":8383", value_parser = bind_address)]
+    pub metrics_bind_address: SocketAddr,
+    /// Plain-HTTP address of /healthz and /readyz.
+    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8384", value_parser = bind_address)]
+    pub health_probe_bind_address: SocketAddr,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// YAML/JSON file with EnvoyConfigs (and the Secrets they use); `-` reads stdin.
+    #[arg(short = 'f', long = "filename", env = "MARIN3R_FILENAME")]
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]

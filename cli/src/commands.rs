@@ -8,7 +8,8 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use crate::args::{
-    CertsArgs, Command, InitManagerArgs, InjectArgs, ShutdownManagerArgs, WebhookArgs,
+    CertsArgs, Command, DiscoveryServiceArgs, InitManagerArgs, InjectArgs, ShutdownManagerArgs,
+    ValidateArgs, WebhookArgs,
 };
 
 pub fn run(command: Command) -> Result<ExitCode> {
@@ -23,6 +24,59 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Inject(a) => inject(a),
         Command::InitManager(a) => init_manager(a),
         Command::Certs(a) => certs(a),
+        Command::DiscoveryService(a) => runtime()?.block_on(discovery_service(a)),
+        Command::Validate(a) => validate(a),
+    }
+}
+
+async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
+    let Some(config_dir) = a.config_dir else {
+        bail!(
+            "Kubernetes mode (no --config-dir) is not available in this build yet; pass --config-dir DIR"
+        );
+    };
+    let config = marin3r_xds::Config {
+        xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
+        server_cert: a.server_certificate_path.join("tls.crt"),
+        server_key: a.server_certificate_path.join("tls.key"),
+        ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
+        metrics_addr: a.metrics_bind_address,
+        health_addr: a.health_probe_bind_address,
+        config_dir,
+        ads: marin3r_xds::AdsConfig::default(),
+    };
+    marin3r_xds::run(config, marin3r_shutdown_manager::shutdown_signal())
+        .await
+        .context("discovery service failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_input(file: &std::path::Path) -> Result<String> {
+    if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read standard input")?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))
+    }
+}
+
+fn validate(a: ValidateArgs) -> Result<ExitCode> {
+    let text = read_input(&a.file)?;
+    match marin3r_xds::envoyconfig::validate_file(&text) {
+        Ok(n) => {
+            println!("{}: {n} EnvoyConfig(s) valid", a.file.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            for e in &errors {
+                println!("{}: {e}", a.file.display());
+            }
+            eprintln!("{} error(s)", errors.len());
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 

@@ -275,3 +275,61 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
     assert!(first.get("level").is_some(), "{first}");
     assert!(logs.contains("shutting down"), "{logs}");
 }
+
+const BROKEN_CONFIG: &str = r#"
+apiVersion: marin3r.3scale.net/v1alpha1
+kind: EnvoyConfig
+metadata: {name: broken, namespace: default}
+spec:
+  nodeID: broken
+  resources:
+    - type: cluster
+      value: {name: a, connect_timeout: 1s, bogus_field: 1}
+    - type: listener
+      value:
+        name: l
+        address: {socket_address: {address: 127.0.0.1, port_value: 1}}
+        filter_chains:
+          - filters:
+              - name: x
+                typed_config: {"@type": type.googleapis.com/not.a.Type}
+    - type: nonsense
+      value: {name: n}
+"#;
+
+#[test]
+fn validate_accepts_the_examples_and_lists_every_error() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/local/direct-response.yaml"
+    );
+    let out = marin3r()
+        .args(["validate", "-f", example])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let out = run_with_stdin(&["validate", "-f", "-"], BROKEN_CONFIG);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in ["bogus_field", "not.a.Type", "nonsense"] {
+        assert!(text.contains(needle), "{needle} missing in:\n{text}");
+    }
+    assert!(text.contains("spec.resources[0]"), "{text}");
+    assert!(text.contains("spec.resources[1]"), "{text}");
+    assert!(text.lines().count() >= 3, "one line per error:\n{text}");
+}
+
+#[test]
+fn discovery_service_without_config_dir_fails_clearly() {
+    let out = marin3r()
+        .args(["discovery-service", "--xdss-port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config-dir"));
+}

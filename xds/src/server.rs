@@ -1,0 +1,309 @@
+//! The thin async shell over the ADS state machines: a tonic `AggregatedDiscoveryService`
+//! (SotW and Delta) plus `grpc.health.v1`, served over mTLS from a reloading rustls
+//! config. Each stream task only `select!`s between "request arrived", "snapshot changed"
+//! and "a NACK backoff expired"; every protocol decision is in [`crate::sotw`] and
+//! [`crate::delta`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use futures::Stream;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::resource::ResourceType;
+use crate::snapshot::{Snapshot, SnapshotCache};
+use crate::sotw::{AdsConfig, Outcome};
+use crate::stats::{Api, NodeInfo, SharedStats};
+use crate::{DeltaStream, SotwStream};
+
+/// TLS handshakes that take longer are dropped (slow or stuck clients).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Responses buffered per stream before the stream task waits for the client.
+const STREAM_BUFFER: usize = 16;
+
+/// One ADS flavour (SotW or Delta) as the shell sees it.
+trait Protocol: Send + 'static {
+    type Req: Send + 'static;
+    type Resp: Send + 'static;
+    const API: Api;
+    fn node_of(req: &Self::Req) -> Option<&Node>;
+    fn type_of(resp: &Self::Resp) -> Option<ResourceType>;
+    fn observe_node(&mut self, node: Option<&Node>) -> Option<NodeInfo>;
+    fn handle_request(&mut self, req: Self::Req, s: &Snapshot, now: Instant)
+    -> Outcome<Self::Resp>;
+    fn handle_snapshot(&mut self, s: &Snapshot, now: Instant) -> Outcome<Self::Resp>;
+    fn poll_timers(&mut self, s: &Snapshot, now: Instant) -> Outcome<Self::Resp>;
+    fn next_timer(&self) -> Option<Instant>;
+}
+
+impl Protocol for SotwStream {
+    type Req = DiscoveryRequest;
+    type Resp = DiscoveryResponse;
+    const API: Api = Api::Sotw;
+    fn node_of(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_of(resp: &DiscoveryResponse) -> Option<ResourceType> {
+        ResourceType::from_type_url(&resp.type_url)
+    }
+    fn observe_node(&mut self, node: Option<&Node>) -> Option<NodeInfo> {
+        SotwStream::observe_node(self, node).cloned()
+    }
+    fn handle_request(
+        &mut self,
+        req: DiscoveryRequest,
+        s: &Snapshot,
+        now: Instant,
+    ) -> Outcome<DiscoveryResponse> {
+        SotwStream::handle_request(self, req, s, now)
+    }
+    fn handle_snapshot(&mut self, s: &Snapshot, now: Instant) -> Outcome<DiscoveryResponse> {
+        SotwStream::handle_snapshot(self, s, now)
+    }
+    fn poll_timers(&mut self, s: &Snapshot, now: Instant) -> Outcome<DiscoveryResponse> {
+        SotwStream::poll_timers(self, s, now)
+    }
+    fn next_timer(&self) -> Option<Instant> {
+        SotwStream::next_timer(self)
+    }
+}
+
+impl Protocol for DeltaStream {
+    type Req = DeltaDiscoveryRequest;
+    type Resp = DeltaDiscoveryResponse;
+    const API: Api = Api::Delta;
+    fn node_of(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_of(resp: &DeltaDiscoveryResponse) -> Option<ResourceType> {
+        ResourceType::from_type_url(&resp.type_url)
+    }
+    fn observe_node(&mut self, node: Option<&Node>) -> Option<NodeInfo> {
+        DeltaStream::observe_node(self, node).cloned()
+    }
+    fn handle_request(
+        &mut self,
+        req: DeltaDiscoveryRequest,
+        s: &Snapshot,
+        now: Instant,
+    ) -> Outcome<DeltaDiscoveryResponse> {
+        DeltaStream::handle_request(self, req, s, now)
+    }
+    fn handle_snapshot(&mut self, s: &Snapshot, now: Instant) -> Outcome<DeltaDiscoveryResponse> {
+        DeltaStream::handle_snapshot(self, s, now)
+    }
+    fn poll_timers(&mut self, s: &Snapshot, now: Instant) -> Outcome<DeltaDiscoveryResponse> {
+        DeltaStream::poll_timers(self, s, now)
+    }
+    fn next_timer(&self) -> Option<Instant> {
+        DeltaStream::next_timer(self)
+    }
+}
+
+/// The ADS service: snapshots come from the cache, ACK/NACKs go to the stats.
+#[derive(Debug, Clone)]
+pub struct AdsService {
+    cache: SnapshotCache,
+    stats: SharedStats,
+    config: AdsConfig,
+}
+
+impl AdsService {
+    pub fn new(cache: SnapshotCache, stats: SharedStats, config: AdsConfig) -> Self {
+        Self {
+            cache,
+            stats,
+            config,
+        }
+    }
+
+    /// The tonic service.
+    pub fn into_server(self) -> AggregatedDiscoveryServiceServer<Self> {
+        AggregatedDiscoveryServiceServer::new(self)
+            .max_decoding_message_size(16 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    }
+
+    fn spawn_stream<P: Protocol>(
+        &self,
+        mut proto: P,
+        mut inbound: Streaming<P::Req>,
+    ) -> ReceiverStream<Result<P::Resp, Status>> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let cache = self.cache.clone();
+        let stats = self.stats.clone();
+        tokio::spawn(async move {
+            let mut node: Option<NodeInfo> = None;
+            let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
+            let empty = Arc::new(Snapshot::empty());
+            let current = |rx: &Option<watch::Receiver<Arc<Snapshot>>>| {
+                rx.as_ref()
+                    .map_or_else(|| empty.clone(), |r| r.borrow().clone())
+            };
+            loop {
+                let timer = proto.next_timer();
+                let outcome = tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => {
+                            if node.is_none()
+                                && let Some(info) = proto.observe_node(P::node_of(&req))
+                            {
+                                stats.stream_opened(&info, P::API);
+                                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream opened");
+                                snapshots = Some(cache.subscribe(&info.id));
+                                node = Some(info);
+                            }
+                            let snap = current(&snapshots);
+                            proto.handle_request(req, &snap, Instant::now())
+                        }
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::debug!(code = ?status.code(), message = status.message(), "stream ended with error");
+                            break;
+                        }
+                    },
+                    changed = async {
+                        match snapshots.as_mut() {
+                            Some(rx) => rx.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        if !changed {
+                            break;
+                        }
+                        let snap = snapshots.as_mut().map_or_else(|| empty.clone(), |rx| rx.borrow_and_update().clone());
+                        let out = proto.handle_snapshot(&snap, Instant::now());
+                        if let Some(published) = snap.published_at() {
+                            let latency = published.elapsed();
+                            for r in &out.responses {
+                                if let Some(t) = P::type_of(r) {
+                                    stats.observe_push_latency(t, latency);
+                                }
+                            }
+                        }
+                        out
+                    },
+                    () = sleep_until_opt(timer) => {
+                        let snap = current(&snapshots);
+                        proto.poll_timers(&snap, Instant::now())
+                    },
+                };
+                stats.record(&outcome.events);
+                let mut closed = false;
+                for response in outcome.responses {
+                    if tx.send(Ok(response)).await.is_err() {
+                        closed = true;
+                        break;
+                    }
+                }
+                if closed {
+                    break;
+                }
+            }
+            if let Some(info) = &node {
+                stats.stream_closed(info, P::API);
+                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream closed");
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsService {
+    type StreamAggregatedResourcesStream = BoxStream<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = BoxStream<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let stream = self.spawn_stream(SotwStream::new(self.config.clone()), request.into_inner());
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let stream = self.spawn_stream(DeltaStream::new(self.config.clone()), request.into_inner());
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// Serves ADS and gRPC health on `listener` over mTLS until `shutdown` completes.
+///
+/// Handshakes run concurrently (one slow client does not hold up the others) and are
+/// bounded by [`HANDSHAKE_TIMEOUT`]; the rustls config re-reads its certificate and CA
+/// files when they change, so rotation needs no restart and open streams are untouched.
+pub async fn serve_ads(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    service: AdsService,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let (conn_tx, conn_rx) = mpsc::channel::<Result<_, std::io::Error>>(64);
+    let accept_loop = tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let acceptor = acceptor.clone();
+            let tx = conn_tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake refused"),
+                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<AggregatedDiscoveryServiceServer<AdsService>>()
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+
+    let result = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(health_service)
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), shutdown)
+        .await;
+    accept_loop.abort();
+    result
+}

@@ -1,0 +1,1179 @@
+//! Sans-I/O state machine of one ADS **state-of-the-world** stream (ezbake style).
+//!
+//! The tonic shell owns one [`SotwStream`] per gRPC stream and only `select!`s between
+//! "request arrived" ([`SotwStream::handle_request`]), "snapshot changed"
+//! ([`SotwStream::handle_snapshot`]) and "timer due" ([`SotwStream::poll_timers`] at
+//! [`SotwStream::next_timer`]), sending the returned responses in order and feeding the
+//! returned [`StreamEvent`]s to [`crate::stats::SharedStats`]. The node is learned with
+//! [`SotwStream::observe_node`] (the shell calls it first to know which snapshot to
+//! pass); every call takes the node's current snapshot and converges the stream to it.
+//!
+//! Protocol decisions (see also the xDS protocol docs):
+//! - **Node**: taken from the first request that carries one with a non-empty id (Envoy
+//!   sets `set_node_on_first_message_only`); later nodes are ignored.
+//! - **Initial request** of a type on this stream (no state yet, or an empty
+//!   `response_nonce`): subscribe and **always** respond with the current resources,
+//!   even when `version_info` already equals the current version. A restarted Envoy
+//!   needs a response to finish warming, and answering a reconnect costs one message.
+//! - **Subscription**: `"*"` in `resource_names` means wildcard for any type; an empty
+//!   list means wildcard for the wildcard-capable types ([`supports_wildcard`]: CDS,
+//!   LDS, SRDS) unless the stream already subscribed to explicit names of that type, in
+//!   which case (as for every other type) it unsubscribes from everything. Explicit
+//!   names select the existing resources among them.
+//! - **Nonces** are a per-stream counter; every response carries `version_info` (the
+//!   type's snapshot version) and a fresh nonce.
+//! - **ACK** = request with the latest nonce of that type and no `error_detail`;
+//!   **NACK** = same with `error_detail`. Only the first request carrying a nonce counts
+//!   as its ACK/NACK (a later request with the same nonce is a subscription update).
+//!   The reported version is the one sent with that nonce.
+//! - **Stale nonce** (not the latest for the type): ignored entirely, names included;
+//!   the client re-sends its full name list when it answers the latest response.
+//! - **NACK backoff**: the rejected version is re-sent to this stream only after
+//!   `nack_backoff_initial · 2^(n-1)` (capped at `nack_backoff_max`), n = consecutive
+//!   NACKs of that version; a NEWER version is sent at once and resets the count, an
+//!   ACK resets it too. A request that changes the subscription is answered at once
+//!   even during a backoff: that is paced by the client (one response per change), so
+//!   it cannot loop.
+//! - **Names change** with the current nonce: respond immediately with the new set when
+//!   it differs from the set of the last response (and is not empty).
+//! - **Unsubscribe** (empty names for a non-wildcard type): nothing is sent for that
+//!   type until it is subscribed again.
+//! - **Snapshot change**: only subscribed types whose version differs from the version
+//!   last sent are pushed. Responses produced by one call are ordered by
+//!   [`ResourceType::ALL`] (cluster → endpoint → listener → route → others).
+//! - **Unknown type URLs** (types we do not serve): a request with an empty
+//!   `response_nonce` is answered with an empty resource list (version
+//!   [`EMPTY_VERSION`]) so Envoy does not wait for an initial fetch timeout; requests
+//!   carrying a nonce (its ACK/NACK) are ignored, so there is no ping-pong. Requests
+//!   without a type URL are ignored.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+
+use crate::resource::ResourceType;
+use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
+use crate::stats::{NodeInfo, StreamEvent};
+
+/// Tunables of the ADS state machines (SotW and Delta).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdsConfig {
+    /// Delay before re-sending a version after its first NACK (default 100 ms).
+    pub nack_backoff_initial: Duration,
+    /// Upper bound of the doubling delay (default 30 s).
+    pub nack_backoff_max: Duration,
+    /// `control_plane.identifier` put on every response (e.g. the pod name), if any.
+    pub control_plane_id: Option<String>,
+}
+
+impl Default for AdsConfig {
+    fn default() -> Self {
+        Self {
+            nack_backoff_initial: Duration::from_millis(100),
+            nack_backoff_max: Duration::from_secs(30),
+            control_plane_id: None,
+        }
+    }
+}
+
+impl AdsConfig {
+    /// Delay after the `consecutive`-th consecutive NACK (1-based) of a version:
+    /// `initial · 2^(consecutive-1)`, capped at `max`.
+    pub fn nack_backoff(&self, consecutive: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(consecutive.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.nack_backoff_initial
+            .saturating_mul(factor)
+            .min(self.nack_backoff_max)
+    }
+
+    pub(crate) fn control_plane(&self) -> Option<ControlPlane> {
+        self.control_plane_id.as_ref().map(|id| ControlPlane {
+            identifier: id.clone(),
+        })
+    }
+}
+
+/// What one call of a stream state machine produced: responses to send in order, and
+/// events for the stats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome<R> {
+    pub responses: Vec<R>,
+    pub events: Vec<StreamEvent>,
+}
+
+impl<R> Default for Outcome<R> {
+    fn default() -> Self {
+        Self {
+            responses: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+}
+
+impl<R> Outcome<R> {
+    pub fn is_empty(&self) -> bool {
+        self.responses.is_empty() && self.events.is_empty()
+    }
+}
+
+/// Outcome of a [`SotwStream`] call.
+pub type SotwOutcome = Outcome<DiscoveryResponse>;
+
+/// Types where an empty subscription means "everything" (legacy wildcard): clusters,
+/// listeners and scoped routes, which Envoy requests without names.
+pub fn supports_wildcard(t: ResourceType) -> bool {
+    matches!(
+        t,
+        ResourceType::Cluster | ResourceType::Listener | ResourceType::ScopedRoute
+    )
+}
+
+/// The explicit wildcard resource name.
+pub(crate) const WILDCARD: &str = "*";
+
+/// What a stream is subscribed to for one type.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Subscription {
+    pub(crate) wildcard: bool,
+    pub(crate) names: BTreeSet<String>,
+}
+
+impl Subscription {
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        self.wildcard || self.names.contains(name)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.wildcard && self.names.is_empty()
+    }
+
+    /// The resources of `ts` this subscription selects, by name.
+    pub(crate) fn select<'t>(&self, ts: &'t TypeSnapshot) -> Vec<&'t crate::Resource> {
+        if self.wildcard {
+            ts.resources().values().collect()
+        } else {
+            self.names.iter().filter_map(|n| ts.get(n)).collect()
+        }
+    }
+
+    /// A SotW subscription from `resource_names`, given the previous one (`None` on the
+    /// first request of the type).
+    fn from_sotw(t: ResourceType, names: &[String], previous: Option<&Subscription>) -> Self {
+        let wildcard_star = names.iter().any(|n| n == WILDCARD);
+        let explicit: BTreeSet<String> = names
+            .iter()
+            .filter(|n| n.as_str() != WILDCARD)
+            .cloned()
+            .collect();
+        if wildcard_star {
+            return Self {
+                wildcard: true,
+                names: explicit,
+            };
+        }
+        if explicit.is_empty() {
+            let legacy = supports_wildcard(t) && previous.is_none_or(|p| p.wildcard);
+            return Self {
+                wildcard: legacy,
+                names: explicit,
+            };
+        }
+        Self {
+            wildcard: false,
+            names: explicit,
+        }
+    }
+}
+
+/// Consecutive-NACK backoff of one type on one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NackBackoff {
+    /// The rejected version.
+    pub(crate) version: String,
+    /// Consecutive NACKs of that version.
+    pub(crate) consecutive: u32,
+    /// When the rejected version may be re-sent; `None` once re-sent (waiting for the
+    /// client's answer) or superseded.
+    pub(crate) retry_at: Option<Instant>,
+}
+
+impl NackBackoff {
+    /// State after a NACK of `version` at `now`.
+    pub(crate) fn after_nack(
+        previous: Option<&NackBackoff>,
+        version: &str,
+        now: Instant,
+        config: &AdsConfig,
+    ) -> Self {
+        let consecutive = match previous {
+            Some(p) if p.version == version => p.consecutive.saturating_add(1),
+            _ => 1,
+        };
+        Self {
+            version: version.to_string(),
+            consecutive,
+            retry_at: Some(now + config.nack_backoff(consecutive)),
+        }
+    }
+
+    /// Whether a push of `version` must wait at `now`.
+    pub(crate) fn holds(&self, version: &str, now: Instant) -> bool {
+        self.version == version && self.retry_at.is_some_and(|at| at > now)
+    }
+}
+
+/// Records that `version` was just sent: a different version ends the backoff, the
+/// same one consumes the pending retry.
+pub(crate) fn on_sent(nack: &mut Option<NackBackoff>, version: &str) {
+    match nack {
+        Some(n) if n.version == version => n.retry_at = None,
+        _ => *nack = None,
+    }
+}
+
+/// Node handling shared by both stream flavours.
+pub(crate) fn learn_node(slot: &mut Option<NodeInfo>, node: Option<&Node>) {
+    if slot.is_none() {
+        *slot = node.and_then(NodeInfo::from_node);
+    }
+}
+
+pub(crate) fn ids(node: Option<&NodeInfo>) -> (String, String) {
+    node.map(|n| (n.id.clone(), n.pod_name.clone()))
+        .unwrap_or_default()
+}
+
+/// The last response sent for a type.
+#[derive(Debug, Clone)]
+struct Sent {
+    nonce: String,
+    version: String,
+    /// The subscription the response was computed for.
+    subscription: Subscription,
+    /// Whether the client already answered this nonce (ACK/NACK counted once).
+    answered: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct TypeState {
+    subscription: Subscription,
+    sent: Option<Sent>,
+    nack: Option<NackBackoff>,
+}
+
+/// One ADS state-of-the-world stream.
+#[derive(Debug, Clone)]
+pub struct SotwStream {
+    config: AdsConfig,
+    node: Option<NodeInfo>,
+    types: BTreeMap<ResourceType, TypeState>,
+    last_nonce: u64,
+}
+
+impl SotwStream {
+    pub fn new(config: AdsConfig) -> Self {
+        Self {
+            config,
+            node: None,
+            types: BTreeMap::new(),
+            last_nonce: 0,
+        }
+    }
+
+    /// The node learned so far.
+    pub fn node(&self) -> Option<&NodeInfo> {
+        self.node.as_ref()
+    }
+
+    /// Learns the node from a request's `node` if it is not known yet (idempotent).
+    /// The shell calls it before [`handle_request`](Self::handle_request) to pick the
+    /// snapshot; `handle_request` calls it too.
+    pub fn observe_node(&mut self, node: Option<&Node>) -> Option<&NodeInfo> {
+        learn_node(&mut self.node, node);
+        self.node.as_ref()
+    }
+
+    /// Types this stream is subscribed to (non-empty subscription), in push order.
+    pub fn subscribed_types(&self) -> Vec<ResourceType> {
+        self.types
+            .iter()
+            .filter(|(_, s)| !s.subscription.is_empty())
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    /// The version of `t` last sent on this stream.
+    pub fn sent_version(&self, t: ResourceType) -> Option<&str> {
+        self.types
+            .get(&t)
+            .and_then(|s| s.sent.as_ref())
+            .map(|s| s.version.as_str())
+    }
+
+    /// Handles one request of the client.
+    pub fn handle_request(
+        &mut self,
+        req: DiscoveryRequest,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> SotwOutcome {
+        self.observe_node(req.node.as_ref());
+        let mut out = SotwOutcome::default();
+        if req.type_url.is_empty() {
+            return out;
+        }
+        let (node_id, pod_name) = ids(self.node.as_ref());
+        let Some(t) = ResourceType::from_type_url(&req.type_url) else {
+            out.events.push(StreamEvent::Request {
+                node_id,
+                pod_name,
+                resource_type: None,
+            });
+            out.responses = self.converge(snapshot, now, None);
+            if req.response_nonce.is_empty() {
+                let nonce = self.next_nonce();
+                out.responses.push(DiscoveryResponse {
+                    version_info: EMPTY_VERSION.to_string(),
+                    type_url: req.type_url,
+                    nonce,
+                    control_plane: self.config.control_plane(),
+                    ..Default::default()
+                });
+            }
+            return out;
+        };
+        out.events.push(StreamEvent::Request {
+            node_id: node_id.clone(),
+            pod_name: pod_name.clone(),
+            resource_type: Some(t),
+        });
+
+        let respond_now = match self.types.get_mut(&t) {
+            Some(state) if !req.response_nonce.is_empty() && state.sent.is_some() => {
+                let Some(sent) = state.sent.as_mut() else {
+                    return out;
+                };
+                if req.response_nonce != sent.nonce {
+                    // Stale: the client has not seen our latest response yet.
+                    None
+                } else {
+                    if !sent.answered {
+                        sent.answered = true;
+                        let version = sent.version.clone();
+                        match &req.error_detail {
+                            Some(status) => {
+                                state.nack = Some(NackBackoff::after_nack(
+                                    state.nack.as_ref(),
+                                    &version,
+                                    now,
+                                    &self.config,
+                                ));
+                                out.events.push(StreamEvent::Nack {
+                                    node_id,
+                                    pod_name,
+                                    resource_type: t,
+                                    version,
+                                    message: status.message.clone(),
+                                });
+                            }
+                            None => {
+                                state.nack = None;
+                                out.events.push(StreamEvent::Ack {
+                                    node_id,
+                                    pod_name,
+                                    resource_type: t,
+                                    version,
+                                });
+                            }
+                        }
+                    }
+                    let requested =
+                        Subscription::from_sotw(t, &req.resource_names, Some(&state.subscription));
+                    if requested.is_empty() {
+                        // Unsubscribed: the client dropped what it held, so subscribing
+                        // again to the very same names must be answered.
+                        sent.subscription = Subscription::default();
+                    }
+                    let changed = requested != sent.subscription && !requested.is_empty();
+                    state.subscription = requested;
+                    changed.then_some(t)
+                }
+            }
+            Some(state) => {
+                // Empty nonce on a known type: the client (re)starts the subscription.
+                state.subscription =
+                    Subscription::from_sotw(t, &req.resource_names, Some(&state.subscription));
+                Some(t)
+            }
+            None => {
+                // First request of the type on this stream (a nonce from an earlier
+                // stream is meaningless here).
+                let subscription = Subscription::from_sotw(t, &req.resource_names, None);
+                self.types.insert(
+                    t,
+                    TypeState {
+                        subscription,
+                        sent: None,
+                        nack: None,
+                    },
+                );
+                Some(t)
+            }
+        };
+        out.responses = self.converge(snapshot, now, respond_now);
+        out
+    }
+
+    /// Pushes the subscribed types whose version changed since they were last sent.
+    pub fn handle_snapshot(&mut self, snapshot: &Snapshot, now: Instant) -> SotwOutcome {
+        SotwOutcome {
+            responses: self.converge(snapshot, now, None),
+            events: Vec::new(),
+        }
+    }
+
+    /// Re-sends rejected versions whose backoff expired at `now`.
+    pub fn poll_timers(&mut self, snapshot: &Snapshot, now: Instant) -> SotwOutcome {
+        self.handle_snapshot(snapshot, now)
+    }
+
+    /// The earliest NACK backoff deadline, if any.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.types
+            .values()
+            .filter_map(|s| s.nack.as_ref().and_then(|n| n.retry_at))
+            .min()
+    }
+
+    fn next_nonce(&mut self) -> String {
+        self.last_nonce += 1;
+        self.last_nonce.to_string()
+    }
+
+    /// Brings every subscribed type in line with `snapshot` (one response per type at
+    /// most, in push order); `force` is answered even if its version is unchanged.
+    fn converge(
+        &mut self,
+        snapshot: &Snapshot,
+        now: Instant,
+        force: Option<ResourceType>,
+    ) -> Vec<DiscoveryResponse> {
+        let mut responses = Vec::new();
+        for t in ResourceType::ALL {
+            let Some(state) = self.types.get(&t) else {
+                continue;
+            };
+            let ts = snapshot.get(t);
+            let send = force == Some(t)
+                || (!state.subscription.is_empty()
+                    && match &state.sent {
+                        None => true,
+                        Some(sent) => {
+                            sent.version != ts.version()
+                                || state.nack.as_ref().is_some_and(|n| {
+                                    n.version == ts.version()
+                                        && n.retry_at.is_some_and(|at| at <= now)
+                                })
+                        }
+                    });
+            if !send {
+                continue;
+            }
+            let nonce = self.next_nonce();
+            let Some(state) = self.types.get_mut(&t) else {
+                continue;
+            };
+            on_sent(&mut state.nack, ts.version());
+            let resources = state
+                .subscription
+                .select(ts)
+                .into_iter()
+                .map(|r| r.body.clone())
+                .collect();
+            state.sent = Some(Sent {
+                nonce: nonce.clone(),
+                version: ts.version().to_string(),
+                subscription: state.subscription.clone(),
+                answered: false,
+            });
+            responses.push(DiscoveryResponse {
+                version_info: ts.version().to_string(),
+                resources,
+                canary: false,
+                type_url: t.type_url().to_string(),
+                nonce,
+                control_plane: self.config.control_plane(),
+                resource_errors: Vec::new(),
+            });
+        }
+        responses
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::tests::{res, snap};
+    use ResourceType::*;
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterPb;
+    use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerPb;
+    use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+    use envoy_types::pb::google::rpc::Status;
+    use prost::Message;
+
+    fn node() -> Node {
+        Node {
+            id: "node1".into(),
+            metadata: Some(Struct {
+                fields: [(
+                    "pod_name".to_string(),
+                    Value {
+                        kind: Some(Kind::StringValue("pod-a".into())),
+                    },
+                )]
+                .into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn req(t: ResourceType, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
+            version_info: version.into(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            type_url: t.type_url().into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        }
+    }
+
+    fn first(t: ResourceType, names: &[&str]) -> DiscoveryRequest {
+        DiscoveryRequest {
+            node: Some(node()),
+            ..req(t, names, "", "")
+        }
+    }
+
+    fn nack_req(t: ResourceType, names: &[&str], nonce: &str, msg: &str) -> DiscoveryRequest {
+        DiscoveryRequest {
+            error_detail: Some(Status {
+                code: 3,
+                message: msg.into(),
+                details: vec![],
+            }),
+            ..req(t, names, "", nonce)
+        }
+    }
+
+    fn names(r: &DiscoveryResponse) -> Vec<String> {
+        r.resources
+            .iter()
+            .map(|a| String::from_utf8_lossy(&a.value).into_owned())
+            .collect()
+    }
+
+    fn stream() -> SotwStream {
+        SotwStream::new(AdsConfig::default())
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Resources whose body is the name, so responses are easy to read.
+    fn snap_named(items: &[(ResourceType, &str, &str)]) -> Snapshot {
+        Snapshot::new(
+            items
+                .iter()
+                .map(|(k, n, c)| crate::Resource {
+                    body: Any {
+                        type_url: k.type_url().into(),
+                        value: n.as_bytes().to_vec(),
+                    },
+                    ..res(*k, n, c)
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn initial_request_ack_and_node() {
+        let s0 = snap_named(&[(Cluster, "c1", "1"), (Cluster, "c2", "1")]);
+        let mut st = stream();
+        let t0 = Instant::now();
+        assert_eq!(st.observe_node(Some(&node())).unwrap().pod_name, "pod-a");
+        let out = st.handle_request(first(Cluster, &[]), &s0, t0);
+        assert_eq!(out.responses.len(), 1);
+        let r = &out.responses[0];
+        assert_eq!(r.type_url, Cluster.type_url());
+        assert_eq!(r.version_info, s0.version(Cluster));
+        assert_eq!(names(r), ["c1", "c2"]);
+        assert_eq!(
+            out.events,
+            vec![StreamEvent::Request {
+                node_id: "node1".into(),
+                pod_name: "pod-a".into(),
+                resource_type: Some(Cluster)
+            }]
+        );
+
+        // Later requests carry no node: the first one stays.
+        let ack = st.handle_request(req(Cluster, &[], &r.version_info, &r.nonce), &s0, t0);
+        assert!(ack.responses.is_empty());
+        assert_eq!(
+            ack.events[1],
+            StreamEvent::Ack {
+                node_id: "node1".into(),
+                pod_name: "pod-a".into(),
+                resource_type: Cluster,
+                version: s0.version(Cluster).into()
+            }
+        );
+        // The same nonce again is not a second ACK (and names are unchanged).
+        let again = st.handle_request(req(Cluster, &[], &r.version_info, &r.nonce), &s0, t0);
+        assert!(again.responses.is_empty());
+        assert_eq!(again.events.len(), 1, "only the Request event");
+        assert_eq!(st.subscribed_types(), vec![Cluster]);
+        assert_eq!(st.sent_version(Cluster), Some(s0.version(Cluster)));
+    }
+
+    #[test]
+    fn nonces_are_unique_per_stream() {
+        let s0 = snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]);
+        let mut st = stream();
+        let t0 = Instant::now();
+        let a = st.handle_request(first(Cluster, &[]), &s0, t0).responses;
+        let b = st
+            .handle_request(req(Listener, &[], "", ""), &s0, t0)
+            .responses;
+        assert_ne!(a[0].nonce, b[0].nonce);
+    }
+
+    #[test]
+    fn wildcard_vs_explicit_names() {
+        let s0 = snap_named(&[
+            (Cluster, "c1", "1"),
+            (Cluster, "c2", "1"),
+            (Route, "r1", "1"),
+            (Route, "r2", "1"),
+            (Secret, "s1", "1"),
+        ]);
+        // (type, requested names, expected resources)
+        let cases: &[(ResourceType, &[&str], &[&str])] = &[
+            (Cluster, &[], &["c1", "c2"]),
+            (Cluster, &["*"], &["c1", "c2"]),
+            (Cluster, &["c2"], &["c2"]),
+            (Route, &["r2", "missing"], &["r2"]),
+            (Route, &["*"], &["r1", "r2"]),
+            // Not a wildcard type: empty means nothing, but the first request is
+            // still answered.
+            (Route, &[], &[]),
+            (Secret, &["s1"], &["s1"]),
+            (Listener, &[], &[]),
+        ];
+        for (t, req_names, expected) in cases {
+            let mut st = stream();
+            let out = st.handle_request(first(*t, req_names), &s0, Instant::now());
+            assert_eq!(out.responses.len(), 1, "{t} {req_names:?}");
+            assert_eq!(names(&out.responses[0]), *expected, "{t} {req_names:?}");
+            assert_eq!(out.responses[0].version_info, s0.version(*t));
+        }
+    }
+
+    #[test]
+    fn nack_backoff_schedule() {
+        let s0 = snap(&[(Listener, "l", "bad")]);
+        let mut st = stream();
+        let t0 = Instant::now();
+        let r = st
+            .handle_request(first(Listener, &[]), &s0, t0)
+            .responses
+            .remove(0);
+        let v = r.version_info.clone();
+
+        // Five consecutive NACKs: the re-send comes 100, 200, 400, 800, 1600 ms later.
+        let mut nonce = r.nonce;
+        let mut now = t0;
+        for (i, delay) in [100u64, 200, 400, 800, 1600].into_iter().enumerate() {
+            let out = st.handle_request(
+                nack_req(Listener, &[], &nonce, "invalid listener"),
+                &s0,
+                now,
+            );
+            assert!(
+                out.responses.is_empty(),
+                "NACK #{i} is never answered at once"
+            );
+            assert_eq!(
+                out.events[1],
+                StreamEvent::Nack {
+                    node_id: "node1".into(),
+                    pod_name: "pod-a".into(),
+                    resource_type: Listener,
+                    version: v.clone(),
+                    message: "invalid listener".into()
+                }
+            );
+            assert_eq!(st.next_timer(), Some(now + ms(delay)));
+            // Nothing before the deadline, whatever wakes the stream up.
+            assert!(
+                st.poll_timers(&s0, now + ms(delay - 1))
+                    .responses
+                    .is_empty()
+            );
+            assert!(
+                st.handle_snapshot(&s0, now + ms(delay - 1))
+                    .responses
+                    .is_empty()
+            );
+            now += ms(delay);
+            let out = st.poll_timers(&s0, now);
+            assert_eq!(out.responses.len(), 1, "re-sent at the deadline");
+            assert_eq!(out.responses[0].version_info, v);
+            assert_eq!(st.next_timer(), None, "re-sent: waiting for the answer");
+            assert!(
+                st.poll_timers(&s0, now + ms(10_000)).responses.is_empty(),
+                "only once"
+            );
+            nonce = out.responses[0].nonce.clone();
+        }
+        assert!(
+            now - t0 < Duration::from_secs(4),
+            "5 NACKs within a few seconds"
+        );
+
+        // A newer version goes out at once and resets the backoff.
+        let s1 = snap(&[(Listener, "l", "good")]);
+        st.handle_request(nack_req(Listener, &[], &nonce, "x"), &s0, now);
+        let out = st.handle_snapshot(&s1, now);
+        assert_eq!(out.responses.len(), 1);
+        assert_eq!(out.responses[0].version_info, s1.version(Listener));
+        assert_eq!(st.next_timer(), None);
+        let out = st.handle_request(
+            nack_req(Listener, &[], &out.responses[0].nonce, "x"),
+            &s1,
+            now,
+        );
+        assert!(out.responses.is_empty());
+        assert_eq!(
+            st.next_timer(),
+            Some(now + ms(100)),
+            "count restarted for the new version"
+        );
+    }
+
+    #[test]
+    fn nack_backoff_is_capped() {
+        let cfg = AdsConfig::default();
+        let delays: Vec<u64> = (1..=12)
+            .map(|n| cfg.nack_backoff(n).as_millis() as u64)
+            .collect();
+        assert_eq!(
+            delays,
+            [
+                100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000, 30000
+            ]
+        );
+        assert_eq!(cfg.nack_backoff(u32::MAX), Duration::from_secs(30));
+        assert_eq!(cfg.nack_backoff(0), ms(100));
+
+        // Through the state machine, with a small custom cap.
+        let mut st = SotwStream::new(AdsConfig {
+            nack_backoff_max: ms(250),
+            ..AdsConfig::default()
+        });
+        let s0 = snap(&[(Cluster, "c", "bad")]);
+        let mut now = Instant::now();
+        let mut nonce = st.handle_request(first(Cluster, &[]), &s0, now).responses[0]
+            .nonce
+            .clone();
+        for delay in [100, 200, 250, 250] {
+            st.handle_request(nack_req(Cluster, &[], &nonce, "x"), &s0, now);
+            assert_eq!(st.next_timer(), Some(now + ms(delay)));
+            now += ms(delay);
+            nonce = st.poll_timers(&s0, now).responses[0].nonce.clone();
+        }
+    }
+
+    #[test]
+    fn ack_resets_backoff() {
+        let s0 = snap(&[(Cluster, "c", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        let n1 = st.handle_request(first(Cluster, &[]), &s0, now).responses[0]
+            .nonce
+            .clone();
+        st.handle_request(nack_req(Cluster, &[], &n1, "flaky"), &s0, now);
+        let n2 = st.poll_timers(&s0, now + ms(100)).responses[0]
+            .nonce
+            .clone();
+        let out = st.handle_request(
+            req(Cluster, &[], s0.version(Cluster), &n2),
+            &s0,
+            now + ms(100),
+        );
+        assert!(matches!(out.events[1], StreamEvent::Ack { .. }));
+        // A later NACK of a new version starts from 100 ms again.
+        let s1 = snap(&[(Cluster, "c", "2")]);
+        let n3 = st.handle_snapshot(&s1, now + ms(200)).responses[0]
+            .nonce
+            .clone();
+        st.handle_request(nack_req(Cluster, &[], &n3, "x"), &s1, now + ms(200));
+        assert_eq!(st.next_timer(), Some(now + ms(300)));
+    }
+
+    #[test]
+    fn stale_nonce_is_ignored() {
+        let s0 = snap_named(&[(Route, "r1", "1"), (Route, "r2", "1")]);
+        let s1 = snap_named(&[(Route, "r1", "2"), (Route, "r2", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        let old = st
+            .handle_request(first(Route, &["r1"]), &s0, now)
+            .responses
+            .remove(0);
+        let new = st.handle_snapshot(&s1, now).responses.remove(0);
+        // ACK, NACK or names change with the old nonce: no response, no ACK/NACK event.
+        for stale in [
+            req(Route, &["r1"], &old.version_info, &old.nonce),
+            nack_req(Route, &["r1"], &old.nonce, "x"),
+            req(Route, &["r1", "r2"], &old.version_info, &old.nonce),
+            req(Route, &["r1"], "", "unknown-nonce"),
+        ] {
+            let out = st.handle_request(stale, &s1, now);
+            assert!(out.responses.is_empty());
+            assert_eq!(out.events.len(), 1, "only the Request event");
+        }
+        assert_eq!(st.next_timer(), None);
+        let out = st.handle_request(req(Route, &["r1"], &new.version_info, &new.nonce), &s1, now);
+        assert!(out.responses.is_empty());
+        assert!(
+            matches!(&out.events[1], StreamEvent::Ack { version, .. } if *version == new.version_info)
+        );
+    }
+
+    #[test]
+    fn resource_names_change_and_unsubscribe() {
+        let s0 = snap_named(&[(Route, "r1", "1"), (Route, "r2", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        let r = st
+            .handle_request(first(Route, &["r1"]), &s0, now)
+            .responses
+            .remove(0);
+        assert_eq!(names(&r), ["r1"]);
+        // ACK that also adds a route name: answered at once with the new set.
+        let out = st.handle_request(
+            req(Route, &["r1", "r2"], &r.version_info, &r.nonce),
+            &s0,
+            now,
+        );
+        assert!(matches!(out.events[1], StreamEvent::Ack { .. }));
+        assert_eq!(out.responses.len(), 1);
+        assert_eq!(names(&out.responses[0]), ["r1", "r2"]);
+        let r = out.responses[0].clone();
+        // ACK of that, then a request with the same nonce adding a name that does not
+        // exist: the set differs, so it is answered (with what exists).
+        st.handle_request(
+            req(Route, &["r1", "r2"], &r.version_info, &r.nonce),
+            &s0,
+            now,
+        );
+        let out = st.handle_request(
+            req(Route, &["r1", "r2", "r3"], &r.version_info, &r.nonce),
+            &s0,
+            now,
+        );
+        assert_eq!(out.events.len(), 1, "not a second ACK");
+        assert_eq!(names(&out.responses[0]), ["r1", "r2"]);
+        let r = out.responses[0].clone();
+        st.handle_request(
+            req(Route, &["r1", "r2", "r3"], &r.version_info, &r.nonce),
+            &s0,
+            now,
+        );
+
+        // Unsubscribe everything: no response, and no pushes afterwards.
+        let out = st.handle_request(req(Route, &[], &r.version_info, &r.nonce), &s0, now);
+        assert!(out.responses.is_empty());
+        assert!(st.subscribed_types().is_empty());
+        let s1 = snap_named(&[(Route, "r1", "2")]);
+        assert!(st.handle_snapshot(&s1, now).responses.is_empty());
+        // Subscribing again is answered at once.
+        let out = st.handle_request(req(Route, &["r1"], &r.version_info, &r.nonce), &s1, now);
+        assert_eq!(names(&out.responses[0]), ["r1"]);
+        assert_eq!(out.responses[0].version_info, s1.version(Route));
+        // Unsubscribe and subscribe again to the same name: answered again.
+        let r = out.responses[0].clone();
+        st.handle_request(req(Route, &["r1"], &r.version_info, &r.nonce), &s1, now);
+        assert!(
+            st.handle_request(req(Route, &[], &r.version_info, &r.nonce), &s1, now)
+                .responses
+                .is_empty()
+        );
+        let out = st.handle_request(req(Route, &["r1"], &r.version_info, &r.nonce), &s1, now);
+        assert_eq!(names(&out.responses[0]), ["r1"]);
+    }
+
+    #[test]
+    fn wildcard_type_stays_wildcard_on_empty_names() {
+        let s0 = snap_named(&[(Listener, "l1", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        let r = st
+            .handle_request(first(Listener, &[]), &s0, now)
+            .responses
+            .remove(0);
+        st.handle_request(req(Listener, &[], &r.version_info, &r.nonce), &s0, now);
+        let s1 = snap_named(&[(Listener, "l1", "1"), (Listener, "l2", "1")]);
+        let out = st.handle_snapshot(&s1, now);
+        assert_eq!(names(&out.responses[0]), ["l1", "l2"]);
+    }
+
+    #[test]
+    fn reconnect_with_known_version_is_answered() {
+        let s0 = snap(&[(Cluster, "c", "1"), (Listener, "l", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        // A brand-new stream whose first request says "I already have this version"
+        // and carries a nonce of the previous stream.
+        let out = st.handle_request(
+            DiscoveryRequest {
+                node: Some(node()),
+                ..req(Cluster, &[], s0.version(Cluster), "41")
+            },
+            &s0,
+            now,
+        );
+        assert_eq!(out.responses.len(), 1);
+        assert_eq!(out.responses[0].version_info, s0.version(Cluster));
+        assert_eq!(out.events.len(), 1, "not an ACK");
+        // Its ACK produces nothing more.
+        let r = &out.responses[0];
+        assert!(
+            st.handle_request(req(Cluster, &[], &r.version_info, &r.nonce), &s0, now)
+                .responses
+                .is_empty()
+        );
+        // An empty nonce on a known type restarts the subscription: answered again.
+        let out = st.handle_request(req(Cluster, &[], s0.version(Cluster), ""), &s0, now);
+        assert_eq!(out.responses.len(), 1);
+    }
+
+    #[test]
+    fn multi_type_push_is_ordered_and_only_changed_types() {
+        let s0 = snap(&[
+            (Cluster, "c", "1"),
+            (Endpoint, "c", "1"),
+            (Listener, "l", "1"),
+            (Route, "r", "1"),
+            (Secret, "s", "1"),
+            (Runtime, "rt", "1"),
+        ]);
+        let mut st = stream();
+        let now = Instant::now();
+        // Subscribe in Envoy's usual, non-push order.
+        for (i, (t, n)) in [
+            (Secret, "s"),
+            (Listener, ""),
+            (Route, "r"),
+            (Runtime, "rt"),
+            (Endpoint, "c"),
+            (Cluster, ""),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let names: Vec<&str> = if n.is_empty() { vec![] } else { vec![n] };
+            let r = if i == 0 {
+                first(t, &names)
+            } else {
+                req(t, &names, "", "")
+            };
+            let out = st.handle_request(r, &s0, now);
+            let ack = &out.responses[0];
+            st.handle_request(req(t, &names, &ack.version_info, &ack.nonce), &s0, now);
+        }
+        // Everything changes: pushed in push order.
+        let s1 = snap(&[
+            (Cluster, "c", "2"),
+            (Endpoint, "c", "2"),
+            (Listener, "l", "2"),
+            (Route, "r", "2"),
+            (Secret, "s", "2"),
+            (Runtime, "rt", "2"),
+        ]);
+        let out = st.handle_snapshot(&s1, now);
+        let order: Vec<&str> = out.responses.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                Cluster.type_url(),
+                Endpoint.type_url(),
+                Listener.type_url(),
+                Route.type_url(),
+                Secret.type_url(),
+                Runtime.type_url()
+            ]
+        );
+        // Only the route and the secret change: only they are pushed.
+        let s2 = snap(&[
+            (Cluster, "c", "2"),
+            (Endpoint, "c", "2"),
+            (Listener, "l", "2"),
+            (Route, "r", "3"),
+            (Secret, "s", "3"),
+            (Runtime, "rt", "2"),
+        ]);
+        let out = st.handle_snapshot(&s2, now);
+        let order: Vec<&str> = out.responses.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(order, [Route.type_url(), Secret.type_url()]);
+        // Same snapshot again: nothing.
+        assert!(st.handle_snapshot(&s2, now).responses.is_empty());
+        // Types nobody subscribed to are never pushed.
+        let s3 = snap(&[(Cluster, "c", "2"), (ExtensionConfig, "e", "1")]);
+        let out = st.handle_snapshot(&s3, now);
+        let order: Vec<&str> = out.responses.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                Endpoint.type_url(),
+                Listener.type_url(),
+                Route.type_url(),
+                Secret.type_url(),
+                Runtime.type_url()
+            ]
+        );
+        assert!(
+            out.responses
+                .iter()
+                .all(|r| r.resources.is_empty() || r.type_url == Cluster.type_url())
+        );
+    }
+
+    #[test]
+    fn request_also_converges_other_types() {
+        // The shell may read a newer snapshot at request time than the one it last
+        // pushed: the call pushes the other changed types too, still in push order.
+        let s0 = snap(&[(Cluster, "c", "1")]);
+        let s1 = snap(&[(Cluster, "c", "2"), (Listener, "l", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        let r = st
+            .handle_request(first(Cluster, &[]), &s0, now)
+            .responses
+            .remove(0);
+        st.handle_request(req(Cluster, &[], &r.version_info, &r.nonce), &s0, now);
+        let out = st.handle_request(req(Listener, &[], "", ""), &s1, now);
+        let order: Vec<&str> = out.responses.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(order, [Cluster.type_url(), Listener.type_url()]);
+    }
+
+    #[test]
+    fn unknown_type_gets_an_empty_response_once() {
+        let s0 = snap(&[(Cluster, "c", "1")]);
+        let mut st = stream();
+        let now = Instant::now();
+        let url = "type.googleapis.com/envoy.config.core.v3.Unknown";
+        let r = DiscoveryRequest {
+            node: Some(node()),
+            type_url: url.into(),
+            resource_names: vec!["x".into()],
+            ..Default::default()
+        };
+        let out = st.handle_request(r.clone(), &s0, now);
+        assert_eq!(out.responses.len(), 1);
+        assert_eq!(out.responses[0].type_url, url);
+        assert!(out.responses[0].resources.is_empty());
+        assert_eq!(out.responses[0].version_info, EMPTY_VERSION);
+        assert_eq!(
+            out.events,
+            vec![StreamEvent::Request {
+                node_id: "node1".into(),
+                pod_name: "pod-a".into(),
+                resource_type: None
+            }]
+        );
+        // Its ACK is not answered (no ping-pong), and no ACK event exists for it.
+        let ack = DiscoveryRequest {
+            response_nonce: out.responses[0].nonce.clone(),
+            ..r
+        };
+        let out = st.handle_request(ack, &s0, now);
+        assert!(out.responses.is_empty());
+        assert_eq!(out.events.len(), 1);
+        // No type URL at all: ignored.
+        assert!(
+            st.handle_request(DiscoveryRequest::default(), &s0, now)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn real_envoy_messages_round_trip() {
+        let cluster = ClusterPb {
+            name: "backend".into(),
+            ..Default::default()
+        };
+        let listener = ListenerPb {
+            name: "http".into(),
+            ..Default::default()
+        };
+        let body = |t: ResourceType, bytes: Vec<u8>| Any {
+            type_url: t.type_url().into(),
+            value: bytes,
+        };
+        let s0 = Snapshot::new(vec![
+            crate::Resource {
+                kind: Cluster,
+                name: "backend".into(),
+                body: body(Cluster, cluster.encode_to_vec()),
+                digest: 1,
+            },
+            crate::Resource {
+                kind: Listener,
+                name: "http".into(),
+                body: body(Listener, listener.encode_to_vec()),
+                digest: 2,
+            },
+        ])
+        .unwrap();
+        let mut st = stream();
+        let out = st.handle_request(first(Cluster, &[]), &s0, Instant::now());
+        let decoded = ClusterPb::decode(out.responses[0].resources[0].value.as_slice()).unwrap();
+        assert_eq!(decoded.name, "backend");
+        assert_eq!(out.responses[0].resources[0].type_url, Cluster.type_url());
+    }
+
+    #[test]
+    fn control_plane_identifier_and_missing_node() {
+        let s0 = snap(&[(Cluster, "c", "1")]);
+        let mut st = SotwStream::new(AdsConfig {
+            control_plane_id: Some("marin3r-0".into()),
+            ..Default::default()
+        });
+        // No node on the first message: events carry empty ids, the node is learned
+        // from the next message that has one.
+        let out = st.handle_request(req(Cluster, &[], "", ""), &s0, Instant::now());
+        assert_eq!(
+            out.responses[0].control_plane.as_ref().unwrap().identifier,
+            "marin3r-0"
+        );
+        assert_eq!(
+            out.events[0],
+            StreamEvent::Request {
+                node_id: String::new(),
+                pod_name: String::new(),
+                resource_type: Some(Cluster)
+            }
+        );
+        assert!(st.node().is_none());
+        st.handle_request(first(Listener, &[]), &s0, Instant::now());
+        assert_eq!(st.node().unwrap().id, "node1");
+    }
+}

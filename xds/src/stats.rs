@@ -1,0 +1,804 @@
+//! What the ADS streams report (requests, ACKs, NACKs, stream lifecycle) and what the
+//! self-healing engine asks about it (SPEC §4: a revision is tainted when **every**
+//! subscribed pod NACKed its version at least N times).
+//!
+//! - [`StreamEvent`]s are produced by the sans-I/O stream state machines
+//!   ([`crate::sotw`], [`crate::delta`]).
+//! - [`AckNackStats`] is the plain, single-threaded aggregation:
+//!   per `(node id, type, version)` → per pod `{acks, nacks, last_nack_message}`, plus the
+//!   number of open streams per `(node id, pod)`.
+//! - [`XdsMetrics`] are the Prometheus series (no version label: cardinality stays
+//!   bounded by nodes × types × pods).
+//! - [`SharedStats`] wraps both for the tonic shell and the revision engine
+//!   (`Arc<Mutex<…>>` inside, cheap to clone).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::value::Kind;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::resource::ResourceType;
+
+/// Node metadata key holding the Envoy pod's name (set by the injected bootstrap).
+pub const POD_NAME_METADATA_KEY: &str = "pod_name";
+
+/// The identity of the Envoy on a stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct NodeInfo {
+    /// `node.id`: selects the snapshot.
+    pub id: String,
+    /// `node.metadata.pod_name` (string); empty when absent, e.g. an Envoy outside
+    /// Kubernetes. All such Envoys of one node count as one "pod" in the stats.
+    pub pod_name: String,
+}
+
+impl NodeInfo {
+    /// Reads id and pod name; `None` when the node has no id (the message is then
+    /// treated as not carrying a node).
+    pub fn from_node(node: &Node) -> Option<Self> {
+        if node.id.is_empty() {
+            return None;
+        }
+        let pod_name = node
+            .metadata
+            .as_ref()
+            .and_then(|m| m.fields.get(POD_NAME_METADATA_KEY))
+            .and_then(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Some(Self {
+            id: node.id.clone(),
+            pod_name,
+        })
+    }
+}
+
+/// Which ADS flavour a stream speaks (label of the stream gauge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Api {
+    Sotw,
+    Delta,
+}
+
+impl Api {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Sotw => "sotw",
+            Api::Delta => "delta",
+        }
+    }
+}
+
+/// Something a stream observed. Node id and pod name are empty if the stream has not
+/// learned its node yet (a client that omits `node` on its first message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A discovery request arrived; `resource_type` is `None` for type URLs we do not
+    /// serve.
+    Request {
+        node_id: String,
+        pod_name: String,
+        resource_type: Option<ResourceType>,
+    },
+    /// The client accepted `version` of `resource_type`.
+    Ack {
+        node_id: String,
+        pod_name: String,
+        resource_type: ResourceType,
+        version: String,
+    },
+    /// The client rejected `version` (the version of the response it answers, not the
+    /// `version_info` of the request, which is the last version it accepted).
+    Nack {
+        node_id: String,
+        pod_name: String,
+        resource_type: ResourceType,
+        version: String,
+        message: String,
+    },
+}
+
+/// ACK/NACK counts of one pod for one `(node, type, version)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodCounts {
+    pub acks: u64,
+    pub nacks: u64,
+    pub last_nack_message: Option<String>,
+}
+
+/// Default number of versions remembered per `(node, type)`.
+pub const DEFAULT_MAX_VERSIONS: usize = 32;
+
+#[derive(Debug, Clone, Default)]
+struct VersionLog {
+    /// Versions in order of first event, oldest first (eviction order).
+    order: VecDeque<String>,
+    counts: HashMap<String, BTreeMap<String, PodCounts>>,
+}
+
+/// Plain aggregation of [`StreamEvent`]s and stream lifecycle.
+///
+/// Memory is bounded: per `(node, type)` only the `max_versions` most recently seen
+/// versions are kept (self-healing decides within seconds of a push; older versions
+/// are irrelevant).
+#[derive(Debug, Clone)]
+pub struct AckNackStats {
+    max_versions: usize,
+    versions: HashMap<(String, ResourceType), VersionLog>,
+    /// Open streams per node and pod.
+    streams: HashMap<String, BTreeMap<String, usize>>,
+}
+
+impl Default for AckNackStats {
+    fn default() -> Self {
+        Self::with_max_versions(DEFAULT_MAX_VERSIONS)
+    }
+}
+
+impl AckNackStats {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps at most `max_versions` (at least 1) versions per `(node, type)`.
+    pub fn with_max_versions(max_versions: usize) -> Self {
+        Self {
+            max_versions: max_versions.max(1),
+            versions: HashMap::new(),
+            streams: HashMap::new(),
+        }
+    }
+
+    /// Folds one event in (requests are ignored here; they only feed metrics).
+    pub fn record(&mut self, event: &StreamEvent) {
+        let (node_id, pod_name, t, version, nack) = match event {
+            StreamEvent::Request { .. } => return,
+            StreamEvent::Ack {
+                node_id,
+                pod_name,
+                resource_type,
+                version,
+            } => (node_id, pod_name, *resource_type, version, None),
+            StreamEvent::Nack {
+                node_id,
+                pod_name,
+                resource_type,
+                version,
+                message,
+            } => (node_id, pod_name, *resource_type, version, Some(message)),
+        };
+        let log = self.versions.entry((node_id.clone(), t)).or_default();
+        if !log.counts.contains_key(version) {
+            log.order.push_back(version.clone());
+            while log.order.len() > self.max_versions {
+                if let Some(old) = log.order.pop_front() {
+                    log.counts.remove(&old);
+                }
+            }
+        }
+        let c = log
+            .counts
+            .entry(version.clone())
+            .or_default()
+            .entry(pod_name.clone())
+            .or_default();
+        match nack {
+            None => c.acks += 1,
+            Some(message) => {
+                c.nacks += 1;
+                c.last_nack_message = Some(message.clone());
+            }
+        }
+    }
+
+    /// Per-pod counts for one version (empty if unknown).
+    pub fn counts(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+    ) -> BTreeMap<String, PodCounts> {
+        self.versions
+            .get(&(node_id.to_string(), t))
+            .and_then(|log| log.counts.get(version))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// NACKs per pod for one version (pods without NACKs are omitted). Includes pods
+    /// that have since disconnected; intersect with [`pods_for_node`](Self::pods_for_node).
+    pub fn nacks(&self, node_id: &str, t: ResourceType, version: &str) -> BTreeMap<String, u64> {
+        self.counts(node_id, t, version)
+            .into_iter()
+            .filter(|(_, c)| c.nacks > 0)
+            .map(|(pod, c)| (pod, c.nacks))
+            .collect()
+    }
+
+    /// ACKs per pod for one version (pods without ACKs are omitted).
+    pub fn acks(&self, node_id: &str, t: ResourceType, version: &str) -> BTreeMap<String, u64> {
+        self.counts(node_id, t, version)
+            .into_iter()
+            .filter(|(_, c)| c.acks > 0)
+            .map(|(pod, c)| (pod, c.acks))
+            .collect()
+    }
+
+    /// The SPEC §4 taint test for one type version: there is at least one subscribed
+    /// pod and every subscribed pod NACKed `version` at least `threshold` times.
+    pub fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool {
+        let pods = self.pods_for_node(node_id);
+        let nacks = self.nacks(node_id, t, version);
+        !pods.is_empty()
+            && pods
+                .iter()
+                .all(|p| nacks.get(p).is_some_and(|n| *n >= threshold))
+    }
+
+    /// A stream of `pod` for `node_id` started (after its node was learned).
+    pub fn stream_opened(&mut self, node_id: &str, pod_name: &str) {
+        *self
+            .streams
+            .entry(node_id.to_string())
+            .or_default()
+            .entry(pod_name.to_string())
+            .or_default() += 1;
+    }
+
+    /// A stream of `pod` ended. Returns the number of streams the pod still has.
+    pub fn stream_closed(&mut self, node_id: &str, pod_name: &str) -> usize {
+        let Some(pods) = self.streams.get_mut(node_id) else {
+            return 0;
+        };
+        let left = match pods.get_mut(pod_name) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n
+            }
+            None => 0,
+        };
+        if left == 0 {
+            pods.remove(pod_name);
+        }
+        if pods.is_empty() {
+            self.streams.remove(node_id);
+        }
+        left
+    }
+
+    /// Pods with at least one open stream for the node.
+    pub fn pods_for_node(&self, node_id: &str) -> BTreeSet<String> {
+        self.streams
+            .get(node_id)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Open streams per pod for the node.
+    pub fn streams_for_node(&self, node_id: &str) -> BTreeMap<String, usize> {
+        self.streams.get(node_id).cloned().unwrap_or_default()
+    }
+
+    /// Forgets every ACK/NACK count of a pod for the node (stream counts untouched).
+    pub fn clear_pod(&mut self, node_id: &str, pod_name: &str) {
+        for ((node, _), log) in &mut self.versions {
+            if node == node_id {
+                for pods in log.counts.values_mut() {
+                    pods.remove(pod_name);
+                }
+            }
+        }
+    }
+
+    /// Forgets every count of a node (e.g. its EnvoyConfig was deleted).
+    pub fn clear_node(&mut self, node_id: &str) {
+        self.versions.retain(|(node, _), _| node != node_id);
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DiscoveryLabels {
+    node_id: String,
+    resource_type: String,
+    pod_name: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StreamLabels {
+    node_id: String,
+    api: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PushLabels {
+    resource_type: String,
+}
+
+/// Buckets of the push latency histogram: 50 µs … 5 s (a push is normally sub-ms).
+pub const PUSH_LATENCY_BUCKETS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+];
+
+fn push_histogram() -> Histogram {
+    Histogram::new(PUSH_LATENCY_BUCKETS)
+}
+
+/// Label value for requests of type URLs we do not serve (bounded cardinality).
+const UNKNOWN_TYPE: &str = "unknown";
+
+/// Prometheus series of the discovery service.
+#[derive(Debug, Clone)]
+pub struct XdsMetrics {
+    requests: Family<DiscoveryLabels, Counter>,
+    acks: Family<DiscoveryLabels, Counter>,
+    nacks: Family<DiscoveryLabels, Counter>,
+    streams: Family<StreamLabels, Gauge>,
+    push_latency: Family<PushLabels, Histogram, fn() -> Histogram>,
+}
+
+impl XdsMetrics {
+    /// Registers the series (prometheus-client appends `_total` to counters):
+    /// `marin3r_xdss_discovery_requests_total`, `marin3r_xdss_discovery_ack_total`,
+    /// `marin3r_xdss_discovery_nack_total` {node_id, resource_type, pod_name},
+    /// `marin3r_xdss_streams` {node_id, api}, and
+    /// `marin3r_xdss_push_latency_seconds` {resource_type}.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            acks: Family::default(),
+            nacks: Family::default(),
+            streams: Family::default(),
+            push_latency: Family::new_with_constructor(push_histogram),
+        };
+        registry.register(
+            "marin3r_xdss_discovery_requests",
+            "Discovery requests received, per node, resource type and pod",
+            m.requests.clone(),
+        );
+        registry.register(
+            "marin3r_xdss_discovery_ack",
+            "Responses accepted (ACK) by Envoy, per node, resource type and pod",
+            m.acks.clone(),
+        );
+        registry.register(
+            "marin3r_xdss_discovery_nack",
+            "Responses rejected (NACK) by Envoy, per node, resource type and pod",
+            m.nacks.clone(),
+        );
+        registry.register(
+            "marin3r_xdss_streams",
+            "Open ADS streams, per node and API flavour",
+            m.streams.clone(),
+        );
+        registry.register(
+            "marin3r_xdss_push_latency_seconds",
+            "Time from a snapshot being set to the response being produced, per resource type",
+            m.push_latency.clone(),
+        );
+        m
+    }
+
+    fn labels(node_id: &str, t: Option<ResourceType>, pod_name: &str) -> DiscoveryLabels {
+        DiscoveryLabels {
+            node_id: node_id.to_string(),
+            resource_type: t.map_or(UNKNOWN_TYPE, ResourceType::as_str).to_string(),
+            pod_name: pod_name.to_string(),
+        }
+    }
+
+    /// Counts one event.
+    pub fn record(&self, event: &StreamEvent) {
+        match event {
+            StreamEvent::Request {
+                node_id,
+                pod_name,
+                resource_type,
+            } => {
+                self.requests
+                    .get_or_create(&Self::labels(node_id, *resource_type, pod_name))
+                    .inc();
+            }
+            StreamEvent::Ack {
+                node_id,
+                pod_name,
+                resource_type,
+                ..
+            } => {
+                self.acks
+                    .get_or_create(&Self::labels(node_id, Some(*resource_type), pod_name))
+                    .inc();
+            }
+            StreamEvent::Nack {
+                node_id,
+                pod_name,
+                resource_type,
+                ..
+            } => {
+                self.nacks
+                    .get_or_create(&Self::labels(node_id, Some(*resource_type), pod_name))
+                    .inc();
+            }
+        }
+    }
+
+    fn stream_labels(node_id: &str, api: Api) -> StreamLabels {
+        StreamLabels {
+            node_id: node_id.to_string(),
+            api: api.as_str().to_string(),
+        }
+    }
+
+    pub fn stream_opened(&self, node_id: &str, api: Api) {
+        self.streams
+            .get_or_create(&Self::stream_labels(node_id, api))
+            .inc();
+    }
+
+    pub fn stream_closed(&self, node_id: &str, api: Api) {
+        self.streams
+            .get_or_create(&Self::stream_labels(node_id, api))
+            .dec();
+    }
+
+    /// Observes the time between a snapshot's publication and a push of `t`.
+    pub fn observe_push_latency(&self, t: ResourceType, latency: Duration) {
+        self.push_latency
+            .get_or_create(&PushLabels {
+                resource_type: t.as_str().to_string(),
+            })
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Drops the per-pod series of a pod that has no stream any more, so pod churn
+    /// does not grow the series set forever (a returning pod restarts from zero,
+    /// which Prometheus handles as a counter reset).
+    pub fn remove_pod(&self, node_id: &str, pod_name: &str) {
+        let types = ResourceType::ALL.into_iter().map(Some).chain([None]);
+        for t in types {
+            let labels = Self::labels(node_id, t, pod_name);
+            self.requests.remove(&labels);
+            self.acks.remove(&labels);
+            self.nacks.remove(&labels);
+        }
+    }
+}
+
+/// Thread-safe stats shared by the ADS shell (writer) and the self-healing engine
+/// (reader), optionally feeding [`XdsMetrics`]. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct SharedStats {
+    inner: Arc<Mutex<AckNackStats>>,
+    metrics: Option<XdsMetrics>,
+}
+
+impl SharedStats {
+    /// Stats without Prometheus series.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stats that also update `metrics`.
+    pub fn with_metrics(metrics: XdsMetrics) -> Self {
+        Self {
+            inner: Arc::default(),
+            metrics: Some(metrics),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, AckNackStats> {
+        // Every mutation leaves the maps consistent, so a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Folds the events of one state machine outcome in.
+    pub fn record(&self, events: &[StreamEvent]) {
+        if events.is_empty() {
+            return;
+        }
+        if let Some(m) = &self.metrics {
+            events.iter().for_each(|e| m.record(e));
+        }
+        let mut s = self.lock();
+        events.iter().for_each(|e| s.record(e));
+    }
+
+    /// A stream learned its node: counts it for the pod and the stream gauge.
+    pub fn stream_opened(&self, node: &NodeInfo, api: Api) {
+        self.lock().stream_opened(&node.id, &node.pod_name);
+        if let Some(m) = &self.metrics {
+            m.stream_opened(&node.id, api);
+        }
+    }
+
+    /// A stream that had learned its node ended. When it was the pod's last stream,
+    /// the pod's per-pod Prometheus series are dropped (its ACK/NACK stats stay until
+    /// [`clear_pod`](Self::clear_pod)).
+    pub fn stream_closed(&self, node: &NodeInfo, api: Api) {
+        let left = self.lock().stream_closed(&node.id, &node.pod_name);
+        if let Some(m) = &self.metrics {
+            m.stream_closed(&node.id, api);
+            if left == 0 {
+                m.remove_pod(&node.id, &node.pod_name);
+            }
+        }
+    }
+
+    /// See [`XdsMetrics::observe_push_latency`]; a no-op without metrics.
+    pub fn observe_push_latency(&self, t: ResourceType, latency: Duration) {
+        if let Some(m) = &self.metrics {
+            m.observe_push_latency(t, latency);
+        }
+    }
+
+    pub fn counts(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+    ) -> BTreeMap<String, PodCounts> {
+        self.lock().counts(node_id, t, version)
+    }
+
+    pub fn nacks(&self, node_id: &str, t: ResourceType, version: &str) -> BTreeMap<String, u64> {
+        self.lock().nacks(node_id, t, version)
+    }
+
+    pub fn acks(&self, node_id: &str, t: ResourceType, version: &str) -> BTreeMap<String, u64> {
+        self.lock().acks(node_id, t, version)
+    }
+
+    pub fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool {
+        self.lock()
+            .rejected_by_all_pods(node_id, t, version, threshold)
+    }
+
+    pub fn pods_for_node(&self, node_id: &str) -> BTreeSet<String> {
+        self.lock().pods_for_node(node_id)
+    }
+
+    pub fn clear_pod(&self, node_id: &str, pod_name: &str) {
+        self.lock().clear_pod(node_id, pod_name);
+    }
+
+    pub fn clear_node(&self, node_id: &str) {
+        self.lock().clear_node(node_id);
+    }
+
+    /// A copy of the whole aggregation (for status pages and tests).
+    pub fn snapshot(&self) -> AckNackStats {
+        self.lock().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ResourceType::*;
+    use envoy_types::pb::google::protobuf::{Struct, Value};
+
+    fn ack(pod: &str, t: ResourceType, v: &str) -> StreamEvent {
+        StreamEvent::Ack {
+            node_id: "n".into(),
+            pod_name: pod.into(),
+            resource_type: t,
+            version: v.into(),
+        }
+    }
+
+    fn nack(pod: &str, t: ResourceType, v: &str, msg: &str) -> StreamEvent {
+        StreamEvent::Nack {
+            node_id: "n".into(),
+            pod_name: pod.into(),
+            resource_type: t,
+            version: v.into(),
+            message: msg.into(),
+        }
+    }
+
+    #[test]
+    fn node_info_reads_pod_name() {
+        let mut node = Node {
+            id: "n1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            NodeInfo::from_node(&node),
+            Some(NodeInfo {
+                id: "n1".into(),
+                pod_name: String::new()
+            })
+        );
+        node.metadata = Some(Struct {
+            fields: [(
+                "pod_name".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue("envoy-abc".into())),
+                },
+            )]
+            .into(),
+        });
+        assert_eq!(NodeInfo::from_node(&node).unwrap().pod_name, "envoy-abc");
+        node.metadata = Some(Struct {
+            fields: [(
+                "pod_name".to_string(),
+                Value {
+                    kind: Some(Kind::NumberValue(1.0)),
+                },
+            )]
+            .into(),
+        });
+        assert_eq!(NodeInfo::from_node(&node).unwrap().pod_name, "");
+        assert_eq!(NodeInfo::from_node(&Node::default()), None);
+    }
+
+    #[test]
+    fn aggregates_per_version_and_pod() {
+        let mut s = AckNackStats::new();
+        for e in [
+            ack("p1", Listener, "v1"),
+            ack("p2", Listener, "v1"),
+            nack("p1", Listener, "v2", "bad listener"),
+            nack("p1", Listener, "v2", "bad listener again"),
+            nack("p2", Listener, "v2", "bad"),
+            nack("p2", Cluster, "v2", "other type"),
+            StreamEvent::Request {
+                node_id: "n".into(),
+                pod_name: "p1".into(),
+                resource_type: None,
+            },
+        ] {
+            s.record(&e);
+        }
+        assert_eq!(
+            s.acks("n", Listener, "v1"),
+            [("p1".into(), 1), ("p2".into(), 1)].into()
+        );
+        assert!(s.nacks("n", Listener, "v1").is_empty());
+        assert_eq!(
+            s.nacks("n", Listener, "v2"),
+            [("p1".into(), 2), ("p2".into(), 1)].into()
+        );
+        assert_eq!(s.nacks("n", Cluster, "v2"), [("p2".into(), 1)].into());
+        assert!(s.nacks("other", Listener, "v2").is_empty());
+        let c = s.counts("n", Listener, "v2");
+        assert_eq!(
+            c["p1"].last_nack_message.as_deref(),
+            Some("bad listener again")
+        );
+
+        s.clear_pod("n", "p1");
+        assert_eq!(s.nacks("n", Listener, "v2"), [("p2".into(), 1)].into());
+        s.clear_node("n");
+        assert!(s.nacks("n", Listener, "v2").is_empty());
+    }
+
+    #[test]
+    fn streams_and_taint_test() {
+        let mut s = AckNackStats::new();
+        assert!(
+            !s.rejected_by_all_pods("n", Route, "v", 1),
+            "no pods: never rejected by all"
+        );
+        s.stream_opened("n", "p1");
+        s.stream_opened("n", "p1");
+        s.stream_opened("n", "p2");
+        assert_eq!(
+            s.pods_for_node("n"),
+            ["p1".to_string(), "p2".to_string()].into()
+        );
+        assert_eq!(s.streams_for_node("n")["p1"], 2);
+        for _ in 0..5 {
+            s.record(&nack("p1", Route, "v", "x"));
+        }
+        assert!(
+            !s.rejected_by_all_pods("n", Route, "v", 5),
+            "partial rejection"
+        );
+        for _ in 0..4 {
+            s.record(&nack("p2", Route, "v", "x"));
+        }
+        assert!(!s.rejected_by_all_pods("n", Route, "v", 5));
+        assert!(s.rejected_by_all_pods("n", Route, "v", 4));
+        // p2 leaves: only p1 is subscribed, and it rejected 5 times.
+        assert_eq!(s.stream_closed("n", "p2"), 0);
+        assert!(s.rejected_by_all_pods("n", Route, "v", 5));
+        assert_eq!(s.stream_closed("n", "p1"), 1);
+        assert_eq!(s.stream_closed("n", "p1"), 0);
+        assert_eq!(s.stream_closed("n", "p1"), 0, "extra close is harmless");
+        assert!(s.pods_for_node("n").is_empty());
+    }
+
+    #[test]
+    fn versions_are_bounded() {
+        let mut s = AckNackStats::with_max_versions(2);
+        s.record(&ack("p", Cluster, "v1"));
+        s.record(&ack("p", Cluster, "v2"));
+        s.record(&ack("p", Cluster, "v2"));
+        s.record(&ack("p", Listener, "v1"));
+        s.record(&ack("p", Cluster, "v3"));
+        assert!(s.acks("n", Cluster, "v1").is_empty(), "oldest evicted");
+        assert_eq!(s.acks("n", Cluster, "v2")["p"], 2);
+        assert_eq!(s.acks("n", Cluster, "v3")["p"], 1);
+        assert_eq!(
+            s.acks("n", Listener, "v1")["p"],
+            1,
+            "per-type logs are independent"
+        );
+    }
+
+    #[test]
+    fn prometheus_series() {
+        let mut registry = Registry::default();
+        let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
+        let node = NodeInfo {
+            id: "n".into(),
+            pod_name: "p1".into(),
+        };
+        stats.stream_opened(&node, Api::Sotw);
+        stats.record(&[
+            StreamEvent::Request {
+                node_id: "n".into(),
+                pod_name: "p1".into(),
+                resource_type: Some(Cluster),
+            },
+            StreamEvent::Request {
+                node_id: "n".into(),
+                pod_name: "p1".into(),
+                resource_type: None,
+            },
+            ack("p1", Cluster, "v1"),
+            nack("p1", Cluster, "v2", "boom"),
+        ]);
+        stats.observe_push_latency(Cluster, Duration::from_micros(300));
+        assert_eq!(stats.nacks("n", Cluster, "v2")["p1"], 1);
+
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for needle in [
+            r#"marin3r_xdss_discovery_requests_total{node_id="n",resource_type="cluster",pod_name="p1"} 1"#,
+            r#"marin3r_xdss_discovery_requests_total{node_id="n",resource_type="unknown",pod_name="p1"} 1"#,
+            r#"marin3r_xdss_discovery_ack_total{node_id="n",resource_type="cluster",pod_name="p1"} 1"#,
+            r#"marin3r_xdss_discovery_nack_total{node_id="n",resource_type="cluster",pod_name="p1"} 1"#,
+            r#"marin3r_xdss_streams{node_id="n",api="sotw"} 1"#,
+            r#"marin3r_xdss_push_latency_seconds_bucket{le="0.0005",resource_type="cluster"} 1"#,
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        assert!(!text.contains("v2"), "no version label");
+
+        stats.stream_closed(&node, Api::Sotw);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains(r#"marin3r_xdss_streams{node_id="n",api="sotw"} 0"#));
+        assert!(
+            !text.contains(r#"pod_name="p1""#),
+            "series of a gone pod are dropped:\n{text}"
+        );
+        // The ACK/NACK stats survive for the self-healing engine.
+        assert_eq!(stats.nacks("n", Cluster, "v2")["p1"], 1);
+        assert!(stats.pods_for_node("n").is_empty());
+    }
+}
