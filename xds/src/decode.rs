@@ -7,7 +7,10 @@
 //!   `@type`, nested to any depth (`typed_config` inside `typed_config`).
 //! - Unknown fields and unknown `@type` URLs are errors that name the field path:
 //!   `listener "https": filter_chains[0].filters[0].typed_config: unknown type URL
-//!   type.googleapis.com/foo.Bar`.
+//!   type.googleapis.com/foo.Bar`. Paths reach inside `Any` values because serde_json's
+//!   map keeps keys sorted, so `@type` is read first (were serde_json's `preserve_order`
+//!   feature ever enabled, errors in fields written before `@type` would be reported at
+//!   the `Any` itself).
 //! - The encoded body is canonical: map entries are sorted, so equal content gives equal
 //!   bytes (prost-reflect keeps maps in a `HashMap`). The digest is FNV-1a 64 of the
 //!   message re-serialised as protojson with sorted keys, so it is stable across
