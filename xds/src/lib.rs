@@ -8,6 +8,7 @@ pub mod delta;
 pub mod envoyconfig;
 pub mod registry;
 pub mod resource;
+pub mod revisions;
 pub mod snapshot;
 pub mod sotw;
 pub mod stats;

@@ -310,6 +310,15 @@ impl AckNackStats {
     pub fn clear_node(&mut self, node_id: &str) {
         self.versions.retain(|(node, _), _| node != node_id);
     }
+
+    /// Forgets the counts of one version: a revision that is published again (after its
+    /// tainted twin was deleted) is judged on fresh NACKs only.
+    pub fn reset_version(&mut self, node_id: &str, t: ResourceType, version: &str) {
+        if let Some(log) = self.versions.get_mut(&(node_id.to_string(), t)) {
+            log.counts.remove(version);
+            log.order.retain(|v| v != version);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -585,6 +594,10 @@ impl SharedStats {
 
     pub fn clear_node(&self, node_id: &str) {
         self.lock().clear_node(node_id);
+    }
+
+    pub fn reset_version(&self, node_id: &str, t: ResourceType, version: &str) {
+        self.lock().reset_version(node_id, t, version);
     }
 
     /// A copy of the whole aggregation (for status pages and tests).

@@ -1,0 +1,383 @@
+//! The self-healing revision engine (SPEC §4), sans-I/O: one [`Revisions`] per
+//! EnvoyConfig. Inputs are "this spec is desired", "these resources failed to decode",
+//! NACK statistics and deletions; outputs are which revision to publish, which to taint
+//! and the status to show. Local mode keeps it in memory; Kubernetes mode mirrors it into
+//! EnvoyConfigRevision objects.
+//!
+//! Rules:
+//! - a revision is identified by the hash of `spec.resources` (+ the deprecated form);
+//!   applying a known hash moves that revision to the top (it keeps its taint);
+//! - the published revision is the topmost untainted one; the state is `InSync` when it is
+//!   the desired (topmost) one, `Rollback` when it is older, `RollbackFailed` when every
+//!   revision is tainted (the last good snapshot keeps being served);
+//! - a revision is tainted when its resources fail to decode, or when **every** pod
+//!   subscribed for the node has NACKed one of the versions it publishes at least
+//!   `threshold` times; partial rejection never taints; a taint is never lifted, but
+//!   removing the revision lets the same spec be tried again (fresh, untainted);
+//! - at most [`MAX_REVISIONS`] are kept: the oldest goes first, except the desired one and
+//!   the newest untainted one below it (the rollback target).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::envoyconfig::{CacheState, EnvoyConfigSpec};
+use crate::resource::{ResourceType, fnv1a64, version_string};
+
+/// Revisions kept per EnvoyConfig.
+pub const MAX_REVISIONS: usize = 10;
+/// Default `--nack-threshold`: NACKs per pod before a version counts as rejected.
+pub const DEFAULT_NACK_THRESHOLD: u64 = 5;
+
+/// The config version of a spec: a stable hash of its resources (both forms), which is
+/// what names an EnvoyConfigRevision. Secret *contents* are not part of it (like
+/// upstream): a Secret change is re-published within the same revision.
+pub fn config_version(spec: &EnvoyConfigSpec) -> String {
+    let canonical = serde_json::json!({
+        "resources": spec.resources,
+        "envoyResources": spec.envoy_resources,
+        "serialization": spec.serialization,
+    });
+    // serde_json maps are sorted, so the text is canonical.
+    version_string(fnv1a64(canonical.to_string().as_bytes()))
+}
+
+/// What the NACK statistics can tell the engine.
+pub trait NackView {
+    /// True when every pod currently subscribed for `node_id` NACKed `version` of `t` at
+    /// least `threshold` times (false when no pod is subscribed).
+    fn rejected_by_all_pods(&self, node_id: &str, t: ResourceType, version: &str, threshold: u64) -> bool;
+}
+
+impl NackView for crate::stats::SharedStats {
+    fn rejected_by_all_pods(&self, node_id: &str, t: ResourceType, version: &str, threshold: u64) -> bool {
+        crate::stats::SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
+    }
+}
+
+impl NackView for crate::stats::AckNackStats {
+    fn rejected_by_all_pods(&self, node_id: &str, t: ResourceType, version: &str, threshold: u64) -> bool {
+        crate::stats::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
+    }
+}
+
+/// One revision of an EnvoyConfig.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    /// [`config_version`] of `spec`.
+    pub version: String,
+    /// The spec this revision publishes.
+    pub spec: EnvoyConfigSpec,
+    pub created_at: SystemTime,
+    /// When it was last made the published revision.
+    pub last_published_at: Option<SystemTime>,
+    /// Why it is tainted (never cleared).
+    pub tainted: Option<String>,
+    /// Per-type versions of the snapshot it published last (`providesVersions`).
+    pub provides_versions: BTreeMap<String, String>,
+}
+
+/// What [`Revisions::evaluate`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub version: String,
+    pub reason: String,
+}
+
+/// The revisions of one EnvoyConfig, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revisions {
+    pub node_id: String,
+    /// Oldest → newest; the last one is the desired revision.
+    pub revisions: Vec<Revision>,
+}
+
+impl Revisions {
+    pub fn new(node_id: impl Into<String>) -> Self {
+        Self {
+            node_id: node_id.into(),
+            revisions: Vec::new(),
+        }
+    }
+
+    /// Makes `spec` the desired revision: a new version is added on top, a known one is
+    /// moved to the top (keeping its taint). Returns its version.
+    pub fn apply(&mut self, spec: &EnvoyConfigSpec, now: SystemTime) -> String {
+        let version = config_version(spec);
+        if let Some(i) = self.position(&version) {
+            let rev = self.revisions.remove(i);
+            self.revisions.push(rev);
+        } else {
+            self.revisions.push(Revision {
+                version: version.clone(),
+                spec: spec.clone(),
+                created_at: now,
+                last_published_at: None,
+                tainted: None,
+                provides_versions: BTreeMap::new(),
+            });
+        }
+        self.trim();
+        version
+    }
+
+    fn position(&self, version: &str) -> Option<usize> {
+        self.revisions.iter().position(|r| r.version == version)
+    }
+
+    /// Drops the oldest revisions beyond [`MAX_REVISIONS`]. Never dropped: the desired
+    /// (top) revision and the newest untainted one below it, the rollback target should
+    /// the desired one be rejected.
+    fn trim(&mut self) {
+        while self.revisions.len() > MAX_REVISIONS {
+            let below_top = self.revisions.len().saturating_sub(1);
+            let rollback_target = self.revisions[..below_top]
+                .iter()
+                .rposition(|r| r.tainted.is_none());
+            let Some(i) = (0..below_top).find(|i| Some(*i) != rollback_target) else {
+                return;
+            };
+            self.revisions.remove(i);
+        }
+    }
+
+    /// The desired (topmost) revision.
+    pub fn desired(&self) -> Option<&Revision> {
+        self.revisions.last()
+    }
+
+    /// The revision to serve: the topmost untainted one.
+    pub fn published(&self) -> Option<&Revision> {
+        self.revisions.iter().rev().find(|r| r.tainted.is_none())
+    }
+
+    /// `InSync`, `Rollback` or `RollbackFailed` (`None` before any apply).
+    pub fn cache_state(&self) -> Option<CacheState> {
+        let desired = self.desired()?;
+        Some(match self.published() {
+            Some(p) if p.version == desired.version => CacheState::InSync,
+            Some(_) => CacheState::Rollback,
+            None => CacheState::RollbackFailed,
+        })
+    }
+
+    /// Taints `version` (no-op if unknown or already tainted). Returns whether it changed.
+    pub fn taint(&mut self, version: &str, reason: impl Into<String>) -> bool {
+        match self.revisions.iter_mut().find(|r| r.version == version) {
+            Some(r) if r.tainted.is_none() => {
+                r.tainted = Some(reason.into());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Deletes a revision (a user deleting an EnvoyConfigRevision). Re-applying its spec
+    /// later creates it afresh, untainted.
+    pub fn remove(&mut self, version: &str) -> bool {
+        match self.position(version) {
+            Some(i) => {
+                self.revisions.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records that `version` is now served with these per-type versions.
+    pub fn mark_published(
+        &mut self,
+        version: &str,
+        provides: BTreeMap<ResourceType, String>,
+        now: SystemTime,
+    ) {
+        if let Some(r) = self.revisions.iter_mut().find(|r| r.version == version) {
+            let provides: BTreeMap<String, String> = provides
+                .into_iter()
+                .map(|(t, v)| (t.as_str().to_string(), v))
+                .collect();
+            if r.last_published_at.is_none() || r.provides_versions != provides {
+                r.last_published_at = Some(now);
+            }
+            r.provides_versions = provides;
+        }
+    }
+
+    /// The taint verdict for the published revision given the NACK statistics: tainted
+    /// when, for one of the versions it provides, every subscribed pod has at least
+    /// `threshold` NACKs. Types whose version equals an untainted older revision's are
+    /// still judged: Envoy rejected what is served now.
+    pub fn evaluate(&self, stats: &dyn NackView, threshold: u64) -> Option<Taint> {
+        let published = self.published()?;
+        for (type_name, version) in &published.provides_versions {
+            let Ok(t) = type_name.parse::<ResourceType>() else { continue };
+            if stats.rejected_by_all_pods(&self.node_id, t, version, threshold) {
+                return Some(Taint {
+                    version: published.version.clone(),
+                    reason: format!(
+                        "every Envoy of node {} rejected {} version {version} at least {threshold} times",
+                        self.node_id, type_name
+                    ),
+                });
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    fn spec(listener_port: u64) -> EnvoyConfigSpec {
+        serde_json::from_value(serde_json::json!({
+            "nodeID": "kuard",
+            "resources": [{"type": "listener", "value": {"name": "http", "port": listener_port}}]
+        }))
+        .unwrap()
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// NACK view where the listed (type, version)s are rejected by all pods.
+    struct Rejected(BTreeSet<(ResourceType, String)>);
+    impl NackView for Rejected {
+        fn rejected_by_all_pods(&self, _: &str, t: ResourceType, v: &str, _: u64) -> bool {
+            self.0.contains(&(t, v.to_string()))
+        }
+    }
+
+    fn provides(v: &str) -> BTreeMap<ResourceType, String> {
+        BTreeMap::from([(ResourceType::Listener, v.to_string())])
+    }
+
+    #[test]
+    fn version_is_a_stable_hash_of_the_resources() {
+        assert_eq!(config_version(&spec(1)), config_version(&spec(1)));
+        assert_ne!(config_version(&spec(1)), config_version(&spec(2)));
+        let mut other_node = spec(1);
+        other_node.node_id = "other".into();
+        assert_eq!(config_version(&spec(1)), config_version(&other_node), "node id is not a resource");
+        assert_eq!(config_version(&spec(1)).len(), 16);
+    }
+
+    #[test]
+    fn in_sync_rollback_and_rollback_failed() {
+        let mut r = Revisions::new("kuard");
+        assert_eq!(r.cache_state(), None);
+        let v1 = r.apply(&spec(1), t(1));
+        assert_eq!(r.cache_state(), Some(CacheState::InSync));
+        assert_eq!(r.published().unwrap().version, v1);
+        let v2 = r.apply(&spec(2), t(2));
+        assert_eq!(r.published().unwrap().version, v2);
+        assert!(r.taint(&v2, "rejected"));
+        assert_eq!(r.cache_state(), Some(CacheState::Rollback));
+        assert_eq!(r.published().unwrap().version, v1);
+        assert!(r.taint(&v1, "rejected"));
+        assert_eq!(r.cache_state(), Some(CacheState::RollbackFailed));
+        assert!(r.published().is_none());
+        assert!(!r.taint(&v1, "again"), "a taint is set once");
+        assert_eq!(r.revisions[0].tainted.as_deref(), Some("rejected"));
+    }
+
+    #[test]
+    fn reapplying_a_known_hash_moves_it_to_the_top() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        let v2 = r.apply(&spec(2), t(2));
+        assert_eq!(r.apply(&spec(1), t(3)), v1);
+        let order: Vec<&str> = r.revisions.iter().map(|x| x.version.as_str()).collect();
+        assert_eq!(order, [v2.as_str(), v1.as_str()]);
+        assert_eq!(r.revisions[1].created_at, t(1), "the revision is moved, not recreated");
+        assert_eq!(r.published().unwrap().version, v1);
+    }
+
+    #[test]
+    fn reapplying_a_tainted_hash_keeps_the_taint() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        let v2 = r.apply(&spec(2), t(2));
+        r.taint(&v2, "bad");
+        r.apply(&spec(1), t(3));
+        r.apply(&spec(2), t(4));
+        assert_eq!(r.cache_state(), Some(CacheState::Rollback));
+        assert_eq!(r.published().unwrap().version, v1);
+    }
+
+    #[test]
+    fn removing_a_tainted_revision_allows_a_retry() {
+        let mut r = Revisions::new("kuard");
+        r.apply(&spec(1), t(1));
+        let v2 = r.apply(&spec(2), t(2));
+        r.taint(&v2, "bad");
+        assert!(r.remove(&v2));
+        assert!(!r.remove(&v2));
+        assert_eq!(r.apply(&spec(2), t(3)), v2);
+        assert_eq!(r.cache_state(), Some(CacheState::InSync));
+        assert!(r.desired().unwrap().tainted.is_none());
+    }
+
+    #[test]
+    fn retention_keeps_ten_oldest_out_first_but_never_the_rollback_target() {
+        let mut r = Revisions::new("kuard");
+        for i in 0..12 {
+            r.apply(&spec(i), t(i));
+        }
+        assert_eq!(r.revisions.len(), MAX_REVISIONS);
+        assert_eq!(r.revisions[0].version, config_version(&spec(2)));
+
+        // The last good revision is the oldest (all newer tainted): it survives trimming.
+        let mut r = Revisions::new("kuard");
+        let v0 = r.apply(&spec(100), t(0));
+        for i in 0..12 {
+            let v = r.apply(&spec(i), t(i + 1));
+            r.taint(&v, "bad");
+        }
+        assert_eq!(r.revisions.len(), MAX_REVISIONS);
+        assert_eq!(r.published().unwrap().version, v0);
+        assert_eq!(r.cache_state(), Some(CacheState::Rollback));
+    }
+
+    #[test]
+    fn evaluate_taints_only_when_every_pod_rejected_what_is_published() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        r.mark_published(&v1, provides("L1"), t(1));
+        let v2 = r.apply(&spec(2), t(2));
+        r.mark_published(&v2, provides("L2"), t(2));
+
+        let none = Rejected(BTreeSet::new());
+        assert_eq!(r.evaluate(&none, 5), None, "partial or no rejection never taints");
+
+        let l2 = Rejected(BTreeSet::from([(ResourceType::Listener, "L2".to_string())]));
+        let taint = r.evaluate(&l2, 5).unwrap();
+        assert_eq!(taint.version, v2);
+        assert!(taint.reason.contains("listener version L2"));
+        r.taint(&taint.version, taint.reason);
+        // Rolled back to v1, whose listener version is not rejected.
+        assert_eq!(r.published().unwrap().version, v1);
+        assert_eq!(r.evaluate(&l2, 5), None);
+        // Before anything is published there is nothing to judge.
+        assert_eq!(Revisions::new("x").evaluate(&l2, 5), None);
+    }
+
+    #[test]
+    fn mark_published_records_time_and_versions() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        r.mark_published(&v1, provides("L1"), t(5));
+        r.mark_published(&v1, provides("L1"), t(9));
+        let rev = r.published().unwrap();
+        assert_eq!(rev.last_published_at, Some(t(5)), "unchanged re-publish keeps the time");
+        assert_eq!(rev.provides_versions["listener"], "L1");
+        r.mark_published(&v1, provides("L1b"), t(10));
+        assert_eq!(r.published().unwrap().last_published_at, Some(t(10)));
+    }
+}
