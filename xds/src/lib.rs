@@ -109,11 +109,45 @@ pub async fn run(
     serve(config, listeners, shutdown).await
 }
 
-/// Local mode on bound listeners: loads the folder, then serves ADS over mTLS, metrics
-/// and probes while watching the folder, until `shutdown` completes.
+/// Shared handles a [`Backend`] feeds: the snapshot cache the ADS streams read, and the
+/// ACK/NACK statistics they write (self-healing reads them back).
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub cache: SnapshotCache,
+    pub stats: SharedStats,
+}
+
+/// A future that completes when the process shuts down.
+pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Where EnvoyConfigs come from (a local folder, Kubernetes) and how they reach the cache.
+pub trait Backend: Send + 'static {
+    /// Loads the initial state into the cache, before any stream is accepted.
+    fn start(&mut self, ctx: &Context) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Extra HTTP routes served on the metrics listener (local mode's `/status`).
+    fn routes(&self, ctx: &Context) -> axum::Router {
+        let _ = ctx;
+        axum::Router::new()
+    }
+    /// Keeps the cache in sync until `shutdown` completes.
+    fn run(self, ctx: Context, shutdown: Shutdown) -> impl Future<Output = ()> + Send;
+}
+
+/// Local mode on bound listeners (see [`serve_with`]).
 pub async fn serve(
     config: Config,
     listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let backend = local::LocalBackend::new(config.config_dir.clone());
+    serve_with(config, listeners, backend, shutdown).await
+}
+
+/// Serves ADS over mTLS, metrics and probes fed by `backend`, until `shutdown` completes.
+pub async fn serve_with<B: Backend>(
+    config: Config,
+    listeners: Listeners,
+    mut backend: B,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let tls = marin3r_certs::mtls_server_config(
@@ -126,19 +160,12 @@ pub async fn serve(
     let mut registry = prometheus_client::registry::Registry::default();
     let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
     let registry = Arc::new(registry);
-    let cache = SnapshotCache::new();
-
+    let ctx = Context {
+        cache: SnapshotCache::new(),
+        stats,
+    };
     // Initial load before serving, so the first Envoy gets the config at once.
-    let mut source = local::LocalSource::new(&config.config_dir);
-    source.scan().map_err(|source| Error::ConfigDir {
-        dir: config.config_dir.clone(),
-        source,
-    })?;
-    let manifests = source.manifests();
-    for e in &manifests.errors {
-        tracing::error!(error = %e, "invalid manifest; ignored");
-    }
-    local::apply(&cache, local::resolve_nodes(&manifests));
+    backend.start(&ctx).await?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -148,9 +175,10 @@ pub async fn serve(
         }
     };
     let ready = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn(local::watch(source, cache.clone(), stopped()));
+    let http = metrics_router(registry).merge(backend.routes(&ctx));
+    let backend_task = tokio::spawn(backend.run(ctx.clone(), Box::pin(stopped())));
     let metrics_task = tokio::spawn(
-        axum::serve(listeners.metrics, metrics_router(registry))
+        axum::serve(listeners.metrics, http)
             .with_graceful_shutdown(stopped())
             .into_future(),
     );
@@ -159,13 +187,13 @@ pub async fn serve(
             .with_graceful_shutdown(stopped())
             .into_future(),
     );
-    let service = server::AdsService::new(cache, stats, config.ads.clone());
+    let service = server::AdsService::new(ctx.cache.clone(), ctx.stats.clone(), config.ads.clone());
     ready.store(true, Ordering::Release);
-    tracing::info!(addr = ?listeners.xdss.local_addr().ok(), dir = %config.config_dir.display(), "discovery service listening (local mode)");
+    tracing::info!(addr = ?listeners.xdss.local_addr().ok(), "discovery service listening");
     let grpc = server::serve_ads(listeners.xdss, tls, service, shutdown).await;
     ready.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
-    let _ = watcher.await;
+    let _ = backend_task.await;
     let join = |r: Result<std::io::Result<()>, tokio::task::JoinError>| {
         r.unwrap_or_else(|e| Err(std::io::Error::other(e)))
     };

@@ -278,31 +278,57 @@ pub fn apply(cache: &SnapshotCache, nodes: BTreeMap<String, NodeConfig>) -> Vec<
     changed
 }
 
-/// Watches the folder and keeps the cache in sync until `shutdown` completes.
-pub async fn watch(
-    mut source: LocalSource,
-    cache: SnapshotCache,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    let mut ticker = tokio::time::interval(POLL_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => return,
-            _ = ticker.tick() => {}
+/// Local mode as a [`crate::Backend`]: loads the folder at start, then re-scans it every
+/// [`POLL_INTERVAL`].
+#[derive(Debug)]
+pub struct LocalBackend {
+    source: LocalSource,
+}
+
+impl LocalBackend {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            source: LocalSource::new(dir),
         }
-        match source.scan() {
-            Ok(false) => {}
-            Ok(true) => {
-                let manifests = source.manifests();
-                for e in &manifests.errors {
-                    tracing::error!(error = %e, "invalid manifest; ignored");
-                }
-                apply(&cache, resolve_nodes(&manifests));
+    }
+
+    fn reload(&self, cache: &SnapshotCache) {
+        let manifests = self.source.manifests();
+        for e in &manifests.errors {
+            tracing::error!(error = %e, "invalid manifest; ignored");
+        }
+        apply(cache, resolve_nodes(&manifests));
+    }
+}
+
+impl crate::Backend for LocalBackend {
+    async fn start(&mut self, ctx: &crate::Context) -> Result<(), crate::Error> {
+        self.source
+            .scan()
+            .map_err(|source| crate::Error::ConfigDir {
+                dir: self.source.dir.clone(),
+                source,
+            })?;
+        self.reload(&ctx.cache);
+        tracing::info!(dir = %self.source.dir.display(), "local mode: serving the config folder");
+        Ok(())
+    }
+
+    async fn run(mut self, ctx: crate::Context, shutdown: crate::Shutdown) {
+        let mut shutdown = shutdown;
+        let mut ticker = tokio::time::interval(POLL_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                _ = ticker.tick() => {}
             }
-            Err(e) => {
-                tracing::error!(dir = %source.dir.display(), error = %e, "cannot read config folder")
+            match self.source.scan() {
+                Ok(false) => {}
+                Ok(true) => self.reload(&ctx.cache),
+                Err(e) => {
+                    tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder")
+                }
             }
         }
     }
