@@ -46,6 +46,10 @@ pub enum Command {
     DiscoveryService(DiscoveryServiceArgs),
     /// Decode every resource of every EnvoyConfig in a file; exit 1 listing all errors.
     Validate(ValidateArgs),
+    /// Show the EnvoyConfigs of a local-mode discovery service, like `kubectl get ec`.
+    Status(StatusArgs),
+    /// Print the CustomResourceDefinitions (EnvoyConfig, EnvoyConfigRevision) as YAML.
+    Crds,
 }
 
 /// Parses a listen address: `:8081` (all interfaces), `127.0.0.1:8081`, `[::1]:8081`.
@@ -270,6 +274,41 @@ pub struct DiscoveryServiceArgs {
     /// Plain-HTTP address of /healthz and /readyz.
     #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8384", value_parser = bind_address)]
     pub health_probe_bind_address: SocketAddr,
+    /// Self-healing: NACKs from every subscribed Envoy of a node (each) that taint the
+    /// published revision and roll back to the previous one.
+    #[arg(long, env = "MARIN3R_NACK_THRESHOLD", default_value_t = marin3r_xds::revisions::DEFAULT_NACK_THRESHOLD, value_parser = clap::value_parser!(u64).range(1..))]
+    pub nack_threshold: u64,
+    /// Local mode: persist the revisions of every EnvoyConfig in this folder (JSON, one
+    /// file each, replaced atomically) so taints and rollbacks survive restarts.
+    #[arg(long, env = "MARIN3R_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusOutput {
+    /// A table like `kubectl get ec`.
+    Table,
+    /// The JSON of `GET /status`.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// URL of the discovery service's metrics listener (`--metrics-bind-address`).
+    #[arg(long, env = "MARIN3R_URL", default_value = "http://127.0.0.1:8383")]
+    pub url: String,
+    /// Also list the revisions of every EnvoyConfig.
+    #[arg(long, env = "MARIN3R_REVISIONS")]
+    pub revisions: bool,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long,
+        env = "MARIN3R_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: StatusOutput,
 }
 
 #[derive(Debug, Args)]

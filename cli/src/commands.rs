@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::args::{
     CertsArgs, Command, DiscoveryServiceArgs, InitManagerArgs, InjectArgs, ShutdownManagerArgs,
-    ValidateArgs, WebhookArgs,
+    StatusArgs, StatusOutput, ValidateArgs, WebhookArgs,
 };
 
 pub fn run(command: Command) -> Result<ExitCode> {
@@ -26,14 +26,14 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Certs(a) => certs(a),
         Command::DiscoveryService(a) => runtime()?.block_on(discovery_service(a)),
         Command::Validate(a) => validate(a),
+        Command::Status(a) => status(a),
+        Command::Crds => crds(),
     }
 }
 
 async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
     let Some(config_dir) = a.config_dir else {
-        bail!(
-            "Kubernetes mode (no --config-dir) is not available in this build yet; pass --config-dir DIR"
-        );
+        return kubernetes_discovery_service(a).await;
     };
     let config = marin3r_xds::Config {
         xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
@@ -42,12 +42,83 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
         ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
         metrics_addr: a.metrics_bind_address,
         health_addr: a.health_probe_bind_address,
-        config_dir,
+        config_dir: config_dir.clone(),
         ads: marin3r_xds::AdsConfig::default(),
     };
-    marin3r_xds::run(config, marin3r_shutdown_manager::shutdown_signal())
+    let mut backend =
+        marin3r_xds::local::LocalBackend::new(config_dir).with_nack_threshold(a.nack_threshold);
+    if let Some(dir) = a.state_dir {
+        backend = backend.with_state_dir(dir);
+    }
+    let listeners = marin3r_xds::Listeners::bind(&config)
         .await
         .context("discovery service failed")?;
+    marin3r_xds::serve_with(
+        config,
+        listeners,
+        backend,
+        marin3r_shutdown_manager::shutdown_signal(),
+    )
+    .await
+    .context("discovery service failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Kubernetes mode: EnvoyConfigs of `WATCH_NAMESPACE` (every namespace when empty or
+/// unset) through the in-cluster config or the current kubeconfig context.
+async fn kubernetes_discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
+    let config = marin3r_xds::Config {
+        xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
+        server_cert: a.server_certificate_path.join("tls.crt"),
+        server_key: a.server_certificate_path.join("tls.key"),
+        ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
+        metrics_addr: a.metrics_bind_address,
+        health_addr: a.health_probe_bind_address,
+        config_dir: std::path::PathBuf::new(),
+        ads: marin3r_xds::AdsConfig::default(),
+    };
+    let namespace = std::env::var("WATCH_NAMESPACE").unwrap_or_default();
+    let backend =
+        marin3r_xds::kubernetes::KubernetesBackend::try_default(namespace, a.nack_threshold)
+            .await
+            .context("Kubernetes mode (no --config-dir): cannot configure the Kubernetes client")?;
+    let listeners = marin3r_xds::Listeners::bind(&config)
+        .await
+        .context("discovery service failed")?;
+    marin3r_xds::serve_with(
+        config,
+        listeners,
+        backend,
+        marin3r_shutdown_manager::shutdown_signal(),
+    )
+    .await
+    .context("discovery service failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `marin3r crds`: the CRDs as multi-document YAML (what `manifests/crds/` holds).
+fn crds() -> Result<ExitCode> {
+    print!(
+        "{}",
+        marin3r_manifests::crds_yaml().context("cannot generate the CRDs")?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `marin3r status`: `GET /status` of a local-mode discovery service, as a table or JSON.
+fn status(a: StatusArgs) -> Result<ExitCode> {
+    let report = marin3r_xds::status::fetch(&a.url, std::time::Duration::from_secs(10))
+        .with_context(|| format!("cannot get the status from {}", a.url))?;
+    match a.output {
+        StatusOutput::Table => print!(
+            "{}",
+            marin3r_xds::status::render_table(&report, a.revisions)
+        ),
+        StatusOutput::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("cannot render JSON")?
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

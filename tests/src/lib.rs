@@ -4,6 +4,8 @@
 //! machine without Envoy makes the suite red instead of silently skipping.
 #![forbid(unsafe_code)]
 
+pub mod xds;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

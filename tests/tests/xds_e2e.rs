@@ -6,7 +6,9 @@
 //! `marin3r init-manager` writes (`marin3r_sidecar::bootstrap::write_files`), so Envoy
 //! talks ADS to us over mTLS exactly like an injected sidecar. Every address is on
 //! 127.0.0.1 with a free port; node ids are unique per test, so the tests run in parallel.
-//! Envoy is killed on drop, also when a test fails; its log tail is printed then.
+//! Envoy is killed on drop, also when a test fails; its log tail is printed then. The
+//! harness (service, Envoy, HTTP, polling) is `marin3r_tests::xds`, shared with
+//! `benches/edit_to_serve.rs`, which measures the edit → serve time.
 //!
 //! Covered (the issue's "Done when"): the walkthrough's direct-response listener (SotW
 //! and Delta), the kuard-style proxy to an upstream, config edits picked up without an
@@ -21,400 +23,64 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use marin3r_certs::{Bundle, IssueOptions, issue};
-use marin3r_sidecar::bootstrap::{ApiType, BootstrapOptions, write_files};
-use marin3r_tests::{KillOnDrop, envoy_bin, free_port, workspace_root};
-use marin3r_xds::{AdsConfig, Config, Listeners, serve};
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, ServerName};
+use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_tests::free_port;
+use marin3r_tests::xds::{
+    CONVERGE, Envoy, REQUEST_TIMEOUT, Resp, Xds, der, direct_response_yaml, get, get_tls,
+    init_tracing, issue_bundle, localhost, metric_sum, pod_name, write_atomic,
+};
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// How long Envoy gets to connect, fetch and apply a config (2 cores, parallel tests).
-const CONVERGE: Duration = Duration::from_secs(20);
-/// Bound of one HTTP request or TLS handshake.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the tests re-probe while waiting for Envoy.
+const POLL: Duration = Duration::from_millis(20);
 
-fn init_tracing() {
-    static INIT: OnceLock<()> = OnceLock::new();
-    INIT.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_test_writer()
-            .try_init();
-    });
+/// Unwraps a harness result, panicking with its message (the harness reports failures as
+/// `Err(String)`; here they fail the test).
+trait Must<T> {
+    fn must(self) -> T;
 }
 
-fn localhost(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// Replaces `path` atomically (hidden temp file in the same folder, then rename), the way
-/// editors and `kubectl cp` do; the discovery service skips hidden files.
-fn write_atomic(path: &Path, contents: &str) {
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp",
-        path.file_name().unwrap().to_string_lossy()
-    ));
-    std::fs::write(&tmp, contents).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
-fn issue_bundle() -> Bundle {
-    issue(&IssueOptions {
-        hosts: vec!["localhost".into(), "127.0.0.1".into()],
-        ..IssueOptions::default()
-    })
-    .unwrap()
-}
-
-fn der(pem: &str) -> CertificateDer<'static> {
-    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
-}
-
-// ---------------------------------------------------------------------------------------
-// The discovery service, in-process.
-
-struct Xds {
-    xdss: SocketAddr,
-    metrics: SocketAddr,
-    health: SocketAddr,
-    config_dir: PathBuf,
-    certs_dir: PathBuf,
-    bundle: Bundle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), marin3r_xds::Error>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Xds {
-    /// Writes `files` (name, contents) into a fresh config folder and serves it.
-    async fn start(files: &[(&str, String)]) -> Self {
-        init_tracing();
-        let dir = tempfile::tempdir().unwrap();
-        let certs_dir = dir.path().join("certs");
-        let bundle = issue_bundle();
-        bundle.write_to(&certs_dir).unwrap();
-        let config_dir = dir.path().join("config");
-        std::fs::create_dir_all(&config_dir).unwrap();
-        for (name, contents) in files {
-            std::fs::write(config_dir.join(name), contents).unwrap();
-        }
-        let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
-        let listeners = Listeners {
-            xdss: bind().await,
-            metrics: bind().await,
-            health: bind().await,
-        };
-        let xdss = listeners.xdss.local_addr().unwrap();
-        let metrics = listeners.metrics.local_addr().unwrap();
-        let health = listeners.health.local_addr().unwrap();
-        let config = Config {
-            xdss_addr: xdss,
-            server_cert: certs_dir.join("server/tls.crt"),
-            server_key: certs_dir.join("server/tls.key"),
-            ca_file: marin3r_certs::ca_file_in_dir(certs_dir.join("ca")),
-            metrics_addr: metrics,
-            health_addr: health,
-            config_dir: config_dir.clone(),
-            ads: AdsConfig::default(),
-        };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(config, listeners, async move {
-            let _ = stopped.await;
-        }));
-        Self {
-            xdss,
-            metrics,
-            health,
-            config_dir,
-            certs_dir,
-            bundle,
-            stop: Some(stop),
-            task: Some(task),
-            _dir: dir,
-        }
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.config_dir.join(name)
-    }
-
-    /// The Prometheus text of `/metrics`.
-    async fn metrics_text(&self) -> String {
-        let r = get(self.metrics, "/metrics").await.unwrap();
-        assert_eq!(r.status, 200, "{}", r.body);
-        r.body
-    }
-
-    /// Stops the server (Envoys must be gone: open ADS streams hold a graceful stop).
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let task = self.task.take().unwrap();
-        let result = tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .expect("the discovery service did not stop within 10 s")
-            .unwrap();
-        assert!(result.is_ok(), "serve failed: {result:?}");
-    }
-}
-
-impl Drop for Xds {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
+impl<T> Must<T> for Result<T, String> {
+    #[track_caller]
+    fn must(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
         }
     }
 }
 
-/// Sum of the samples of `metric` whose labels include every `labels` pair.
-fn metric_sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter_map(|line| line.strip_prefix(metric)?.strip_prefix('{'))
-        .filter_map(|rest| {
-            let (set, value) = rest.split_once('}')?;
-            labels
-                .iter()
-                .all(|(k, v)| set.contains(&format!("{k}=\"{v}\"")))
-                .then(|| value.split_whitespace().next()?.parse::<f64>().ok())?
-        })
-        .sum()
+/// The discovery service, in-process, serving `files` (name, contents).
+async fn start_xds(files: &[(&str, String)]) -> Xds {
+    init_tracing();
+    Xds::start(files).await.must()
 }
 
-// ---------------------------------------------------------------------------------------
-// Envoy, bootstrapped like `marin3r init-manager` does it.
-
-struct Envoy {
-    process: KillOnDrop,
-    node_id: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Envoy {
-    fn start(xds: &Xds, node_id: &str, api_type: ApiType) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let admin = free_port().unwrap();
-        let opts = BootstrapOptions {
-            xdss_host: "127.0.0.1".into(),
-            xdss_port: xds.xdss.port(),
-            node_id: node_id.into(),
-            cluster_id: node_id.into(),
-            admin_bind_address: format!("127.0.0.1:{admin}"),
-            admin_access_log_path: dir.path().join("admin.log").display().to_string(),
-            client_certificate_path: xds.certs_dir.join("client"),
-            config_file: dir.path().join("bootstrap/config.json"),
-            resources_path: dir.path().join("bootstrap"),
-            envoy_image: "envoyproxy/envoy:v1.40.0".into(),
-            api_type,
-            pod_name: pod_name(node_id),
-            pod_namespace: "default".into(),
-            host_name: "e2e-host".into(),
-            ..BootstrapOptions::default()
-        };
-        write_files(&opts).unwrap();
-        let log = dir.path().join("envoy.log");
-        let process = KillOnDrop::spawn(
-            "envoy",
-            Command::new(envoy_bin())
-                .arg("-c")
-                .arg(&opts.config_file)
-                .args([
-                    "--use-dynamic-base-id",
-                    "--disable-hot-restart",
-                    "--concurrency",
-                    "1",
-                    "--log-level",
-                    "info",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(std::fs::File::create(&log).unwrap())),
-        )
-        .unwrap();
-        Self {
-            process,
-            node_id: node_id.into(),
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn log_tail(&self, lines: usize) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(status) = self.process.try_wait() {
-            panic!("envoy {} exited: {status}", self.node_id);
-        }
-    }
-
-    /// Polls `probe` (every 20 ms, Envoy must stay up) until it returns `Ok`; panics with
-    /// the last error after `timeout`.
-    async fn eventually<T, F, Fut>(&mut self, what: &str, timeout: Duration, mut probe: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, String>>,
-    {
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.assert_running();
-            let last = match probe().await {
-                Ok(v) => return v,
-                Err(e) => e,
-            };
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {timeout:?}; last: {last}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until `GET http://addr/` answers 200 with `body`.
-    async fn wait_body(&mut self, addr: SocketAddr, body: &str) -> Resp {
-        self.eventually(&format!("GET {addr}/ → 200 {body:?}"), CONVERGE, || async {
-            let r = get(addr, "/").await?;
-            if r.status == 200 && r.body == body {
-                Ok(r)
-            } else {
-                Err(format!("status {} body {:?}", r.status, r.body))
-            }
-        })
-        .await
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "---- envoy {} log (tail) ----\n{}\n-------------------",
-                self.node_id,
-                self.log_tail(80)
-            );
-        }
-    }
-}
-
-fn pod_name(node_id: &str) -> String {
-    format!("{node_id}-pod")
-}
-
-// ---------------------------------------------------------------------------------------
-// HTTP.
-
-struct Resp {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-/// `GET path` over `io` (HTTP/1.1), bounded by [`REQUEST_TIMEOUT`].
-async fn get_over<I>(io: I, host: &str, path: &str) -> Result<Resp, String>
+/// Waits (Envoy must stay up) until `probe` returns `Ok`; panics with its last error
+/// after `timeout`.
+async fn eventually<T, F, Fut>(envoy: &mut Envoy, what: &str, timeout: Duration, probe: F) -> T
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
 {
-    let fut = async {
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let request = hyper::Request::get(path)
-            .header("host", host)
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok(Resp {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, fut)
-        .await
-        .map_err(|_| format!("GET {host}{path} timed out"))?
+    envoy.eventually(what, timeout, POLL, probe).await.must()
 }
 
-/// `GET path` on a fresh plain-TCP connection.
-async fn get(addr: SocketAddr, path: &str) -> Result<Resp, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    get_over(stream, &addr.to_string(), path).await
+/// Waits until `GET http://addr/` answers 200 with `body`.
+async fn wait_body(envoy: &mut Envoy, addr: SocketAddr, body: &str) -> Resp {
+    envoy.wait_body(addr, body, CONVERGE, POLL).await.must()
 }
 
-/// A TLS handshake with `addr` (SNI `localhost`) trusting only `ca_pem`, then `GET /`:
-/// the leaf certificate Envoy presented and the response.
-async fn get_tls(
-    addr: SocketAddr,
-    ca_pem: &str,
-) -> Result<(CertificateDer<'static>, Resp), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(der(ca_pem)).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let handshake = async {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        connector
-            .connect(ServerName::try_from("localhost").unwrap(), tcp)
-            .await
-            .map_err(|e| format!("TLS handshake with {addr}: {e}"))
-    };
-    let tls = tokio::time::timeout(REQUEST_TIMEOUT, handshake)
-        .await
-        .map_err(|_| format!("TLS handshake with {addr} timed out"))??;
-    let leaf = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .ok_or("no peer certificate")?
-        .clone()
-        .into_owned();
-    let resp = get_over(tls, "localhost", "/").await?;
-    Ok((leaf, resp))
-}
+// ---------------------------------------------------------------------------------------
+// An upstream.
 
 /// A tiny HTTP/1.1 upstream (keep-alive aware) answering every request with `body`,
 /// `server: e2e-upstream` and `x-upstream: kuard`; counts the requests it served.
@@ -461,24 +127,6 @@ async fn start_upstream(body: &'static str) -> (SocketAddr, Arc<AtomicU32>, Join
 
 /// The walkthrough's direct-response EnvoyConfig (`examples/local/direct-response.yaml`)
 /// for `node_id`, listening on 127.0.0.1:`port` and answering `body`.
-fn direct_response_yaml(node_id: &str, port: u16, body: &str) -> String {
-    let example =
-        std::fs::read_to_string(workspace_root().join("examples/local/direct-response.yaml"))
-            .unwrap();
-    let replace = |text: String, from: &str, to: &str| {
-        assert!(text.contains(from), "the example lost {from:?}");
-        text.replace(from, to)
-    };
-    let yaml = replace(example, "nodeID: example", &format!("nodeID: {node_id}"));
-    let yaml = replace(yaml, "name: example", &format!("name: {node_id}"));
-    let yaml = replace(yaml, "port_value: 8080", &format!("port_value: {port}"));
-    replace(
-        yaml,
-        r#"inline_string: "Hello from marin3r-rs\n""#,
-        &format!("inline_string: {body:?}"),
-    )
-}
-
 const HCM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const DOWNSTREAM_TLS_TYPE: &str =
@@ -553,19 +201,17 @@ fn tls_secret_yaml(name: &str, cert_pem: &str, key_pem: &str) -> String {
 async fn serves_direct_response(api: ApiType) {
     let node = format!("e2e-direct-{api}");
     let port = free_port().unwrap();
-    let xds = Xds::start(&[(
+    let xds = start_xds(&[(
         "direct-response.yaml",
-        direct_response_yaml(&node, port, "Hello from marin3r-rs\n"),
+        direct_response_yaml(&node, port, "Hello from marin3r-rs\n").must(),
     )])
     .await;
-    let mut envoy = Envoy::start(&xds, &node, api);
-    envoy
-        .wait_body(localhost(port), "Hello from marin3r-rs\n")
-        .await;
+    let mut envoy = Envoy::start(&xds, &node, api).must();
+    wait_body(&mut envoy, localhost(port), "Hello from marin3r-rs\n").await;
 
     // The stream is counted under its node and API flavour, and Envoy ACKed the
     // listener under its pod name.
-    let text = xds.metrics_text().await;
+    let text = xds.metrics_text().await.must();
     let streams = metric_sum(
         &text,
         "marin3r_xdss_streams",
@@ -590,7 +236,7 @@ async fn serves_direct_response(api: ApiType) {
 
     // Envoy gone, the server stops cleanly.
     drop(envoy);
-    xds.stop().await;
+    xds.stop().await.must();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -609,21 +255,26 @@ async fn delta_envoy_serves_the_direct_response_listener() {
 async fn edit_is_served_without_restart(api: ApiType) {
     let node = format!("e2e-edit-{api}");
     let port = free_port().unwrap();
-    let xds = Xds::start(&[("config.yaml", direct_response_yaml(&node, port, "v1\n"))]).await;
-    let mut envoy = Envoy::start(&xds, &node, api);
-    envoy.wait_body(localhost(port), "v1\n").await;
+    let xds = start_xds(&[(
+        "config.yaml",
+        direct_response_yaml(&node, port, "v1\n").must(),
+    )])
+    .await;
+    let mut envoy = Envoy::start(&xds, &node, api).must();
+    wait_body(&mut envoy, localhost(port), "v1\n").await;
     let pid = envoy.process.id();
 
     write_atomic(
         &xds.file("config.yaml"),
-        &direct_response_yaml(&node, port, "v2\n"),
-    );
+        &direct_response_yaml(&node, port, "v2\n").must(),
+    )
+    .must();
     let written = Instant::now();
-    envoy.wait_body(localhost(port), "v2\n").await;
+    wait_body(&mut envoy, localhost(port), "v2\n").await;
     let took = written.elapsed();
     eprintln!("[{api}] edit → Envoy serves the new body: {took:?}");
 
-    envoy.assert_running();
+    envoy.check_running().must();
     assert_eq!(envoy.process.id(), pid, "envoy was restarted");
     // Still the new body (no flapping back).
     let r = get(localhost(port), "/").await.unwrap();
@@ -662,7 +313,7 @@ async fn kuard_style_config_proxies_to_the_upstream() {
         },
     });
     let listener = http_listener("http", port, json!({"route": {"cluster": "kuard"}}), None);
-    let xds = Xds::start(&[(
+    let xds = start_xds(&[(
         "kuard.json",
         envoy_config(
             node,
@@ -670,8 +321,8 @@ async fn kuard_style_config_proxies_to_the_upstream() {
         ),
     )])
     .await;
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw);
-    let r = envoy.wait_body(localhost(port), body).await;
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    let r = wait_body(&mut envoy, localhost(port), body).await;
     assert_eq!(r.header("server"), Some("envoy"));
     assert_eq!(r.header("x-upstream"), Some("kuard"));
     assert!(served.load(Ordering::SeqCst) >= 1);
@@ -684,8 +335,8 @@ async fn kuard_style_config_proxies_to_the_upstream() {
 async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
     let node = "e2e-tls";
     let secret = "e2e-certificate";
-    let first = issue_bundle();
-    let second = issue_bundle();
+    let first = issue_bundle().must();
+    let second = issue_bundle().must();
     let port = free_port().unwrap();
     let tls = json!({
         "name": "envoy.transport_sockets.tls",
@@ -709,7 +360,7 @@ async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
             ),
         ],
     );
-    let xds = Xds::start(&[
+    let xds = start_xds(&[
         ("envoyconfig.json", config),
         (
             "secret.yaml",
@@ -717,33 +368,38 @@ async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
         ),
     ])
     .await;
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw);
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     let addr = localhost(port);
 
-    let (leaf, resp) = envoy
-        .eventually("TLS listener with the first certificate", CONVERGE, || {
-            get_tls(addr, &first.ca.cert_pem)
-        })
-        .await;
-    assert_eq!(leaf, der(&first.server.cert_pem));
+    let (leaf, resp) = eventually(
+        &mut envoy,
+        "TLS listener with the first certificate",
+        CONVERGE,
+        || get_tls(addr, &first.ca.cert_pem),
+    )
+    .await;
+    assert_eq!(leaf, der(&first.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
 
     // Replace the Secret manifest: new handshakes get the new certificate.
     write_atomic(
         &xds.file("secret.yaml"),
         &tls_secret_yaml(secret, &second.server.cert_pem, &second.server.key_pem),
-    );
+    )
+    .must();
     let written = Instant::now();
-    let (leaf, resp) = envoy
-        .eventually("TLS listener with the second certificate", CONVERGE, || {
-            get_tls(addr, &second.ca.cert_pem)
-        })
-        .await;
+    let (leaf, resp) = eventually(
+        &mut envoy,
+        "TLS listener with the second certificate",
+        CONVERGE,
+        || get_tls(addr, &second.ca.cert_pem),
+    )
+    .await;
     eprintln!(
         "secret replaced → Envoy serves the new certificate: {:?}",
         written.elapsed()
     );
-    assert_eq!(leaf, der(&second.server.cert_pem));
+    assert_eq!(leaf, der(&second.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
     // The old CA no longer verifies what is served.
     assert!(get_tls(addr, &first.ca.cert_pem).await.is_err());
@@ -796,7 +452,7 @@ async fn health_check(
 async fn grpc_requires_a_client_certificate_from_the_ca() {
     use tonic_health::pb::health_check_response::ServingStatus;
 
-    let xds = Xds::start(&[]).await;
+    let xds = start_xds(&[]).await;
     let ca = xds.bundle.ca.cert_pem.clone();
     let client = (
         xds.bundle.client.cert_pem.as_str(),
@@ -826,7 +482,7 @@ async fn grpc_requires_a_client_certificate_from_the_ca() {
     eprintln!("no client certificate: {}", refused.unwrap_err());
 
     // A client certificate from another CA (the client still trusts the server's CA).
-    let other = issue_bundle();
+    let other = issue_bundle().must();
     let refused = health_check(
         xds.xdss,
         &ca,
@@ -866,9 +522,9 @@ async fn rejected_config_is_nacked_with_backoff_and_the_old_one_keeps_serving() 
             )],
         )
     };
-    let xds = Xds::start(&[("config.json", good("good\n"))]).await;
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw);
-    envoy.wait_body(localhost(old_port), "good\n").await;
+    let xds = start_xds(&[("config.json", good("good\n"))]).await;
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    wait_body(&mut envoy, localhost(old_port), "good\n").await;
 
     // Walkthrough 2: the listener moves to another port and routes to a cluster that does
     // not exist.
@@ -884,7 +540,7 @@ async fn rejected_config_is_nacked_with_backoff_and_the_old_one_keeps_serving() 
             ),
         )],
     );
-    write_atomic(&xds.file("config.json"), &broken);
+    write_atomic(&xds.file("config.json"), &broken).must();
     let pod = pod_name(node);
     let labels = [
         ("node_id", node),
@@ -892,16 +548,15 @@ async fn rejected_config_is_nacked_with_backoff_and_the_old_one_keeps_serving() 
         ("pod_name", pod.as_str()),
     ];
     let nacks = |text: &str| metric_sum(text, "marin3r_xdss_discovery_nack_total", &labels);
-    let first = envoy
-        .eventually("first NACK in /metrics", CONVERGE, || async {
-            let n = nacks(&xds.metrics_text().await);
-            if n >= 1.0 {
-                Ok(n)
-            } else {
-                Err(format!("{n} NACKs"))
-            }
-        })
-        .await;
+    let first = eventually(&mut envoy, "first NACK in /metrics", CONVERGE, || async {
+        let n = nacks(&xds.metrics_text().await.must());
+        if n >= 1.0 {
+            Ok(n)
+        } else {
+            Err(format!("{n} NACKs"))
+        }
+    })
+    .await;
 
     // Sample the counter for 3 s: the rejected version is re-sent on the 100 ms doubling
     // backoff (≈ 4 more NACKs in 3 s), not in a tight loop.
@@ -910,7 +565,7 @@ async fn rejected_config_is_nacked_with_backoff_and_the_old_one_keeps_serving() 
     let mut samples = vec![(Duration::ZERO, first)];
     while start.elapsed() < window {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        samples.push((start.elapsed(), nacks(&xds.metrics_text().await)));
+        samples.push((start.elapsed(), nacks(&xds.metrics_text().await.must())));
     }
     let last = samples.last().unwrap().1;
     let grew = last - first;
@@ -929,20 +584,20 @@ async fn rejected_config_is_nacked_with_backoff_and_the_old_one_keeps_serving() 
     eprintln!("envoy: {rejected}");
 
     // The previous config keeps serving; the rejected listener never came up.
-    envoy.assert_running();
+    envoy.check_running().must();
     let r = get(localhost(old_port), "/").await.unwrap();
     assert_eq!((r.status, r.body.as_str()), (200, "good\n"));
     assert!(get(localhost(new_port), "/").await.is_err());
 
     // A newer (good) version goes out at once, not on the backoff schedule.
-    write_atomic(&xds.file("config.json"), &good("fixed\n"));
+    write_atomic(&xds.file("config.json"), &good("fixed\n")).must();
     let written = Instant::now();
-    envoy.wait_body(localhost(old_port), "fixed\n").await;
+    wait_body(&mut envoy, localhost(old_port), "fixed\n").await;
     eprintln!("fix written → served: {:?}", written.elapsed());
-    let after_fix = nacks(&xds.metrics_text().await);
+    let after_fix = nacks(&xds.metrics_text().await.must());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        nacks(&xds.metrics_text().await),
+        nacks(&xds.metrics_text().await.must()),
         after_fix,
         "NACKs continued after the fix"
     );

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::hint::black_box;
 
 use marin3r_sidecar::{Defaults, mutate_pod};
-use marin3r_webhook::admission::review;
+use marin3r_webhook::admission::mutate;
 
 /// A realistic Pod: two app containers with env, probes and mounts, the kuard walkthrough
 /// annotations plus shutdown manager and resources.
@@ -62,7 +62,7 @@ fn bench(c: &mut Criterion) {
     .unwrap();
     c.bench_function("admission review (parse + inject + diff + encode)", |b| {
         b.iter(|| {
-            let (out, _) = review(black_box(&body), &defaults).unwrap();
+            let (out, _) = mutate(black_box(&body), &defaults).unwrap();
             serde_json::to_vec(&out).unwrap()
         })
     });

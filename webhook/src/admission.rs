@@ -1,8 +1,12 @@
 //! The sans-I/O admission core: AdmissionReview v1 bytes in, AdmissionReview v1 out.
 //!
-//! A body that is not an AdmissionReview v1 with a request uid is a [`BadRequest`]
-//! (HTTP 400). Everything else gets a well-formed review: allowed unchanged (not a Pod,
-//! not a CREATE, not labelled), allowed with a JSON patch, or denied with the aggregated
+//! Shared by both admission paths: [`parse`] (a body that is not an AdmissionReview v1
+//! with a request uid is a [`BadRequest`], HTTP 400) and the response envelope
+//! [`ReviewOut`]. This module also holds the Pod mutation ([`mutate`]); the EnvoyConfig
+//! validation is in [`crate::validation`].
+//!
+//! A parsed Pod review gets a well-formed answer: allowed unchanged (not a Pod, not a
+//! CREATE, not labelled), allowed with a JSON patch, or denied with the aggregated
 //! validation message. The response type is our own: kube 5.0's `AdmissionResponse`
 //! serialises the patch as an array of numbers (kube-rs #1781), while the API server
 //! expects a base64 string.
@@ -72,16 +76,83 @@ struct RequestIn {
     namespace: Option<String>,
     operation: Option<String>,
     object: Option<Value>,
+    old_object: Option<Value>,
 }
 
-#[derive(Debug, Deserialize, PartialEq, Eq)]
-struct Gvk {
+/// The group/version/kind of the object under review (`request.kind`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Gvk {
     #[serde(default)]
-    group: String,
+    pub group: String,
     #[serde(default)]
-    version: String,
+    pub version: String,
     #[serde(default)]
-    kind: String,
+    pub kind: String,
+}
+
+impl Gvk {
+    /// True when this is exactly `group`/`version`, `kind`.
+    pub fn is(&self, group: &str, version: &str, kind: &str) -> bool {
+        self.group == group && self.version == version && self.kind == kind
+    }
+}
+
+/// The parts of an AdmissionReview v1 request the webhooks read (see [`parse`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionRequest {
+    /// Non-empty; echoed in the response.
+    pub uid: String,
+    pub kind: Option<Gvk>,
+    pub sub_resource: Option<String>,
+    pub namespace: Option<String>,
+    pub operation: Option<String>,
+    pub object: Option<Value>,
+    pub old_object: Option<Value>,
+}
+
+impl AdmissionRequest {
+    /// True when `request.kind` is exactly `group`/`version`, `kind`.
+    pub fn is_kind(&self, group: &str, version: &str, kind: &str) -> bool {
+        self.kind
+            .as_ref()
+            .is_some_and(|k| k.is(group, version, kind))
+    }
+
+    /// True for a request on a subresource (`status`, `eviction`, …).
+    pub fn is_subresource(&self) -> bool {
+        self.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    }
+}
+
+/// Parses an AdmissionReview v1 body: a [`BadRequest`] unless it is a JSON object with
+/// `apiVersion: admission.k8s.io/v1`, `kind: AdmissionReview` and a request with a uid.
+/// Shared by every admission path.
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest, BadRequest> {
+    let input: ReviewIn = serde_json::from_slice(body)
+        .map_err(|e| BadRequest(format!("body is not an AdmissionReview JSON object: {e}")))?;
+    if input.api_version.as_deref() != Some(API_VERSION) || input.kind.as_deref() != Some(KIND) {
+        return Err(BadRequest(format!(
+            "expected apiVersion {API_VERSION:?} and kind {KIND:?}, got apiVersion {:?} and kind {:?}",
+            input.api_version.unwrap_or_default(),
+            input.kind.unwrap_or_default()
+        )));
+    }
+    let request = input
+        .request
+        .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
+    let uid = request
+        .uid
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| BadRequest("request.uid is missing".into()))?;
+    Ok(AdmissionRequest {
+        uid,
+        kind: request.kind,
+        sub_resource: request.sub_resource,
+        namespace: request.namespace,
+        operation: request.operation,
+        object: request.object,
+        old_object: request.old_object,
+    })
 }
 
 /// `AdmissionReview` v1 response envelope.
@@ -126,7 +197,8 @@ impl ReviewOut {
         }
     }
 
-    fn allow(uid: String) -> Self {
+    /// Allowed, unchanged.
+    pub fn allow(uid: String) -> Self {
         Self::new(Response {
             uid,
             allowed: true,
@@ -136,7 +208,8 @@ impl ReviewOut {
         })
     }
 
-    fn deny(uid: String, code: u16, message: String) -> Self {
+    /// Denied with `code` (403 → `Forbidden`, else `BadRequest`) and `message`.
+    pub fn deny(uid: String, code: u16, message: String) -> Self {
         let reason = if code == 403 {
             "Forbidden"
         } else {
@@ -163,38 +236,14 @@ fn strip_managed_fields(obj: &mut Value) {
     }
 }
 
-/// Handles one AdmissionReview body.
-pub fn review(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), BadRequest> {
-    let input: ReviewIn = serde_json::from_slice(body)
-        .map_err(|e| BadRequest(format!("body is not an AdmissionReview JSON object: {e}")))?;
-    if input.api_version.as_deref() != Some(API_VERSION) || input.kind.as_deref() != Some(KIND) {
-        return Err(BadRequest(format!(
-            "expected apiVersion {API_VERSION:?} and kind {KIND:?}, got apiVersion {:?} and kind {:?}",
-            input.api_version.unwrap_or_default(),
-            input.kind.unwrap_or_default()
-        )));
-    }
-    let request = input
-        .request
-        .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
-    let uid = request
-        .uid
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| BadRequest("request.uid is missing".into()))?;
-
-    let pod_kind = Gvk {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "Pod".into(),
-    };
-    if request.kind.as_ref() != Some(&pod_kind) {
+/// Handles one AdmissionReview body of the Pod mutating webhook (`/pod-v1-mutate`).
+pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), BadRequest> {
+    let request = parse(body)?;
+    let uid = request.uid.clone();
+    if !request.is_kind("", "v1", "Pod") {
         return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::NotAPod)));
     }
-    if request
-        .sub_resource
-        .as_deref()
-        .is_some_and(|s| !s.is_empty())
-    {
+    if request.is_subresource() {
         return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Subresource)));
     }
     if request.operation.as_deref() != Some("CREATE") {
@@ -275,7 +324,7 @@ mod tests {
                 "request.uid is missing",
             ),
         ] {
-            let err = review(&b, &d).unwrap_err();
+            let err = mutate(&b, &d).unwrap_err();
             assert!(err.0.contains(msg), "{err} should contain {msg}");
         }
     }
@@ -284,7 +333,7 @@ mod tests {
     fn non_pod_is_allowed_unchanged() {
         let mut r = pod_review(json!({}));
         r["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
-        let (out, outcome) = review(&body(r), &Defaults::default()).unwrap();
+        let (out, outcome) = mutate(&body(r), &Defaults::default()).unwrap();
         assert_eq!(outcome, Outcome::Skipped(Skip::NotAPod));
         assert!(out.response.allowed);
         assert_eq!(out.response.uid, "u-1");
@@ -295,7 +344,7 @@ mod tests {
     fn labelled_pod_without_node_id_is_denied() {
         let pod = json!({"metadata": {"labels": {"marin3r.3scale.net/status": "enabled"}},
                          "spec": {"containers": [{"name": "app"}]}});
-        let (out, outcome) = review(&body(pod_review(pod)), &Defaults::default()).unwrap();
+        let (out, outcome) = mutate(&body(pod_review(pod)), &Defaults::default()).unwrap();
         assert_eq!(outcome, Outcome::Denied);
         assert!(!out.response.allowed);
         let status = out.response.status.unwrap();
@@ -309,7 +358,7 @@ mod tests {
                                       "annotations": {"marin3r.3scale.net/node-id": "n"},
                                       "managedFields": [{"manager": "kubectl"}]},
                          "spec": {"containers": [{"name": "app"}]}});
-        let (out, outcome) = review(&body(pod_review(pod)), &Defaults::default()).unwrap();
+        let (out, outcome) = mutate(&body(pod_review(pod)), &Defaults::default()).unwrap();
         assert_eq!(outcome, Outcome::Injected);
         assert_eq!(out.response.patch_type.as_deref(), Some("JSONPatch"));
         let raw = base64::engine::general_purpose::STANDARD

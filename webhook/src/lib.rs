@@ -1,10 +1,13 @@
-//! The MARIN3R sidecar-injection webhook: HTTPS `POST /pod-v1-mutate` (AdmissionReview
-//! v1), probes and Prometheus metrics, over the pure `marin3r-sidecar` toolkit.
+//! The MARIN3R admission webhook (AdmissionReview v1 over HTTPS): sidecar injection at
+//! `POST /pod-v1-mutate` over the pure `marin3r-sidecar` toolkit, EnvoyConfig validation
+//! at `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` with the `marin3r-xds`
+//! decoder; probes and Prometheus metrics.
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod metrics;
 pub mod server;
+pub mod validation;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -15,7 +18,10 @@ use std::time::Duration;
 
 use marin3r_sidecar::Defaults;
 
-pub use server::{AppState, MAX_BODY_BYTES, MUTATE_PATH, metrics_router, probe_router, router};
+pub use server::{
+    AppState, MAX_BODY_BYTES, MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH, metrics_router, probe_router,
+    router,
+};
 
 /// How long in-flight requests may take to finish after a shutdown signal.
 pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);

@@ -7,6 +7,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::admission::Outcome;
+use crate::validation::Verdict;
 
 /// Label set of the skip counter.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -26,7 +27,15 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
-/// All webhook metrics and the registry that exposes them.
+/// Label set of the EnvoyConfig validation counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ValidationLabels {
+    pub result: String,
+}
+
+/// All webhook metrics and the registry that exposes them. `requests`, `injections`,
+/// `denials`, `skips` and `request_duration_seconds` describe the Pod mutating path;
+/// `validations` and `validation_duration_seconds` the EnvoyConfig validating path.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -35,6 +44,8 @@ pub struct Metrics {
     denials: Counter,
     skips: Family<SkipLabels, Counter>,
     latency: Histogram,
+    validations: Family<ValidationLabels, Counter>,
+    validation_latency: Histogram,
 }
 
 impl Default for Metrics {
@@ -51,9 +62,11 @@ impl Metrics {
         let denials = Counter::default();
         let skips = Family::<SkipLabels, Counter>::default();
         let latency = Histogram::new(LATENCY_BUCKETS);
+        let validations = Family::<ValidationLabels, Counter>::default();
+        let validation_latency = Histogram::new(LATENCY_BUCKETS);
         registry.register(
             "requests",
-            "Admission requests by result (injected, skipped, denied, bad_request)",
+            "Pod admission requests by result (injected, skipped, denied, bad_request)",
             requests.clone(),
         );
         registry.register("injections", "Pods that got a sidecar", injections.clone());
@@ -69,12 +82,27 @@ impl Metrics {
         );
         registry.register(
             "request_duration_seconds",
-            "Time to answer an admission request",
+            "Time to answer a Pod admission request",
             latency.clone(),
+        );
+        registry.register(
+            "validations",
+            "EnvoyConfig admission requests by result (allowed, denied, skipped, bad_request)",
+            validations.clone(),
+        );
+        registry.register(
+            "validation_duration_seconds",
+            "Time to answer an EnvoyConfig admission request",
+            validation_latency.clone(),
         );
         // Pre-create the result series so dashboards see zeros instead of gaps.
         for result in ["injected", "skipped", "denied", "bad_request"] {
             let _ = requests.get_or_create(&RequestLabels {
+                result: result.to_string(),
+            });
+        }
+        for result in ["allowed", "denied", "skipped", "bad_request"] {
+            let _ = validations.get_or_create(&ValidationLabels {
                 result: result.to_string(),
             });
         }
@@ -85,10 +113,12 @@ impl Metrics {
             denials,
             skips,
             latency,
+            validations,
+            validation_latency,
         }
     }
 
-    /// Records one answered review.
+    /// Records one answered Pod review (`None`: a bad request).
     pub fn observe(&self, outcome: Option<&Outcome>, seconds: f64) {
         let result = match outcome {
             None => "bad_request",
@@ -115,6 +145,22 @@ impl Metrics {
             })
             .inc();
         self.latency.observe(seconds);
+    }
+
+    /// Records one answered EnvoyConfig review (`None`: a bad request).
+    pub fn observe_validation(&self, verdict: Option<&Verdict>, seconds: f64) {
+        let result = match verdict {
+            None => "bad_request",
+            Some(Verdict::Allowed) => "allowed",
+            Some(Verdict::Denied) => "denied",
+            Some(Verdict::Skipped(_)) => "skipped",
+        };
+        self.validations
+            .get_or_create(&ValidationLabels {
+                result: result.to_string(),
+            })
+            .inc();
+        self.validation_latency.observe(seconds);
     }
 
     /// The OpenMetrics text exposition.

@@ -15,13 +15,16 @@ use serde_json::json;
 
 use marin3r_sidecar::Defaults;
 
-use crate::admission::{self, Outcome};
+use crate::admission::{self, BadRequest, Outcome, ReviewOut};
 use crate::metrics::Metrics;
+use crate::validation::{self, Verdict};
 
 /// Largest AdmissionReview body accepted: the API server caps objects at 3 MiB.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Path of the Pod mutating webhook.
 pub const MUTATE_PATH: &str = "/pod-v1-mutate";
+/// Path of the EnvoyConfig validating webhook (upstream's path).
+pub const VALIDATE_ENVOYCONFIG_PATH: &str = "/validate-marin3r-3scale-net-v1alpha1-envoyconfig";
 
 /// Shared state of the admission router.
 #[derive(Debug)]
@@ -37,15 +40,6 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
         HeaderValue::from_static("application/json"),
     );
     resp
-}
-
-fn bad_request(state: &AppState, started: Instant, message: String) -> Response {
-    state.metrics.observe(None, started.elapsed().as_secs_f64());
-    tracing::warn!(error = %message, "rejected admission request");
-    json_response(
-        StatusCode::BAD_REQUEST,
-        &json!({"error": message, "code": 400}),
-    )
 }
 
 async fn read_body(req: Request) -> Result<Bytes, String> {
@@ -71,45 +65,93 @@ async fn read_body(req: Request) -> Result<Bytes, String> {
         })
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let started = Instant::now();
-    let body = match read_body(req).await {
-        Ok(b) => b,
-        Err(msg) => return bad_request(&state, started, msg),
-    };
-    match admission::review(&body, &state.defaults) {
-        Err(e) => bad_request(&state, started, e.0),
-        Ok((out, outcome)) => {
-            let elapsed = started.elapsed().as_secs_f64();
-            state.metrics.observe(Some(&outcome), elapsed);
-            match &outcome {
-                Outcome::Denied => tracing::info!(
-                    uid = %out.response.uid,
-                    message = out.response.status.as_ref().map(|s| s.message.as_str()).unwrap_or_default(),
-                    "denied pod"
-                ),
-                Outcome::Injected => {
-                    tracing::info!(uid = %out.response.uid, seconds = elapsed, "injected sidecar")
-                }
-                Outcome::Skipped(s) => {
-                    tracing::debug!(uid = %out.response.uid, reason = s.as_str(), "skipped")
-                }
-            }
-            match serde_json::to_value(&out) {
-                Ok(v) => json_response(StatusCode::OK, &v),
-                Err(e) => json_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &json!({"error": format!("cannot serialise response: {e}")}),
-                ),
-            }
+/// The 400 JSON answer for a bad request, or the 200 AdmissionReview answer.
+fn respond<O>(result: Result<(ReviewOut, O), BadRequest>) -> Response {
+    match result {
+        Err(BadRequest(message)) => {
+            tracing::warn!(error = %message, "rejected admission request");
+            json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": message, "code": 400}),
+            )
         }
+        Ok((out, _)) => match serde_json::to_value(&out) {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err(e) => json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"error": format!("cannot serialise response: {e}")}),
+            ),
+        },
     }
 }
 
-/// The HTTPS admission router (`POST /pod-v1-mutate`).
+/// Reads the body (at most [`MAX_BODY_BYTES`]) and hands it to an admission core.
+async fn admit<O>(
+    req: Request,
+    core: impl FnOnce(&[u8]) -> Result<(ReviewOut, O), BadRequest>,
+) -> Result<(ReviewOut, O), BadRequest> {
+    let body = read_body(req).await.map_err(BadRequest)?;
+    core(&body)
+}
+
+fn denial_message(out: &ReviewOut) -> &str {
+    out.response
+        .status
+        .as_ref()
+        .map(|s| s.message.as_str())
+        .unwrap_or_default()
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let started = Instant::now();
+    let result = admit(req, |body| admission::mutate(body, &state.defaults)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    state
+        .metrics
+        .observe(result.as_ref().ok().map(|(_, o)| o), elapsed);
+    if let Ok((out, outcome)) = &result {
+        let uid = &out.response.uid;
+        match outcome {
+            Outcome::Denied => {
+                tracing::info!(%uid, message = denial_message(out), "denied pod")
+            }
+            Outcome::Injected => tracing::info!(%uid, seconds = elapsed, "injected sidecar"),
+            Outcome::Skipped(s) => tracing::debug!(%uid, reason = s.as_str(), "skipped"),
+        }
+    }
+    respond(result)
+}
+
+async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let started = Instant::now();
+    let result = admit(req, validation::validate).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    state
+        .metrics
+        .observe_validation(result.as_ref().ok().map(|(_, v)| v), elapsed);
+    if let Ok((out, verdict)) = &result {
+        let uid = &out.response.uid;
+        match verdict {
+            Verdict::Denied => {
+                tracing::info!(%uid, message = denial_message(out), "denied EnvoyConfig")
+            }
+            Verdict::Allowed => {
+                tracing::debug!(%uid, seconds = elapsed, "EnvoyConfig is valid")
+            }
+            Verdict::Skipped(p) => {
+                tracing::debug!(%uid, reason = p.as_str(), "skipped EnvoyConfig validation")
+            }
+        }
+    }
+    respond(result)
+}
+
+/// The HTTPS admission router: `POST /pod-v1-mutate` (Pod sidecar injection) and
+/// `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` (EnvoyConfig validation).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(MUTATE_PATH, post(mutate))
+        .route(VALIDATE_ENVOYCONFIG_PATH, post(validate))
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }

@@ -838,6 +838,36 @@ impl SecretSource for FileSecrets {
     }
 }
 
+/// Checks one EnvoyConfig manifest without a cluster, as `marin3r validate` and the
+/// validating admission webhook do: [`parse_envoy_config`], then [`resolve`] against
+/// `secrets`. A Secret that `secrets` does not have is **not** an error (it normally
+/// lives in the cluster; the generated resource is skipped), and
+/// `generateFromEndpointSlices` is only shape-checked; every other problem is returned,
+/// each with its path.
+pub fn validate_envoy_config(
+    doc: &Value,
+    secrets: &dyn SecretSource,
+) -> Result<(), Vec<DecodeError>> {
+    let config = parse_envoy_config(doc).map_err(|e| vec![e])?;
+    let errors: Vec<DecodeError> = match resolve(&config.spec, secrets) {
+        Ok(_) => return Ok(()),
+        Err(errors) => errors
+            .into_iter()
+            .filter(|e| {
+                !matches!(
+                    e,
+                    DecodeError::MissingSecret { .. } | DecodeError::NeedsKubernetes { .. }
+                )
+            })
+            .collect(),
+    };
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 /// Checks every EnvoyConfig in a multi-document YAML (or JSON) file, as
 /// `marin3r validate -f FILE` does: returns how many EnvoyConfigs were checked, or one
 /// line per problem: `[<document, 1-based>] EnvoyConfig <namespace>/<name>: <error>`.
@@ -880,28 +910,12 @@ pub fn validate_file(text: &str) -> Result<usize, Vec<String>> {
             Some(ns) => format!("[{}] EnvoyConfig {ns}/{name}", i + 1),
             None => format!("[{}] EnvoyConfig {name}", i + 1),
         };
-        let config = match parse_envoy_config(doc) {
-            Ok(config) => config,
-            Err(e) => {
-                errors.push(format!("{id}: {e}"));
-                continue;
-            }
-        };
         let source = FileSecrets {
             namespace: namespace.map(str::to_string),
             secrets: secrets.clone(),
         };
-        if let Err(errs) = resolve(&config.spec, &source) {
-            errors.extend(
-                errs.into_iter()
-                    .filter(|e| {
-                        !matches!(
-                            e,
-                            DecodeError::MissingSecret { .. } | DecodeError::NeedsKubernetes { .. }
-                        )
-                    })
-                    .map(|e| format!("{id}: {e}")),
-            );
+        if let Err(errs) = validate_envoy_config(doc, &source) {
+            errors.extend(errs.into_iter().map(|e| format!("{id}: {e}")));
         }
     }
     if errors.is_empty() {

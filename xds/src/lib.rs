@@ -1,11 +1,13 @@
 //! The MARIN3R discovery service: a complete Envoy v3 type registry, JSON/YAML resource
 //! decoding, per-node snapshots, ADS (SotW and Delta) state machines and their tonic
-//! shell with mTLS, and the config sources (local folder; Kubernetes later).
+//! shell with mTLS, the self-healing revision engine, and the config sources (a local
+//! folder, or EnvoyConfig/EnvoyConfigRevision controllers in Kubernetes).
 #![forbid(unsafe_code)]
 
 pub mod decode;
 pub mod delta;
 pub mod envoyconfig;
+pub mod envoyconfigrevision;
 pub mod registry;
 pub mod resource;
 pub mod revisions;
@@ -20,8 +22,10 @@ pub use snapshot::{DuplicateResource, EMPTY_VERSION, Snapshot, SnapshotCache, Ty
 pub use sotw::{AdsConfig, Outcome, SotwOutcome, SotwStream, supports_wildcard};
 pub use stats::{AckNackStats, Api, NodeInfo, PodCounts, SharedStats, StreamEvent, XdsMetrics};
 
+pub mod kubernetes;
 pub mod local;
 pub mod server;
+pub mod status;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -42,6 +46,12 @@ pub enum Error {
     },
     #[error("cannot read the config folder {dir}")]
     ConfigDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot use the state folder {dir}")]
+    StateDir {
         dir: PathBuf,
         #[source]
         source: std::io::Error,

@@ -47,17 +47,35 @@ pub fn config_version(spec: &EnvoyConfigSpec) -> String {
 pub trait NackView {
     /// True when every pod currently subscribed for `node_id` NACKed `version` of `t` at
     /// least `threshold` times (false when no pod is subscribed).
-    fn rejected_by_all_pods(&self, node_id: &str, t: ResourceType, version: &str, threshold: u64) -> bool;
+    fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool;
 }
 
 impl NackView for crate::stats::SharedStats {
-    fn rejected_by_all_pods(&self, node_id: &str, t: ResourceType, version: &str, threshold: u64) -> bool {
+    fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool {
         crate::stats::SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
     }
 }
 
 impl NackView for crate::stats::AckNackStats {
-    fn rejected_by_all_pods(&self, node_id: &str, t: ResourceType, version: &str, threshold: u64) -> bool {
+    fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool {
         crate::stats::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
     }
 }
@@ -206,6 +224,20 @@ impl Revisions {
         }
     }
 
+    /// Like [`mark_published`](Self::mark_published) for a revision that has just become
+    /// the published one (first time, rollback, retry): `lastPublishedAt` is always `now`.
+    pub fn mark_newly_published(
+        &mut self,
+        version: &str,
+        provides: BTreeMap<ResourceType, String>,
+        now: SystemTime,
+    ) {
+        if let Some(r) = self.revisions.iter_mut().find(|r| r.version == version) {
+            r.last_published_at = None;
+        }
+        self.mark_published(version, provides, now);
+    }
+
     /// The taint verdict for the published revision given the NACK statistics: tainted
     /// when, for one of the versions it provides, every subscribed pod has at least
     /// `threshold` NACKs. Types whose version equals an untainted older revision's are
@@ -213,7 +245,9 @@ impl Revisions {
     pub fn evaluate(&self, stats: &dyn NackView, threshold: u64) -> Option<Taint> {
         let published = self.published()?;
         for (type_name, version) in &published.provides_versions {
-            let Ok(t) = type_name.parse::<ResourceType>() else { continue };
+            let Ok(t) = type_name.parse::<ResourceType>() else {
+                continue;
+            };
             if stats.rejected_by_all_pods(&self.node_id, t, version, threshold) {
                 return Some(Taint {
                     version: published.version.clone(),
@@ -264,7 +298,11 @@ mod tests {
         assert_ne!(config_version(&spec(1)), config_version(&spec(2)));
         let mut other_node = spec(1);
         other_node.node_id = "other".into();
-        assert_eq!(config_version(&spec(1)), config_version(&other_node), "node id is not a resource");
+        assert_eq!(
+            config_version(&spec(1)),
+            config_version(&other_node),
+            "node id is not a resource"
+        );
         assert_eq!(config_version(&spec(1)).len(), 16);
     }
 
@@ -295,7 +333,11 @@ mod tests {
         assert_eq!(r.apply(&spec(1), t(3)), v1);
         let order: Vec<&str> = r.revisions.iter().map(|x| x.version.as_str()).collect();
         assert_eq!(order, [v2.as_str(), v1.as_str()]);
-        assert_eq!(r.revisions[1].created_at, t(1), "the revision is moved, not recreated");
+        assert_eq!(
+            r.revisions[1].created_at,
+            t(1),
+            "the revision is moved, not recreated"
+        );
         assert_eq!(r.published().unwrap().version, v1);
     }
 
@@ -354,7 +396,11 @@ mod tests {
         r.mark_published(&v2, provides("L2"), t(2));
 
         let none = Rejected(BTreeSet::new());
-        assert_eq!(r.evaluate(&none, 5), None, "partial or no rejection never taints");
+        assert_eq!(
+            r.evaluate(&none, 5),
+            None,
+            "partial or no rejection never taints"
+        );
 
         let l2 = Rejected(BTreeSet::from([(ResourceType::Listener, "L2".to_string())]));
         let taint = r.evaluate(&l2, 5).unwrap();
@@ -375,9 +421,19 @@ mod tests {
         r.mark_published(&v1, provides("L1"), t(5));
         r.mark_published(&v1, provides("L1"), t(9));
         let rev = r.published().unwrap();
-        assert_eq!(rev.last_published_at, Some(t(5)), "unchanged re-publish keeps the time");
+        assert_eq!(
+            rev.last_published_at,
+            Some(t(5)),
+            "unchanged re-publish keeps the time"
+        );
         assert_eq!(rev.provides_versions["listener"], "L1");
         r.mark_published(&v1, provides("L1b"), t(10));
         assert_eq!(r.published().unwrap().last_published_at, Some(t(10)));
+        r.mark_newly_published(&v1, provides("L1b"), t(12));
+        assert_eq!(
+            r.published().unwrap().last_published_at,
+            Some(t(12)),
+            "a rollback to it is a new publication"
+        );
     }
 }

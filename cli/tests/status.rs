@@ -1,0 +1,264 @@
+//! `marin3r status` against a real `marin3r discovery-service --config-dir` process:
+//! the `kubectl get ec`-like table (aligned columns, `--revisions`), `-o json`, the
+//! `--nack-threshold` / `--state-dir` flags (revisions survive a restart), and a clear
+//! error for an unreachable URL. No Envoy is needed: a config that does not decode is
+//! tainted by the discovery service itself, which gives a `Rollback` to show.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use marin3r_tests::{KillOnDrop, free_port, wait_for};
+
+fn marin3r() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_marin3r"))
+}
+
+fn envoy_config(cluster_value: &str) -> String {
+    format!(
+        r#"apiVersion: marin3r.3scale.net/v1alpha1
+kind: EnvoyConfig
+metadata: {{name: kuard, namespace: default}}
+spec:
+  nodeID: kuard
+  envoyAPI: v3
+  resources:
+    - type: cluster
+      value: {cluster_value}
+"#
+    )
+}
+
+const GOOD: &str = "{name: kuard, connect_timeout: 1s}";
+const BROKEN: &str = "{name: kuard, connect_timeout: 1s, bogus_field: 1}";
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// A local-mode discovery service on 127.0.0.1; returns the process and its metrics port.
+fn start_discovery_service(dir: &Path) -> (KillOnDrop, u16) {
+    let (xdss, metrics, probes) = (
+        free_port().unwrap(),
+        free_port().unwrap(),
+        free_port().unwrap(),
+    );
+    let mut cmd = marin3r();
+    cmd.args(["--log-format", "text", "discovery-service"])
+        .args(["--xdss-bind-address", "127.0.0.1"])
+        .args(["--xdss-port", &xdss.to_string()])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .args([
+            "--health-probe-bind-address",
+            &format!("127.0.0.1:{probes}"),
+        ])
+        .arg("--server-certificate-path")
+        .arg(dir.join("certs/server"))
+        .arg("--ca-certificate-path")
+        .arg(dir.join("certs/ca"))
+        .arg("--config-dir")
+        .arg(dir.join("config"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--nack-threshold", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = KillOnDrop::spawn("discovery-service", &mut cmd).unwrap();
+    let ready = wait_for(Duration::from_secs(20), || {
+        http_get(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    assert!(ready.is_some(), "the discovery service never became ready");
+    (child, metrics)
+}
+
+fn status(metrics: u16, extra: &[&str]) -> String {
+    let out = marin3r()
+        .args(["status", "--url", &format!("http://127.0.0.1:{metrics}")])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The cells of a table line, cut at the column starts of its header.
+fn cells<'a>(header: &str, line: &'a str, columns: &[&str]) -> Vec<&'a str> {
+    let starts: Vec<usize> = columns
+        .iter()
+        .map(|c| header.find(c).unwrap_or_else(|| panic!("{c} in {header}")))
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            let end = starts
+                .get(i + 1)
+                .copied()
+                .unwrap_or(line.len())
+                .min(line.len());
+            line.get(s..end).unwrap_or_default().trim_end()
+        })
+        .collect()
+}
+
+#[test]
+fn status_prints_envoyconfigs_like_kubectl_get_ec() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = marin3r()
+        .args(["certs", "--hosts", "localhost,127.0.0.1", "--out"])
+        .arg(dir.path().join("certs"))
+        .output()
+        .unwrap();
+    assert!(certs.status.success());
+    std::fs::create_dir_all(dir.path().join("config")).unwrap();
+    let file = dir.path().join("config/kuard.yaml");
+    std::fs::write(&file, envoy_config(GOOD)).unwrap();
+    let (process, metrics) = start_discovery_service(dir.path());
+
+    let table = status(metrics, &[]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    let columns = [
+        "NAME",
+        "NODE ID",
+        "ENVOY API",
+        "DESIRED VERSION",
+        "PUBLISHED VERSION",
+        "CACHE STATE",
+    ];
+    assert!(
+        lines[0].starts_with(
+            "NAME    NODE ID   ENVOY API   DESIRED VERSION    PUBLISHED VERSION   CACHE STATE"
+        ),
+        "{table}"
+    );
+    let row = cells(lines[0], lines[1], &columns);
+    assert_eq!(&row[..3], ["kuard", "kuard", "v3"], "{table}");
+    let good = row[3].to_string();
+    assert_eq!(good.len(), 16, "{table}");
+    assert_eq!((row[4], row[5]), (good.as_str(), "InSync"), "{table}");
+
+    // A config that does not decode is tainted: Rollback to the good one.
+    let mut rewrite = std::fs::File::create(&file).unwrap();
+    rewrite.write_all(envoy_config(BROKEN).as_bytes()).unwrap();
+    drop(rewrite);
+    let rolled_back = wait_for(Duration::from_secs(10), || {
+        let t = status(metrics, &[]);
+        t.contains("Rollback").then_some(t)
+    })
+    .unwrap_or_else(|| panic!("no Rollback:\n{}", status(metrics, &[])));
+    let lines: Vec<&str> = rolled_back.lines().collect();
+    let row = cells(lines[0], lines[1], &columns);
+    let bad = row[3].to_string();
+    assert_ne!(bad, good);
+    assert_eq!(
+        (row[4], row[5]),
+        (good.as_str(), "Rollback"),
+        "{rolled_back}"
+    );
+
+    // --revisions: oldest first, published and tainted flags, RFC 3339 times.
+    let with_revisions = status(metrics, &["--revisions"]);
+    let lines: Vec<&str> = with_revisions.lines().collect();
+    assert_eq!(lines[2], "", "{with_revisions}");
+    assert_eq!(
+        lines[3], "Revisions of default/kuard (node ID kuard):",
+        "{with_revisions}"
+    );
+    let rev_columns = [
+        "VERSION",
+        "PUBLISHED",
+        "TAINTED",
+        "CREATED AT",
+        "LAST PUBLISHED AT",
+    ];
+    assert!(
+        lines[4].starts_with("VERSION            PUBLISHED   TAINTED   CREATED AT"),
+        "{with_revisions}"
+    );
+    let first = cells(lines[4], lines[5], &rev_columns);
+    let second = cells(lines[4], lines[6], &rev_columns);
+    assert_eq!(
+        &first[..3],
+        [good.as_str(), "true", "false"],
+        "{with_revisions}"
+    );
+    assert_eq!(
+        &second[..3],
+        [bad.as_str(), "false", "true"],
+        "{with_revisions}"
+    );
+    for time in [first[3], first[4], second[3]] {
+        assert!(
+            time.len() == 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+            "{time:?} is not RFC 3339:\n{with_revisions}"
+        );
+    }
+    assert_eq!(second[4], "", "never published:\n{with_revisions}");
+
+    // -o json is the /status document.
+    let json: serde_json::Value = serde_json::from_str(&status(metrics, &["-o", "json"])).unwrap();
+    let ec = &json["envoyConfigs"][0];
+    assert_eq!(ec["cacheState"], "Rollback");
+    assert!(
+        ec["revisions"][1]["taintReason"]
+            .as_str()
+            .unwrap()
+            .contains("bogus_field")
+    );
+
+    // --state-dir: the revisions survive a restart (SIGTERM, then start again).
+    let pid = process.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut process = process;
+    assert!(wait_for(Duration::from_secs(10), || process.try_wait()).is_some());
+    assert!(dir.path().join("state/default_kuard.json").is_file());
+    let (_process, metrics) = start_discovery_service(dir.path());
+    let after = status(metrics, &["--revisions"]);
+    let lines: Vec<&str> = after.lines().collect();
+    let row = cells(lines[0], lines[1], &columns);
+    assert_eq!(
+        (row[3], row[4], row[5]),
+        (bad.as_str(), good.as_str(), "Rollback"),
+        "{after}"
+    );
+    let second = cells(lines[4], lines[6], &rev_columns);
+    assert_eq!(&second[..3], [bad.as_str(), "false", "true"], "{after}");
+}
+
+#[test]
+fn status_reports_an_unreachable_discovery_service() {
+    let port = free_port().unwrap();
+    let out = marin3r()
+        .args(["status", "--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot get the status from"), "{err}");
+
+    let out = marin3r()
+        .args(["status", "--url", "https://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only http://"));
+}

@@ -1,0 +1,671 @@
+//! Harness for driving the discovery service against a real Envoy: the service
+//! in-process ([`Xds`]: `marin3r_xds::serve` in local mode on 127.0.0.1:0 listeners, a
+//! config folder in a temp dir, certificates from `marin3r_certs::issue`), an Envoy child
+//! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
+//! edits, and plain/TLS HTTP GETs with polling until a deadline.
+//!
+//! Used by `tests/xds_e2e.rs` and `benches/edit_to_serve.rs`. Every address is on
+//! 127.0.0.1. Nothing here panics: failures come back as `Err(String)` (the message is
+//! meant for a human), so a bench can report them and exit non-zero while the
+//! [`KillOnDrop`] in [`Envoy`] still kills Envoy.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use marin3r_certs::{Bundle, IssueOptions, issue};
+use marin3r_sidecar::bootstrap::{ApiType, BootstrapOptions, write_files};
+use marin3r_xds::{AdsConfig, Config, Listeners, serve};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::{KillOnDrop, envoy_bin, free_port, workspace_root};
+
+/// How long Envoy gets to connect, fetch and apply a config (2 cores, parallel tests).
+pub const CONVERGE: Duration = Duration::from_secs(20);
+/// Bound of one HTTP request or TLS handshake.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Routes `tracing` output (INFO and up) through the test harness's capture; idempotent.
+pub fn init_tracing() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// `127.0.0.1:port`.
+pub fn localhost(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Replaces `path` atomically (hidden temp file in the same folder, then rename), the way
+/// editors and `kubectl cp` do; the discovery service skips hidden files.
+pub fn write_atomic(path: &Path, contents: &str) -> Result<(), String> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} has no file name", path.display()))?;
+    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
+    std::fs::write(&tmp, contents).map_err(|e| format!("write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| format!("rename {} → {}: {e}", tmp.display(), path.display()))
+}
+
+/// A fresh CA with server and client certificates for `localhost` and `127.0.0.1`.
+pub fn issue_bundle() -> Result<Bundle, String> {
+    issue(&IssueOptions {
+        hosts: vec!["localhost".into(), "127.0.0.1".into()],
+        ..IssueOptions::default()
+    })
+    .map_err(|e| format!("issue certificates: {e}"))
+}
+
+/// The first certificate in `pem`, as DER.
+pub fn der(pem: &str) -> Result<CertificateDer<'static>, String> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("certificate PEM: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The discovery service, in-process.
+
+/// The discovery service running as a task of the current tokio runtime, serving a config
+/// folder in a temp dir (removed on drop; the task is aborted on drop).
+pub struct Xds {
+    /// The ADS gRPC (mTLS) listener.
+    pub xdss: SocketAddr,
+    /// The Prometheus `/metrics` listener.
+    pub metrics: SocketAddr,
+    /// The `/healthz` and `/readyz` listener.
+    pub health: SocketAddr,
+    pub config_dir: PathBuf,
+    /// `ca/`, `server/` and `client/` (`tls.crt`, `tls.key`) of [`Xds::bundle`].
+    pub certs_dir: PathBuf,
+    pub bundle: Bundle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), marin3r_xds::Error>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Xds {
+    /// Writes `files` (name, contents) into a fresh config folder and serves it.
+    pub async fn start(files: &[(&str, String)]) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let certs_dir = dir.path().join("certs");
+        let bundle = issue_bundle()?;
+        bundle
+            .write_to(&certs_dir)
+            .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
+        let config_dir = dir.path().join("config");
+        std::fs::create_dir_all(&config_dir)
+            .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
+        for (name, contents) in files {
+            let path = config_dir.join(name);
+            std::fs::write(&path, contents)
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+        }
+        let bind = || async {
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| format!("bind 127.0.0.1:0: {e}"))
+        };
+        let listeners = Listeners {
+            xdss: bind().await?,
+            metrics: bind().await?,
+            health: bind().await?,
+        };
+        let addr = |l: &TcpListener| l.local_addr().map_err(|e| format!("local_addr: {e}"));
+        let xdss = addr(&listeners.xdss)?;
+        let metrics = addr(&listeners.metrics)?;
+        let health = addr(&listeners.health)?;
+        let config = Config {
+            xdss_addr: xdss,
+            server_cert: certs_dir.join("server/tls.crt"),
+            server_key: certs_dir.join("server/tls.key"),
+            ca_file: marin3r_certs::ca_file_in_dir(certs_dir.join("ca")),
+            metrics_addr: metrics,
+            health_addr: health,
+            config_dir: config_dir.clone(),
+            ads: AdsConfig::default(),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(config, listeners, async move {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            xdss,
+            metrics,
+            health,
+            config_dir,
+            certs_dir,
+            bundle,
+            stop: Some(stop),
+            task: Some(task),
+            _dir: dir,
+        })
+    }
+
+    /// The path of `name` in the config folder.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.config_dir.join(name)
+    }
+
+    /// The Prometheus text of `/metrics` (an error unless it answers 200).
+    pub async fn metrics_text(&self) -> Result<String, String> {
+        let r = get(self.metrics, "/metrics").await?;
+        if r.status == 200 {
+            Ok(r.body)
+        } else {
+            Err(format!("GET /metrics: status {}: {}", r.status, r.body))
+        }
+    }
+
+    /// Stops the server and checks it ended cleanly (Envoys must be gone: open ADS
+    /// streams hold a graceful stop).
+    pub async fn stop(mut self) -> Result<(), String> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = self
+            .task
+            .take()
+            .ok_or("the discovery service task is gone")?;
+        let result = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .map_err(|_| "the discovery service did not stop within 10 s".to_string())?
+            .map_err(|e| format!("the discovery service task failed: {e}"))?;
+        result.map_err(|e| format!("serve failed: {e:?}"))
+    }
+}
+
+impl Drop for Xds {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Sum of the samples of `metric` whose labels include every `labels` pair.
+pub fn metric_sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(metric)?.strip_prefix('{'))
+        .filter_map(|rest| {
+            let (set, value) = rest.split_once('}')?;
+            labels
+                .iter()
+                .all(|(k, v)| set.contains(&format!("{k}=\"{v}\"")))
+                .then(|| value.split_whitespace().next()?.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------
+// Envoy, bootstrapped like `marin3r init-manager` does it.
+
+/// An Envoy child process talking ADS (mTLS) to an [`Xds`]; killed on drop, and its log
+/// tail is printed when dropped during a panic.
+pub struct Envoy {
+    pub process: KillOnDrop,
+    pub node_id: String,
+    /// Envoy's stderr.
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Writes the bootstrap for `node_id` (admin on a free 127.0.0.1 port) and starts
+    /// Envoy with it.
+    pub fn start(xds: &Xds, node_id: &str, api_type: ApiType) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let admin = free_port().map_err(|e| format!("free port: {e}"))?;
+        let opts = BootstrapOptions {
+            xdss_host: "127.0.0.1".into(),
+            xdss_port: xds.xdss.port(),
+            node_id: node_id.into(),
+            cluster_id: node_id.into(),
+            admin_bind_address: format!("127.0.0.1:{admin}"),
+            admin_access_log_path: dir.path().join("admin.log").display().to_string(),
+            client_certificate_path: xds.certs_dir.join("client"),
+            config_file: dir.path().join("bootstrap/config.json"),
+            resources_path: dir.path().join("bootstrap"),
+            envoy_image: "envoyproxy/envoy:v1.40.0".into(),
+            api_type,
+            pod_name: pod_name(node_id),
+            pod_namespace: "default".into(),
+            host_name: "e2e-host".into(),
+            ..BootstrapOptions::default()
+        };
+        write_files(&opts).map_err(|e| format!("write the Envoy bootstrap: {e}"))?;
+        let log = dir.path().join("envoy.log");
+        let stderr =
+            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let bin = envoy_bin();
+        let process = KillOnDrop::spawn(
+            "envoy",
+            Command::new(&bin)
+                .arg("-c")
+                .arg(&opts.config_file)
+                .args([
+                    "--use-dynamic-base-id",
+                    "--disable-hot-restart",
+                    "--concurrency",
+                    "1",
+                    "--log-level",
+                    "info",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(stderr)),
+        )
+        .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        Ok(Self {
+            process,
+            node_id: node_id.into(),
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// The last `lines` lines of Envoy's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The last `lines` lines of Envoy's log, framed and named, for failure reports.
+    pub fn log_report(&self, lines: usize) -> String {
+        format!(
+            "---- envoy {} log (tail) ----\n{}\n-------------------",
+            self.node_id,
+            self.log_tail(lines)
+        )
+    }
+
+    /// An error if Envoy has exited.
+    pub fn check_running(&mut self) -> Result<(), String> {
+        match self.process.try_wait() {
+            Some(status) => Err(format!("envoy {} exited: {status}", self.node_id)),
+            None => Ok(()),
+        }
+    }
+
+    /// Polls `probe` every `interval` until it returns `Ok`, checking before each probe
+    /// that Envoy is still up; after `timeout` the error names `what` and the probe's
+    /// last error.
+    pub async fn eventually<T, F, Fut>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        interval: Duration,
+        mut probe: F,
+    ) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_running()?;
+            let last = match probe().await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(format!("{what}: not within {timeout:?}; last: {last}"));
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// Polls `GET http://addr/` every `interval` until it answers 200 with `body`.
+    pub async fn wait_body(
+        &mut self,
+        addr: SocketAddr,
+        body: &str,
+        timeout: Duration,
+        interval: Duration,
+    ) -> Result<Resp, String> {
+        let what = format!("GET {addr}/ → 200 {body:?}");
+        self.eventually(&what, timeout, interval, || async {
+            let r = get(addr, "/").await?;
+            if r.status == 200 && r.body == body {
+                Ok(r)
+            } else {
+                Err(format!("status {} body {:?}", r.status, r.body))
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.log_report(80));
+        }
+    }
+}
+
+/// The pod name [`Envoy::start`] puts in the bootstrap for `node_id`.
+pub fn pod_name(node_id: &str) -> String {
+    format!("{node_id}-pod")
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP.
+
+/// An HTTP response, body decoded as (lossy) UTF-8.
+pub struct Resp {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// `GET path` over `io` (HTTP/1.1), bounded by [`REQUEST_TIMEOUT`].
+pub async fn get_over<I>(io: I, host: &str, path: &str) -> Result<Resp, String>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let fut = async {
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = hyper::Request::get(path)
+            .header("host", host)
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok(Resp {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, fut)
+        .await
+        .map_err(|_| format!("GET {host}{path} timed out"))?
+}
+
+/// `GET path` on a fresh plain-TCP connection.
+pub async fn get(addr: SocketAddr, path: &str) -> Result<Resp, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    get_over(stream, &addr.to_string(), path).await
+}
+
+/// A TLS handshake with `addr` (SNI `localhost`) trusting only `ca_pem`, then `GET /`:
+/// the leaf certificate Envoy presented and the response.
+pub async fn get_tls(
+    addr: SocketAddr,
+    ca_pem: &str,
+) -> Result<(CertificateDer<'static>, Resp), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(der(ca_pem)?)
+        .map_err(|e| format!("CA certificate: {e}"))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS client config: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let server_name = ServerName::try_from("localhost").map_err(|e| format!("server name: {e}"))?;
+    let handshake = async {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        connector
+            .connect(server_name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake with {addr}: {e}"))
+    };
+    let tls = tokio::time::timeout(REQUEST_TIMEOUT, handshake)
+        .await
+        .map_err(|_| format!("TLS handshake with {addr} timed out"))??;
+    let leaf = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no peer certificate")?
+        .clone()
+        .into_owned();
+    let resp = get_over(tls, "localhost", "/").await?;
+    Ok((leaf, resp))
+}
+
+// ---------------------------------------------------------------------------------------
+// Configs.
+
+/// The walkthrough's direct-response EnvoyConfig (`examples/local/direct-response.yaml`)
+/// for `node_id`, listening on 127.0.0.1:`port` and answering `body`.
+pub fn direct_response_yaml(node_id: &str, port: u16, body: &str) -> Result<String, String> {
+    let path = workspace_root().join("examples/local/direct-response.yaml");
+    let example =
+        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let replace = |text: String, from: &str, to: &str| {
+        if text.contains(from) {
+            Ok(text.replace(from, to))
+        } else {
+            Err(format!("the example lost {from:?}"))
+        }
+    };
+    let yaml = replace(example, "nodeID: example", &format!("nodeID: {node_id}"))?;
+    let yaml = replace(yaml, "name: example", &format!("name: {node_id}"))?;
+    let yaml = replace(yaml, "port_value: 8080", &format!("port_value: {port}"))?;
+    replace(
+        yaml,
+        r#"inline_string: "Hello from marin3r-rs\n""#,
+        &format!("inline_string: {body:?}"),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Custom backends, several Envoys per node, other HTTP methods (self-healing tests).
+
+impl Xds {
+    /// Like [`Xds::start`], but serves the config folder with the backend `backend`
+    /// builds from its path (e.g. `LocalBackend::new(dir).with_nack_threshold(3)`).
+    pub async fn start_with<B, F>(files: &[(&str, String)], backend: F) -> Result<Self, String>
+    where
+        B: marin3r_xds::Backend,
+        F: FnOnce(&Path) -> B,
+    {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let certs_dir = dir.path().join("certs");
+        let bundle = issue_bundle()?;
+        bundle
+            .write_to(&certs_dir)
+            .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
+        let config_dir = dir.path().join("config");
+        std::fs::create_dir_all(&config_dir)
+            .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
+        for (name, contents) in files {
+            let path = config_dir.join(name);
+            std::fs::write(&path, contents)
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+        }
+        let bind = || async {
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| format!("bind 127.0.0.1:0: {e}"))
+        };
+        let listeners = Listeners {
+            xdss: bind().await?,
+            metrics: bind().await?,
+            health: bind().await?,
+        };
+        let addr = |l: &TcpListener| l.local_addr().map_err(|e| format!("local_addr: {e}"));
+        let xdss = addr(&listeners.xdss)?;
+        let metrics = addr(&listeners.metrics)?;
+        let health = addr(&listeners.health)?;
+        let config = Config {
+            xdss_addr: xdss,
+            server_cert: certs_dir.join("server/tls.crt"),
+            server_key: certs_dir.join("server/tls.key"),
+            ca_file: marin3r_certs::ca_file_in_dir(certs_dir.join("ca")),
+            metrics_addr: metrics,
+            health_addr: health,
+            config_dir: config_dir.clone(),
+            ads: AdsConfig::default(),
+        };
+        let backend = backend(&config_dir);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(marin3r_xds::serve_with(
+            config,
+            listeners,
+            backend,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(Self {
+            xdss,
+            metrics,
+            health,
+            config_dir,
+            certs_dir,
+            bundle,
+            stop: Some(stop),
+            task: Some(task),
+            _dir: dir,
+        })
+    }
+}
+
+impl Envoy {
+    /// Like [`Envoy::start`], with an explicit pod name (node metadata `pod_name`, so
+    /// several Envoys of one node count as several pods) and optionally another working
+    /// directory (relative file names in the config resolve against it).
+    pub fn start_as(
+        xds: &Xds,
+        node_id: &str,
+        pod_name: &str,
+        api_type: ApiType,
+        current_dir: Option<&Path>,
+    ) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let admin = free_port().map_err(|e| format!("free port: {e}"))?;
+        let opts = BootstrapOptions {
+            xdss_host: "127.0.0.1".into(),
+            xdss_port: xds.xdss.port(),
+            node_id: node_id.into(),
+            cluster_id: node_id.into(),
+            admin_bind_address: format!("127.0.0.1:{admin}"),
+            admin_access_log_path: dir.path().join("admin.log").display().to_string(),
+            client_certificate_path: xds.certs_dir.join("client"),
+            config_file: dir.path().join("bootstrap/config.json"),
+            resources_path: dir.path().join("bootstrap"),
+            envoy_image: "envoyproxy/envoy:v1.40.0".into(),
+            api_type,
+            pod_name: pod_name.into(),
+            pod_namespace: "default".into(),
+            host_name: "e2e-host".into(),
+            ..BootstrapOptions::default()
+        };
+        write_files(&opts).map_err(|e| format!("write the Envoy bootstrap: {e}"))?;
+        let log = dir.path().join("envoy.log");
+        let stderr =
+            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let bin = envoy_bin();
+        let mut cmd = Command::new(&bin);
+        cmd.arg("-c")
+            .arg(&opts.config_file)
+            .args([
+                "--use-dynamic-base-id",
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "info",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr));
+        if let Some(cwd) = current_dir {
+            cmd.current_dir(cwd);
+        }
+        let process = KillOnDrop::spawn("envoy", &mut cmd)
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        Ok(Self {
+            process,
+            node_id: node_id.into(),
+            log,
+            _dir: dir,
+        })
+    }
+}
+
+/// `method path` on a fresh plain-TCP connection (HTTP/1.1), bounded by
+/// [`REQUEST_TIMEOUT`]; e.g. `DELETE /status/revisions/…`.
+pub async fn request(addr: SocketAddr, method: &str, path: &str) -> Result<Resp, String> {
+    let fut = async {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok(Resp {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, fut)
+        .await
+        .map_err(|_| format!("{method} {addr}{path} timed out"))?
+}

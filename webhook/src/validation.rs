@@ -1,0 +1,195 @@
+//! The sans-I/O EnvoyConfig validation (`/validate-marin3r-3scale-net-v1alpha1-envoyconfig`).
+//!
+//! CREATE and UPDATE of a `marin3r.3scale.net/v1alpha1` EnvoyConfig are decoded with the
+//! decoder of `marin3r validate` ([`validate_envoy_config`]): every resource of either
+//! form (`spec.resources`, deprecated `spec.envoyResources`) must be a valid Envoy v3
+//! message, names unique per type, entries well-formed. The webhook is stateless and
+//! cannot read Secrets or EndpointSlices, so a referenced Secret is not checked (that
+//! is the discovery service's job, which taints a revision it cannot build).
+//!
+//! Every other review is allowed: another kind, a subresource, DELETE/CONNECT, and an
+//! UPDATE that leaves `spec` as it is (so finalizers, labels and the deletion of an
+//! EnvoyConfig stored before the webhook existed are never blocked).
+
+use serde_json::Value;
+
+use marin3r_xds::envoyconfig::{NoSecrets, validate_envoy_config};
+
+use crate::admission::{BadRequest, ReviewOut, parse};
+
+/// API group of the EnvoyConfig.
+pub const GROUP: &str = "marin3r.3scale.net";
+/// API version of the EnvoyConfig.
+pub const VERSION: &str = "v1alpha1";
+/// Kind validated by this path.
+pub const KIND: &str = "EnvoyConfig";
+
+/// Why a review was allowed without validation (a log field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// `request.kind` is not `marin3r.3scale.net/v1alpha1, EnvoyConfig`.
+    NotAnEnvoyConfig,
+    /// A request on a subresource (`status`).
+    Subresource,
+    /// Neither CREATE nor UPDATE.
+    Operation,
+    /// An UPDATE whose `spec` equals the stored one.
+    SpecUnchanged,
+}
+
+impl Pass {
+    /// Stable label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pass::NotAnEnvoyConfig => "not_an_envoyconfig",
+            Pass::Subresource => "subresource",
+            Pass::Operation => "not_create_or_update",
+            Pass::SpecUnchanged => "spec_unchanged",
+        }
+    }
+}
+
+/// What happened to one validation review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The EnvoyConfig was decoded without errors.
+    Allowed,
+    /// The EnvoyConfig was denied (code 400).
+    Denied,
+    /// Allowed without looking at the object.
+    Skipped(Pass),
+}
+
+/// Handles one AdmissionReview body of the EnvoyConfig validating webhook.
+pub fn validate(body: &[u8]) -> Result<(ReviewOut, Verdict), BadRequest> {
+    let request = parse(body)?;
+    let uid = request.uid.clone();
+    let skip = |pass| Ok((ReviewOut::allow(uid.clone()), Verdict::Skipped(pass)));
+    if !request.is_kind(GROUP, VERSION, KIND) {
+        return skip(Pass::NotAnEnvoyConfig);
+    }
+    if request.is_subresource() {
+        return skip(Pass::Subresource);
+    }
+    let update = match request.operation.as_deref() {
+        Some("CREATE") => false,
+        Some("UPDATE") => true,
+        _ => return skip(Pass::Operation),
+    };
+    let Some(object @ Value::Object(_)) = &request.object else {
+        return Ok((
+            ReviewOut::deny(
+                uid,
+                400,
+                "request.object must be an EnvoyConfig object".into(),
+            ),
+            Verdict::Denied,
+        ));
+    };
+    if update
+        && request
+            .old_object
+            .as_ref()
+            .is_some_and(|old| old.get("spec") == object.get("spec"))
+    {
+        return skip(Pass::SpecUnchanged);
+    }
+    match validate_envoy_config(object, &NoSecrets) {
+        Ok(()) => Ok((ReviewOut::allow(uid), Verdict::Allowed)),
+        Err(errors) => {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            let message = format!("invalid EnvoyConfig: {}", errors.join("; "));
+            Ok((ReviewOut::deny(uid, 400, message), Verdict::Denied))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::{API_VERSION, KIND as REVIEW_KIND};
+    use serde_json::json;
+
+    fn review(operation: &str, object: Value, old: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": API_VERSION, "kind": REVIEW_KIND,
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": GROUP, "version": VERSION, "kind": KIND},
+                "namespace": "default", "operation": operation,
+                "object": object, "oldObject": old
+            }
+        }))
+        .unwrap()
+    }
+
+    fn config(resources: Value) -> Value {
+        json!({
+            "apiVersion": "marin3r.3scale.net/v1alpha1", "kind": "EnvoyConfig",
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"nodeID": "n", "resources": resources}
+        })
+    }
+
+    fn cluster(name: &str) -> Value {
+        json!({"type": "cluster", "value": {"name": name, "connect_timeout": "1s"}})
+    }
+
+    #[test]
+    fn allows_a_valid_config_and_denies_every_error() {
+        let ok = config(json!([cluster("a")]));
+        let (out, verdict) = validate(&review("CREATE", ok, Value::Null)).unwrap();
+        assert_eq!(verdict, Verdict::Allowed);
+        assert_eq!(out.response.uid, "u-1");
+        assert!(out.response.allowed && out.response.status.is_none());
+
+        let bad = config(json!([
+            {"type": "cluster", "value": {"name": "a", "bogus": 1}},
+            cluster("b"),
+            cluster("b"),
+        ]));
+        let (out, verdict) = validate(&review("CREATE", bad, Value::Null)).unwrap();
+        assert_eq!(verdict, Verdict::Denied);
+        let status = out.response.status.unwrap();
+        assert_eq!(status.code, 400);
+        assert_eq!(
+            status.message,
+            "invalid EnvoyConfig: cluster \"a\": spec.resources[0].value: unknown field \"bogus\"; \
+             cluster \"b\": spec.resources[2].value: duplicate cluster name \"b\" (first at spec.resources[1].value)"
+        );
+    }
+
+    #[test]
+    fn missing_secrets_are_not_errors() {
+        let c = config(json!([{"type": "secret", "generateFromTlsSecret": "in-the-cluster"}]));
+        let (_, verdict) = validate(&review("CREATE", c, Value::Null)).unwrap();
+        assert_eq!(verdict, Verdict::Allowed);
+    }
+
+    #[test]
+    fn skips() {
+        let bad = config(json!([{"type": "cluster"}]));
+        let (out, verdict) = validate(&review("DELETE", Value::Null, bad.clone())).unwrap();
+        assert_eq!(verdict, Verdict::Skipped(Pass::Operation));
+        assert!(out.response.allowed);
+
+        // An UPDATE that keeps an (already stored) invalid spec: finalizers can go.
+        let mut updated = bad.clone();
+        updated["metadata"]["finalizers"] = json!([]);
+        let (_, verdict) = validate(&review("UPDATE", updated, bad.clone())).unwrap();
+        assert_eq!(verdict, Verdict::Skipped(Pass::SpecUnchanged));
+
+        let mut other =
+            serde_json::from_slice::<Value>(&review("CREATE", bad, Value::Null)).unwrap();
+        other["request"]["kind"]["version"] = json!("v1alpha2");
+        let (_, verdict) = validate(&serde_json::to_vec(&other).unwrap()).unwrap();
+        assert_eq!(verdict, Verdict::Skipped(Pass::NotAnEnvoyConfig));
+    }
+
+    #[test]
+    fn an_object_that_is_not_a_map_is_denied() {
+        let (out, verdict) = validate(&review("CREATE", json!("x"), Value::Null)).unwrap();
+        assert_eq!(verdict, Verdict::Denied);
+        assert!(!out.response.allowed);
+    }
+}

@@ -1,0 +1,346 @@
+//! The EnvoyConfig validating webhook through the router (`oneshot`), as the API server
+//! calls it: CREATE and UPDATE are decoded like `marin3r validate`, every error listed
+//! with its path in one denial; other kinds, DELETE and bad bodies as documented.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt as _;
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+use marin3r_sidecar::Defaults;
+use marin3r_webhook::metrics::Metrics;
+use marin3r_webhook::{AppState, MAX_BODY_BYTES, VALIDATE_ENVOYCONFIG_PATH, router};
+
+const UID: &str = "8f6cbb3c-7e0e-4a44-9b3c-3c1a5d0e2f10";
+
+fn state() -> Arc<AppState> {
+    Arc::new(AppState {
+        defaults: Defaults::default(),
+        metrics: Arc::new(Metrics::new()),
+    })
+}
+
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/envoyconfig")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+/// An AdmissionReview as the API server sends it for an EnvoyConfig.
+fn review(operation: &str, object: Value, old_object: Value) -> Value {
+    let options = match operation {
+        "CREATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}),
+        "UPDATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
+        _ => json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}),
+    };
+    let ec = json!({"group": "marin3r.3scale.net", "version": "v1alpha1", "kind": "EnvoyConfig"});
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": UID,
+            "kind": ec,
+            "resource": {"group": "marin3r.3scale.net", "version": "v1alpha1", "resource": "envoyconfigs"},
+            "requestKind": ec,
+            "requestResource": {"group": "marin3r.3scale.net", "version": "v1alpha1", "resource": "envoyconfigs"},
+            "name": "kuard",
+            "namespace": "default",
+            "operation": operation,
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": object,
+            "oldObject": old_object,
+            "dryRun": false,
+            "options": options
+        }
+    })
+}
+
+async fn post_to(state: Arc<AppState>, body: Vec<u8>) -> (StatusCode, Value) {
+    let req = Request::post(VALIDATE_ENVOYCONFIG_PATH)
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let resp = router(state).oneshot(req).await.unwrap();
+    let status = resp.status();
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/json",
+        "every answer is JSON"
+    );
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// Posts a review and returns its `response`, checking the envelope.
+async fn admit(state: Arc<AppState>, review: &Value) -> Value {
+    let (status, out) = post_to(state, serde_json::to_vec(review).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(out["kind"], "AdmissionReview");
+    assert_eq!(out["response"]["uid"], UID);
+    out["response"].clone()
+}
+
+fn allowed() -> Value {
+    json!({"uid": UID, "allowed": true})
+}
+
+/// A config with one problem of each sort, at known paths.
+fn broken() -> Value {
+    json!({
+        "apiVersion": "marin3r.3scale.net/v1alpha1",
+        "kind": "EnvoyConfig",
+        "metadata": {"name": "kuard", "namespace": "default"},
+        "spec": {
+            "nodeID": "kuard",
+            "resources": [
+                {"type": "listener", "value": {"name": "https", "filter_chains": [{"bogus": 1}]}},
+                {"type": "listener", "value": {"name": "other", "filter_chains": [{"filters": [
+                    {"name": "x", "typed_config": {"@type": "type.googleapis.com/foo.Bar"}}
+                ]}]}},
+                // A Secret the stateless webhook cannot see: not an error.
+                {"type": "secret", "generateFromTlsSecret": "in-the-cluster"},
+                {"type": "cluster"},
+                {"type": "cluster", "value": {"name": "kuard", "connect_timeout": "2 seconds"}},
+                {"type": "route", "value": {"virtual_hosts": []}},
+                {"type": "cluster", "value": {"name": "echo", "connect_timeout": "1s"}},
+                {"type": "cluster", "value": {"name": "echo"}}
+            ]
+        }
+    })
+}
+
+const BROKEN_MESSAGE: &str = concat!(
+    "invalid EnvoyConfig: ",
+    r#"listener "https": spec.resources[0].value.filter_chains[0]: unknown field "bogus"; "#,
+    r#"listener "other": spec.resources[1].value.filter_chains[0].filters[0].typed_config: unknown type URL type.googleapis.com/foo.Bar; "#,
+    "spec.resources[3].value: type cluster needs value; ",
+    r#"cluster "kuard": spec.resources[4].value.connect_timeout: "#,
+);
+
+#[tokio::test]
+async fn kuard_walkthrough_config_is_allowed() {
+    // generateFromTlsSecret names a Secret the webhook cannot read: still allowed.
+    let config = fixture("kuard_tls.yaml");
+    let response = admit(state(), &review("CREATE", config, Value::Null)).await;
+    assert_eq!(response, allowed());
+}
+
+#[tokio::test]
+async fn deprecated_envoy_resources_form_is_allowed() {
+    let config = fixture("kuard_tls_deprecated.yaml");
+    assert!(config["spec"]["envoyResources"].is_object());
+    let response = admit(state(), &review("CREATE", config.clone(), Value::Null)).await;
+    assert_eq!(response, allowed());
+
+    // The strings of the deprecated form are decoded too.
+    let mut bad = config;
+    bad["spec"]["envoyResources"]["clusters"][0]["value"] = json!("name: kuard\nbogus: 1\n");
+    let response = admit(state(), &review("CREATE", bad, Value::Null)).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"]["message"],
+        r#"invalid EnvoyConfig: cluster "kuard": spec.envoyResources.clusters[0].value: unknown field "bogus""#
+    );
+}
+
+#[tokio::test]
+async fn broken_config_is_denied_with_every_error() {
+    let response = admit(state(), &review("CREATE", broken(), Value::Null)).await;
+    assert_eq!(response["allowed"], false);
+    let status = &response["status"];
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["code"], 400);
+    assert_eq!(status["reason"], "BadRequest");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(BROKEN_MESSAGE),
+        "got  {message:?}\nwant {BROKEN_MESSAGE:?}…"
+    );
+    // One entry per problem, in spec order, each with its path; the missing Secret is
+    // not among them.
+    let errors: Vec<&str> = message
+        .trim_start_matches("invalid EnvoyConfig: ")
+        .split("; ")
+        .collect();
+    assert_eq!(errors.len(), 6, "{errors:#?}");
+    for (error, path) in errors.iter().zip([
+        "spec.resources[0].value",
+        "spec.resources[1].value",
+        "spec.resources[3].value",
+        "spec.resources[4].value",
+        "spec.resources[5].value",
+        "spec.resources[7].value",
+    ]) {
+        assert!(error.contains(path), "{error:?} should name {path}");
+    }
+    assert!(errors[4].contains("missing resource name"), "{errors:#?}");
+    assert!(
+        errors[5].ends_with(r#"duplicate cluster name "echo" (first at spec.resources[6].value)"#),
+        "{errors:#?}"
+    );
+    assert!(!message.contains("in-the-cluster"), "{message}");
+}
+
+#[tokio::test]
+async fn schema_errors_are_denied_with_their_path() {
+    let mut wrong_blueprint = fixture("kuard_tls.yaml");
+    wrong_blueprint["spec"]["resources"][0]["blueprint"] = json!("certificate");
+    let response = admit(state(), &review("CREATE", wrong_blueprint, Value::Null)).await;
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "invalid EnvoyConfig: spec.resources[0].blueprint: unknown variant `certificate`"
+        ),
+        "{message}"
+    );
+
+    let mut both = fixture("kuard_tls.yaml");
+    both["spec"]["envoyResources"] = json!({});
+    let response = admit(state(), &review("CREATE", both, Value::Null)).await;
+    assert_eq!(
+        response["status"]["message"],
+        "invalid EnvoyConfig: spec: set either resources or the deprecated envoyResources, not both"
+    );
+
+    let not_a_map = admit(state(), &review("CREATE", json!("kuard"), Value::Null)).await;
+    assert_eq!(not_a_map["allowed"], false);
+    assert_eq!(not_a_map["status"]["code"], 400);
+}
+
+#[tokio::test]
+async fn update_is_validated() {
+    let good = fixture("kuard_tls.yaml");
+
+    // A valid config turned invalid: denied.
+    let response = admit(state(), &review("UPDATE", broken(), good.clone())).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(BROKEN_MESSAGE)
+    );
+
+    // An invalid config fixed: allowed.
+    let response = admit(state(), &review("UPDATE", good.clone(), broken())).await;
+    assert_eq!(response, allowed());
+
+    // A valid change: allowed.
+    let mut changed = good.clone();
+    changed["spec"]["resources"][1]["value"]["connect_timeout"] = json!("5s");
+    let response = admit(state(), &review("UPDATE", changed, good)).await;
+    assert_eq!(response, allowed());
+
+    // Metadata-only UPDATE of a config stored before the webhook (finalizer removal,
+    // labels): the unchanged spec is not re-validated, so it is never blocked.
+    let mut finalizer_removed = broken();
+    finalizer_removed["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+    let mut stored = broken();
+    stored["metadata"]["finalizers"] = json!(["marin3r.3scale.net/finalizer"]);
+    let response = admit(state(), &review("UPDATE", finalizer_removed, stored)).await;
+    assert_eq!(response, allowed());
+}
+
+#[tokio::test]
+async fn delete_and_other_kinds_are_allowed() {
+    let response = admit(state(), &review("DELETE", Value::Null, broken())).await;
+    assert_eq!(response, allowed());
+
+    // Another kind sent to this path (a misconfigured rule): allowed unchanged.
+    for kind in [
+        json!({"group": "", "version": "v1", "kind": "Pod"}),
+        json!({"group": "marin3r.3scale.net", "version": "v1alpha1", "kind": "EnvoyConfigRevision"}),
+    ] {
+        let mut r = review("CREATE", json!({"metadata": {"name": "x"}}), Value::Null);
+        r["request"]["kind"] = kind;
+        let response = admit(state(), &r).await;
+        assert_eq!(response, allowed());
+    }
+
+    // The status subresource is not validated.
+    let mut status = review("UPDATE", broken(), fixture("kuard_tls.yaml"));
+    status["request"]["subResource"] = json!("status");
+    let response = admit(state(), &status).await;
+    assert_eq!(response, allowed());
+}
+
+#[tokio::test]
+async fn bad_bodies_get_400_with_a_json_error() {
+    let huge = {
+        let mut r = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+        r["request"]["object"]["metadata"]["annotations"] =
+            json!({"x": "a".repeat(MAX_BODY_BYTES)});
+        serde_json::to_vec(&r).unwrap()
+    };
+    let mut wrong_version = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+    wrong_version["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let mut no_uid = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+    no_uid["request"].as_object_mut().unwrap().remove("uid");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "garbage",
+            b"\x00\xffnot json at all".to_vec(),
+            "not an AdmissionReview",
+        ),
+        ("empty", Vec::new(), "not an AdmissionReview"),
+        (
+            "wrong apiVersion",
+            serde_json::to_vec(&wrong_version).unwrap(),
+            "expected apiVersion",
+        ),
+        (
+            "missing uid",
+            serde_json::to_vec(&no_uid).unwrap(),
+            "request.uid is missing",
+        ),
+        (
+            "no request",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            "has no request",
+        ),
+        ("huge body", huge, "exceeds"),
+    ];
+    for (name, body, msg) in cases {
+        let (status, v) = post_to(state(), body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{name}");
+        assert_eq!(v["code"], 400, "{name}");
+        let err = v["error"].as_str().unwrap_or_default();
+        assert!(err.contains(msg), "{name}: {err:?} should contain {msg:?}");
+    }
+}
+
+#[tokio::test]
+async fn validations_are_counted() {
+    let state = state();
+    let good = fixture("kuard_tls.yaml");
+    admit(state.clone(), &review("CREATE", good.clone(), Value::Null)).await;
+    admit(state.clone(), &review("UPDATE", good.clone(), good.clone())).await;
+    admit(state.clone(), &review("CREATE", broken(), Value::Null)).await;
+    admit(state.clone(), &review("DELETE", Value::Null, good)).await;
+    let (status, _) = post_to(state.clone(), b"nope".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let text = state.metrics.encode().unwrap();
+    for line in [
+        r#"marin3r_webhook_validations_total{result="allowed"} 1"#,
+        r#"marin3r_webhook_validations_total{result="denied"} 1"#,
+        r#"marin3r_webhook_validations_total{result="skipped"} 2"#,
+        r#"marin3r_webhook_validations_total{result="bad_request"} 1"#,
+        "marin3r_webhook_validation_duration_seconds_count 5",
+        // The Pod path's metrics are untouched.
+        r#"marin3r_webhook_requests_total{result="bad_request"} 0"#,
+        r#"marin3r_webhook_requests_total{result="denied"} 0"#,
+        "marin3r_webhook_denials_total 0",
+        "marin3r_webhook_request_duration_seconds_count 0",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}

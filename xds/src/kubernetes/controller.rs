@@ -1,0 +1,593 @@
+//! The two reconcilers of Kubernetes mode, thin I/O shells over [`super::plan`]:
+//!
+//! - [`reconcile_envoyconfig`]: ensures the revision of the desired version exists,
+//!   moves a re-applied one to the top, deletes beyond retention, writes the
+//!   EnvoyConfig status;
+//! - [`reconcile_revision`]: publishes the elected revision of each EnvoyConfig into the
+//!   xDS cache (resolving Secrets and EndpointSlices from the watch caches), taints it
+//!   when it does not decode or every Envoy rejected it, writes its status, and forgets
+//!   the node's snapshot when the last revision of a node goes away (finalizer).
+//!
+//! Both read the same reflector stores, so they agree on which revision is elected
+//! (the topmost untainted one) without writing to each other's objects' status. One
+//! malformed object is logged and skipped; it never stops a controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource as _, ResourceExt as _};
+use serde_json::json;
+
+use super::lenient::Lenient;
+use super::plan::{
+    self, Outcome, controller_uid, elected, is_config_error, nack_verdict, plan_envoyconfig,
+    plan_revision_status, siblings,
+};
+use super::source::StoreSource;
+use crate::envoyconfig::{EnvoyConfig, resolve};
+use crate::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
+use crate::snapshot::Snapshot;
+
+/// Field manager of every write (server-side apply of the status subresources).
+pub const FIELD_MANAGER: &str = "marin3r";
+/// Retry delay while the desired revision's old copy is still being deleted.
+const WAIT_FOR_DELETION: Duration = Duration::from_secs(2);
+/// Retry delay while a Secret or EndpointSlice a revision needs is missing.
+const RETRY_OUT_OF_SYNC: Duration = Duration::from_secs(30);
+/// Retry delay while the owner of a revision is not in the cache yet.
+const RETRY_OWNER: Duration = Duration::from_secs(5);
+/// At most this many resolve errors are quoted in a condition message.
+const MAX_QUOTED_ERRORS: usize = 10;
+
+/// Errors of one reconcile; the controller retries the object with a backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed")]
+    Kube(#[from] kube::Error),
+}
+
+/// What the reconcilers read and write.
+pub struct Shared {
+    pub client: Client,
+    pub configs: Store<Lenient<EnvoyConfig>>,
+    pub revisions: Store<Lenient<EnvoyConfigRevision>>,
+    pub secrets: Store<Secret>,
+    pub slices: Store<EndpointSlice>,
+    /// The xDS snapshot cache and ACK/NACK statistics.
+    pub xds: crate::Context,
+    /// `--nack-threshold`.
+    pub nack_threshold: u64,
+    /// Serialises "is it still elected? then set the cache", so a reconcile that read an
+    /// older state cannot overwrite a newer revision's snapshot.
+    publish_lock: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    pub fn new(
+        client: Client,
+        configs: Store<Lenient<EnvoyConfig>>,
+        revisions: Store<Lenient<EnvoyConfigRevision>>,
+        secrets: Store<Secret>,
+        slices: Store<EndpointSlice>,
+        xds: crate::Context,
+        nack_threshold: u64,
+    ) -> Self {
+        Self {
+            client,
+            configs,
+            revisions,
+            secrets,
+            slices,
+            xds,
+            nack_threshold,
+            publish_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The valid revisions of a namespace.
+    fn revisions_in(&self, namespace: &str) -> Vec<Arc<Lenient<EnvoyConfigRevision>>> {
+        self.revisions
+            .state()
+            .into_iter()
+            .filter(|r| r.meta().namespace.as_deref() == Some(namespace) && r.valid().is_ok())
+            .collect()
+    }
+
+    /// The EnvoyConfig with `uid` in `namespace`, if cached and valid.
+    fn config(&self, namespace: &str, uid: &str) -> Option<EnvoyConfig> {
+        self.configs.state().into_iter().find_map(|c| {
+            let c = c.valid().ok()?;
+            (c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata.uid.as_deref() == Some(uid))
+            .then(|| c.clone())
+        })
+    }
+
+    /// Another live EnvoyConfig that holds `ec`'s node id first (by namespace/name).
+    fn node_claimed_by_other(&self, ec: &EnvoyConfig) -> Option<String> {
+        let key = |c: &EnvoyConfig| (c.namespace().unwrap_or_default(), c.name_any());
+        let mine = key(ec);
+        self.configs
+            .state()
+            .iter()
+            .filter_map(|c| c.valid().ok())
+            .filter(|c| {
+                c.spec.node_id == ec.spec.node_id
+                    && c.metadata.deletion_timestamp.is_none()
+                    && key(c) < mine
+            })
+            .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()))
+            .min()
+    }
+
+    /// The name of the elected revision of the EnvoyConfig `uid` in `namespace`.
+    fn elected_name(&self, namespace: &str, uid: &str) -> Option<String> {
+        let all = self.revisions_in(namespace);
+        let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
+        let ordered = siblings(valid, uid);
+        elected(&ordered).map(|e| e.name_any())
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// Server-side apply of `status` on the status subresource of `name`.
+async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Retry policy of both controllers: log, retry in 10 s (the controller adds its own
+/// backoff for objects that keep failing).
+pub fn error_policy<K>(obj: Arc<K>, error: &Error, _: Arc<Shared>) -> Action
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let meta = obj.meta();
+    tracing::warn!(
+        kind = %K::kind(&()),
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        error = %error,
+        source = ?std::error::Error::source(error).map(ToString::to_string),
+        "reconcile failed; retrying"
+    );
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Reconciles one EnvoyConfig (see the module docs and [`plan_envoyconfig`]).
+pub async fn reconcile_envoyconfig(
+    obj: Arc<Lenient<EnvoyConfig>>,
+    ctx: Arc<Shared>,
+) -> Result<Action, Error> {
+    let meta = obj.meta();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let ec = match obj.valid() {
+        Ok(ec) => ec,
+        Err(error) => {
+            tracing::error!(namespace, name, error, "malformed EnvoyConfig; skipped");
+            return Ok(Action::await_change());
+        }
+    };
+    if ec.metadata.deletion_timestamp.is_some() {
+        // Its revisions are garbage collected through their owner reference.
+        return Ok(Action::await_change());
+    }
+    let all = ctx.revisions_in(&namespace);
+    let plan = match plan_envoyconfig(ec, all.iter().filter_map(|r| r.valid().ok()), now()) {
+        Ok(plan) => plan,
+        Err(error) => {
+            tracing::error!(namespace, name, error = %error, "cannot reconcile EnvoyConfig; skipped");
+            return Ok(Action::await_change());
+        }
+    };
+    let revisions: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut action = Action::await_change();
+    if let Some(new) = &plan.create {
+        let revision = new.name_any();
+        match revisions.create(&PostParams::default(), new).await {
+            Ok(_) => tracing::info!(
+                namespace,
+                envoyconfig = name,
+                revision,
+                "created EnvoyConfigRevision"
+            ),
+            // Not in our cache yet (or taken by an object we do not own): look again soon.
+            Err(e) if is_status(&e, 409) => action = Action::requeue(RETRY_OWNER),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some((revision, applied_at)) = &plan.touch {
+        let patch = json!({"metadata": {"annotations": {
+            crate::envoyconfigrevision::APPLIED_AT_ANNOTATION: applied_at
+        }}});
+        revisions
+            .patch(revision, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        tracing::info!(
+            namespace,
+            envoyconfig = name,
+            revision,
+            "re-applied a known revision"
+        );
+    }
+    for revision in &plan.delete {
+        match revisions.delete(revision, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(
+                namespace,
+                envoyconfig = name,
+                revision,
+                "deleted old EnvoyConfigRevision"
+            ),
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(status) = &plan.status
+        && ec.status.as_ref() != Some(status)
+    {
+        let configs: Api<EnvoyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+        apply_status(&configs, &name, status).await?;
+    }
+    if plan.wait_for_deletion {
+        action = Action::requeue(WAIT_FOR_DELETION);
+    }
+    Ok(action)
+}
+
+fn has_finalizer(meta: &ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
+}
+
+/// Sets the finalizer list with a merge patch guarded by the resource version: a
+/// concurrent change makes it fail with 409 Conflict, and the reconcile is retried.
+async fn set_finalizers(
+    api: &Api<EnvoyConfigRevision>,
+    meta: &ObjectMeta,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let name = meta.name.as_deref().unwrap_or_default();
+    let patch = json!({"metadata": {
+        "resourceVersion": meta.resource_version,
+        "finalizers": finalizers,
+    }});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Already gone: nothing left to finalize.
+        Err(e) if is_status(&e, 404) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Adds [`FINALIZER`] to the revision.
+async fn add_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> Result<(), Error> {
+    let mut list = meta.finalizers.clone().unwrap_or_default();
+    list.push(FINALIZER.to_string());
+    set_finalizers(api, meta, list).await
+}
+
+/// Removes [`FINALIZER`] from the revision.
+async fn remove_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> Result<(), Error> {
+    let list = meta
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    set_finalizers(api, meta, list).await
+}
+
+/// Reconciles one EnvoyConfigRevision (see the module docs).
+pub async fn reconcile_revision(
+    obj: Arc<Lenient<EnvoyConfigRevision>>,
+    ctx: Arc<Shared>,
+) -> Result<Action, Error> {
+    let meta = obj.meta().clone();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let api: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
+    let deleting = meta.deletion_timestamp.is_some();
+    let ecr = match obj.valid() {
+        Ok(ecr) => ecr,
+        Err(error) => {
+            tracing::error!(
+                namespace,
+                name,
+                error,
+                "malformed EnvoyConfigRevision; skipped"
+            );
+            if deleting && has_finalizer(&meta) {
+                // Never block the deletion of an object we cannot read.
+                remove_finalizer(&api, &meta).await?;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    if deleting {
+        if has_finalizer(&meta) {
+            cleanup(&ctx, ecr).await?;
+            remove_finalizer(&api, &meta).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer(&meta) {
+        add_finalizer(&api, &meta).await?;
+        // The patch triggers the next reconcile.
+        return Ok(Action::await_change());
+    }
+    let Some(owner_uid) = controller_uid(ecr) else {
+        tracing::debug!(
+            namespace,
+            name,
+            "EnvoyConfigRevision without an owner EnvoyConfig; ignored"
+        );
+        return Ok(Action::await_change());
+    };
+    let Some(owner) = ctx.config(&namespace, owner_uid) else {
+        // Not cached yet, or gone (then the garbage collector deletes this revision).
+        return Ok(Action::requeue(RETRY_OWNER));
+    };
+    let status = ecr.status.clone().unwrap_or_default();
+    let is_elected = owner.metadata.deletion_timestamp.is_none()
+        && ctx.elected_name(&namespace, owner_uid).as_deref() == Some(name.as_str());
+    let outcome = if !is_elected || status.is_tainted() {
+        Outcome::NotElected
+    } else if let Some(other) = ctx.node_claimed_by_other(&owner) {
+        Outcome::OutOfSync {
+            reason: "NodeIDConflict",
+            message: format!(
+                "node id {:?} is already configured by EnvoyConfig {other}",
+                ecr.spec.node_id
+            ),
+        }
+    } else {
+        publish(&ctx, &namespace, owner_uid, ecr).await
+    };
+    log_outcome(&namespace, &name, &ecr.spec.node_id, &outcome);
+    let new_status = plan_revision_status(&status, meta.generation, &outcome, now());
+    if new_status != status {
+        apply_status(&api, &name, &new_status).await?;
+    }
+    Ok(match outcome {
+        Outcome::OutOfSync { .. } => Action::requeue(RETRY_OUT_OF_SYNC),
+        _ => Action::await_change(),
+    })
+}
+
+fn log_outcome(namespace: &str, name: &str, node_id: &str, outcome: &Outcome) {
+    match outcome {
+        Outcome::NotElected | Outcome::Published { .. } => {}
+        Outcome::Tainted { reason, message } => {
+            tracing::warn!(
+                namespace,
+                revision = name,
+                node_id,
+                reason,
+                message,
+                "revision tainted"
+            );
+        }
+        Outcome::OutOfSync { reason, message } => {
+            tracing::warn!(
+                namespace,
+                revision = name,
+                node_id,
+                reason,
+                message,
+                "cannot load revision; the node keeps its current config"
+            );
+        }
+    }
+}
+
+/// Resolves the elected revision and sets it in the cache, unless it must be tainted.
+async fn publish(
+    ctx: &Shared,
+    namespace: &str,
+    owner_uid: &str,
+    ecr: &EnvoyConfigRevision,
+) -> Outcome {
+    let node_id = &ecr.spec.node_id;
+    let source = StoreSource {
+        namespace,
+        secrets: &ctx.secrets,
+        slices: &ctx.slices,
+    };
+    let snapshot = match build_snapshot(ecr, &source) {
+        Ok(snapshot) => snapshot,
+        Err(outcome) => return outcome,
+    };
+    let versions = snapshot.versions();
+    if let Some(taint) = nack_verdict(
+        node_id,
+        &ecr.spec.version,
+        &versions,
+        &ctx.xds.stats,
+        ctx.nack_threshold,
+    ) {
+        return Outcome::Tainted {
+            reason: "RejectedByEnvoy",
+            message: taint.reason,
+        };
+    }
+    let _guard = ctx.publish_lock.lock().await;
+    if ctx.elected_name(namespace, owner_uid).as_deref() != ecr.metadata.name.as_deref() {
+        return Outcome::NotElected;
+    }
+    set_snapshot(&ctx.xds, node_id, snapshot, &ecr.name_any());
+    Outcome::Published { versions }
+}
+
+/// Stores `snapshot` for the node. Types whose version changes start with fresh NACK
+/// counts (a version published again, e.g. after its tainted revision was deleted, is
+/// judged on new NACKs only).
+fn set_snapshot(xds: &crate::Context, node_id: &str, snapshot: Snapshot, revision: &str) {
+    let changed = match xds.cache.get(node_id) {
+        Some(previous) => snapshot.changed_types(&previous),
+        None => crate::ResourceType::ALL.to_vec(),
+    };
+    let versions = snapshot.versions();
+    if xds.cache.set(node_id, snapshot) {
+        for t in changed {
+            if let Some(v) = versions.get(&t) {
+                xds.stats.reset_version(node_id, t, v);
+            }
+        }
+        tracing::info!(node_id, revision, "published snapshot");
+    }
+}
+
+/// The snapshot of a revision, or the outcome explaining why there is none.
+fn build_snapshot(
+    ecr: &EnvoyConfigRevision,
+    source: &dyn crate::envoyconfig::SecretSource,
+) -> Result<Snapshot, Outcome> {
+    let resources = resolve(&ecr.spec.config_spec(), source).map_err(|errors| {
+        let mut message: Vec<String> = errors
+            .iter()
+            .take(MAX_QUOTED_ERRORS)
+            .map(ToString::to_string)
+            .collect();
+        if errors.len() > MAX_QUOTED_ERRORS {
+            message.push(format!("and {} more", errors.len() - MAX_QUOTED_ERRORS));
+        }
+        let message = message.join("; ");
+        if errors.iter().any(is_config_error) {
+            Outcome::Tainted {
+                reason: "ResourcesFailedToDecode",
+                message,
+            }
+        } else {
+            Outcome::OutOfSync {
+                reason: "DependenciesNotReady",
+                message,
+            }
+        }
+    })?;
+    Snapshot::new(crate::local::with_default_runtime(resources)).map_err(|e| Outcome::Tainted {
+        reason: "ResourcesFailedToDecode",
+        message: e.to_string(),
+    })
+}
+
+/// Loads the elected, already published revisions into the cache without writing
+/// anything (the discovery service's start: Envoys that reconnect get their config at
+/// once instead of an empty one). Returns how many nodes were loaded.
+pub fn warm_start(ctx: &Shared) -> usize {
+    let mut loaded = 0;
+    for obj in ctx.revisions.state() {
+        let Ok(ecr) = obj.valid() else { continue };
+        let status = ecr.status.clone().unwrap_or_default();
+        let namespace = ecr.namespace().unwrap_or_default();
+        let Some(uid) = controller_uid(ecr) else {
+            continue;
+        };
+        if !status.is_published()
+            || status.is_tainted()
+            || ctx.elected_name(&namespace, uid).as_deref() != ecr.metadata.name.as_deref()
+        {
+            continue;
+        }
+        match ctx.config(&namespace, uid) {
+            Some(owner) if ctx.node_claimed_by_other(&owner).is_none() => {}
+            _ => continue,
+        }
+        let source = StoreSource {
+            namespace: &namespace,
+            secrets: &ctx.secrets,
+            slices: &ctx.slices,
+        };
+        match build_snapshot(ecr, &source) {
+            Ok(snapshot) => {
+                set_snapshot(&ctx.xds, &ecr.spec.node_id, snapshot, &ecr.name_any());
+                loaded += 1;
+            }
+            Err(outcome) => log_outcome(&namespace, &ecr.name_any(), &ecr.spec.node_id, &outcome),
+        }
+    }
+    loaded
+}
+
+/// Finalizer: when no live EnvoyConfig configures the revision's node any more (its
+/// EnvoyConfig was deleted, or its nodeID changed), the node's snapshot and NACK counts
+/// are dropped. Connected Envoys keep their config (see [`crate::SnapshotCache::remove`]).
+async fn cleanup(ctx: &Shared, ecr: &EnvoyConfigRevision) -> Result<(), Error> {
+    let node_id = &ecr.spec.node_id;
+    let namespace = ecr.namespace().unwrap_or_default();
+    // Ask the API server about the owner: the cache may not have seen its deletion yet.
+    let owner_alive = match ecr
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+    {
+        Some(owner) => {
+            let configs: Api<Lenient<EnvoyConfig>> =
+                Api::namespaced(ctx.client.clone(), &namespace);
+            match configs.get_opt(&owner.name).await? {
+                Some(Lenient::Valid(ec)) => {
+                    ec.metadata.uid.as_deref() == Some(owner.uid.as_str())
+                        && ec.metadata.deletion_timestamp.is_none()
+                        && ec.spec.node_id == *node_id
+                }
+                Some(Lenient::Malformed { .. }) | None => false,
+            }
+        }
+        None => false,
+    };
+    let claimed_elsewhere = ctx
+        .configs
+        .state()
+        .iter()
+        .filter_map(|c| c.valid().ok())
+        .any(|c| {
+            c.spec.node_id == *node_id
+                && c.metadata.deletion_timestamp.is_none()
+                && c.metadata.uid.as_deref() != plan::controller_uid(ecr)
+        });
+    if !owner_alive && !claimed_elsewhere {
+        if ctx.xds.cache.remove(node_id) {
+            tracing::info!(
+                node_id,
+                revision = ecr.name_any(),
+                "EnvoyConfig removed; node no longer configured"
+            );
+        }
+        ctx.xds.stats.clear_node(node_id);
+    }
+    Ok(())
+}

@@ -1,0 +1,577 @@
+//! Kubernetes mode (`discovery-service` without `--config-dir`, SPEC §3–4): EnvoyConfig
+//! and EnvoyConfigRevision custom resources, Secrets, EndpointSlices and Pods watched in
+//! `WATCH_NAMESPACE` (all namespaces when empty), published into the xDS cache with
+//! self-healing.
+//!
+//! Layout (sans-I/O core, thin shell):
+//! - [`plan`]: pure decisions (which revision to create, move up, delete, publish; the
+//!   statuses), on top of the revision engine [`crate::revisions::Revisions`];
+//! - [`controller`]: the two kube-runtime reconcilers carrying the plans out;
+//! - [`lenient`]: the watched-type wrapper that lets one malformed object be logged and
+//!   skipped;
+//! - [`source`]: Secrets and EndpointSlices for [`crate::envoyconfig::resolve`] from the
+//!   watch caches;
+//! - this module: [`KubernetesBackend`], one reflector per kind shared by both
+//!   controllers, the triggers between them, the periodic NACK check and the Pod watch.
+//!
+//! Triggers: an EnvoyConfig change reconciles it; an EnvoyConfigRevision change
+//! reconciles its EnvoyConfig and every revision of that EnvoyConfig (the elected one
+//! may have changed); a Secret or EndpointSlice change reconciles the untainted
+//! revisions that read it; every [`DEFAULT_EVALUATE_INTERVAL`] the published revisions
+//! are checked against the NACK statistics and a rejected one is reconciled (and
+//! tainted), which makes the next revision the elected one (rollback). A deleted Pod's
+//! NACK counts are forgotten.
+
+pub mod controller;
+pub mod lenient;
+pub mod plan;
+pub mod source;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource, ResourceExt as _};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+
+pub use controller::{
+    Error, FIELD_MANAGER, Shared, error_policy, reconcile_envoyconfig, reconcile_revision,
+    warm_start,
+};
+pub use lenient::Lenient;
+
+use crate::envoyconfig::EnvoyConfig;
+use crate::envoyconfigrevision::EnvoyConfigRevision;
+
+/// How often published revisions are checked against the NACK statistics.
+pub const DEFAULT_EVALUATE_INTERVAL: Duration = Duration::from_secs(1);
+/// How long [`crate::Backend::start`] waits for the first list of every kind before
+/// serving anyway (the controllers keep retrying in the background).
+pub const DEFAULT_INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pods whose deletion clears NACK counts: the injected ones.
+pub const POD_SELECTOR: (&str, &str) = ("marin3r.3scale.net/status", "enabled");
+/// The pod annotation holding its node id.
+pub const POD_NODE_ID_ANNOTATION: &str = "marin3r.3scale.net/node-id";
+/// Events a shared reflector buffers per subscriber.
+const SHARED_BUFFER: usize = 1024;
+/// Pending reconcile triggers per controller.
+const TRIGGER_BUFFER: usize = 1024;
+
+type ConfigRef = ObjectRef<Lenient<EnvoyConfig>>;
+type RevisionRef = ObjectRef<Lenient<EnvoyConfigRevision>>;
+
+/// The Kubernetes config source as a [`crate::Backend`].
+pub struct KubernetesBackend {
+    client: Client,
+    namespace: Option<String>,
+    nack_threshold: u64,
+    evaluate_interval: Duration,
+    initial_sync_timeout: Duration,
+    running: Option<Running>,
+}
+
+impl std::fmt::Debug for KubernetesBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesBackend")
+            .field("namespace", &self.namespace)
+            .field("nack_threshold", &self.nack_threshold)
+            .field("evaluate_interval", &self.evaluate_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Watches started by `start`, handed to `run`.
+struct Running {
+    shared: Arc<Shared>,
+    /// Subscribers of the shared stores (always `Some` with `store_shared`; without one
+    /// a controller falls back to its own watch).
+    configs: Option<ReflectHandle<Lenient<EnvoyConfig>>>,
+    revisions: Option<ReflectHandle<Lenient<EnvoyConfigRevision>>>,
+    config_triggers: mpsc::Receiver<ConfigRef>,
+    revision_triggers: mpsc::Receiver<RevisionRef>,
+    tasks: Tasks,
+}
+
+/// Background tasks, aborted when dropped.
+#[derive(Default)]
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+impl KubernetesBackend {
+    /// Watches `namespace` (`""`: every namespace) through `client`; a revision is
+    /// tainted after `nack_threshold` NACKs from every pod of its node.
+    pub fn new(client: Client, namespace: impl Into<String>, nack_threshold: u64) -> Self {
+        let namespace = namespace.into();
+        Self {
+            client,
+            namespace: (!namespace.is_empty()).then_some(namespace),
+            nack_threshold,
+            evaluate_interval: DEFAULT_EVALUATE_INTERVAL,
+            initial_sync_timeout: DEFAULT_INITIAL_SYNC_TIMEOUT,
+            running: None,
+        }
+    }
+
+    /// [`KubernetesBackend::new`] with the in-cluster config, or the current kubeconfig
+    /// context outside a cluster.
+    pub async fn try_default(
+        namespace: impl Into<String>,
+        nack_threshold: u64,
+    ) -> Result<Self, kube::Error> {
+        Ok(Self::new(
+            Client::try_default().await?,
+            namespace,
+            nack_threshold,
+        ))
+    }
+
+    /// Changes how often published revisions are checked against the NACK statistics.
+    pub fn with_evaluate_interval(mut self, interval: Duration) -> Self {
+        self.evaluate_interval = interval;
+        self
+    }
+
+    /// Changes how long `start` waits for the first lists.
+    pub fn with_initial_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.initial_sync_timeout = timeout;
+        self
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// Starts the reflectors and background loops, waits for the first lists (bounded)
+    /// and loads the published revisions into the cache.
+    async fn setup(&self, ctx: &crate::Context) -> Running {
+        let (configs, config_writer) = reflector::store_shared(SHARED_BUFFER);
+        let (revisions, revision_writer) = reflector::store_shared(SHARED_BUFFER);
+        let (secrets, secret_writer) = reflector::store();
+        let (slices, slice_writer) = reflector::store();
+        let config_sub = config_writer.subscribe();
+        let revision_sub = revision_writer.subscribe();
+        let (config_tx, config_triggers) = mpsc::channel(TRIGGER_BUFFER);
+        let (revision_tx, revision_triggers) = mpsc::channel(TRIGGER_BUFFER);
+        let shared = Arc::new(Shared::new(
+            self.client.clone(),
+            configs.clone(),
+            revisions.clone(),
+            secrets.clone(),
+            slices.clone(),
+            ctx.clone(),
+            self.nack_threshold,
+        ));
+        let wc = watcher::Config::default();
+        let mut tasks = Tasks::default();
+        tasks.0.push(tokio::spawn(drive(
+            "EnvoyConfig",
+            reflector::reflector(
+                config_writer,
+                watcher(self.api(), wc.clone()).backoff(WatchBackoff::default()),
+            ),
+            |_| async {},
+        )));
+        {
+            let shared = shared.clone();
+            let revision_tx = revision_tx.clone();
+            tasks.0.push(tokio::spawn(drive(
+                "EnvoyConfigRevision",
+                reflector::reflector(
+                    revision_writer,
+                    watcher(self.api(), wc.clone()).backoff(WatchBackoff::default()),
+                ),
+                move |event| {
+                    let targets = revision_event_targets(&shared.revisions, &event);
+                    let (config_tx, revision_tx) = (config_tx.clone(), revision_tx.clone());
+                    async move {
+                        if let Some((owner, siblings)) = targets {
+                            let _ = config_tx.send(owner).await;
+                            for s in siblings {
+                                let _ = revision_tx.send(s).await;
+                            }
+                        }
+                    }
+                },
+            )));
+        }
+        {
+            let shared = shared.clone();
+            let revision_tx = revision_tx.clone();
+            tasks.0.push(tokio::spawn(drive(
+                "Secret",
+                reflector::reflector(
+                    secret_writer,
+                    watcher(self.api::<Secret>(), wc.clone()).backoff(WatchBackoff::default()),
+                ),
+                move |event| {
+                    let targets = changed(&event)
+                        .map(|s| secret_readers(&shared.revisions, s))
+                        .unwrap_or_default();
+                    send_all(revision_tx.clone(), targets)
+                },
+            )));
+        }
+        {
+            let shared = shared.clone();
+            let revision_tx = revision_tx.clone();
+            tasks.0.push(tokio::spawn(drive(
+                "EndpointSlice",
+                reflector::reflector(
+                    slice_writer,
+                    watcher(self.api::<EndpointSlice>(), wc.clone())
+                        .backoff(WatchBackoff::default()),
+                ),
+                move |event| {
+                    let targets = changed(&event)
+                        .map(|s| slice_readers(&shared.revisions, s))
+                        .unwrap_or_default();
+                    send_all(revision_tx.clone(), targets)
+                },
+            )));
+        }
+        tasks.0.push(tokio::spawn(watch_pods(
+            self.api::<PartialObjectMeta<Pod>>(),
+            ctx.clone(),
+        )));
+        tasks.0.push(tokio::spawn(evaluate_loop(
+            shared.clone(),
+            revision_tx,
+            self.evaluate_interval,
+        )));
+
+        let synced = async {
+            let _ = configs.wait_until_ready().await;
+            let _ = revisions.wait_until_ready().await;
+            let _ = secrets.wait_until_ready().await;
+            let _ = slices.wait_until_ready().await;
+        };
+        match tokio::time::timeout(self.initial_sync_timeout, synced).await {
+            Ok(()) => {
+                let loaded = warm_start(&shared);
+                tracing::info!(
+                    namespace = self.namespace.as_deref().unwrap_or("<all>"),
+                    nodes = loaded,
+                    "Kubernetes mode: caches synced"
+                );
+            }
+            Err(_) => tracing::warn!(
+                timeout = ?self.initial_sync_timeout,
+                "Kubernetes mode: the first lists did not complete in time (are the CRDs installed and is RBAC granted?); serving anyway, retrying in the background"
+            ),
+        }
+        Running {
+            shared,
+            configs: config_sub,
+            revisions: revision_sub,
+            config_triggers,
+            revision_triggers,
+            tasks,
+        }
+    }
+}
+
+/// Watch retry delays: 0.8 s doubling up to 30 s, back to 0.8 s after two minutes
+/// without a failure. Unlike kube-runtime's default, it ignores the reset a watcher's
+/// `Init` event causes before every list attempt, which against an unreachable or
+/// forbidding API server would retry every 0.8 s forever.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    last_failure: Option<std::time::Instant>,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(800);
+    const MAX: Duration = Duration::from_secs(30);
+    const RESET_AFTER: Duration = Duration::from_secs(120);
+
+    fn delay_at(&mut self, now: std::time::Instant) -> Duration {
+        if self
+            .last_failure
+            .is_some_and(|t| now.saturating_duration_since(t) > Self::RESET_AFTER)
+        {
+            self.next = Self::MIN;
+        }
+        self.last_failure = Some(now);
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        delay
+    }
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self {
+            next: Self::MIN,
+            last_failure: None,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.delay_at(std::time::Instant::now()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {}
+}
+
+/// Drives a reflector stream, logging watch errors (the watcher retries with backoff)
+/// and calling `on_event` for every event after the store applied it.
+async fn drive<K, S, F, Fut>(kind: &'static str, stream: S, on_event: F)
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    F: Fn(watcher::Event<K>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => on_event(event).await,
+            Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
+/// The object of a live change (not of the initial list, which reconciles everything
+/// anyway).
+fn changed<K>(event: &watcher::Event<K>) -> Option<&K> {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => Some(o),
+        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => None,
+    }
+}
+
+async fn send_all<T>(tx: mpsc::Sender<T>, items: Vec<T>) {
+    for item in items {
+        let _ = tx.send(item).await;
+    }
+}
+
+/// For a revision change: its EnvoyConfig, and every revision of that EnvoyConfig.
+fn revision_event_targets(
+    revisions: &Store<Lenient<EnvoyConfigRevision>>,
+    event: &watcher::Event<Lenient<EnvoyConfigRevision>>,
+) -> Option<(ConfigRef, Vec<RevisionRef>)> {
+    let changed = changed(event)?;
+    let namespace = changed.namespace()?;
+    let owner = changed
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "EnvoyConfig")?;
+    let siblings = revisions
+        .state()
+        .iter()
+        .filter(|r| {
+            r.namespace().as_deref() == Some(namespace.as_str())
+                && r.owner_references().iter().any(|o| o.uid == owner.uid)
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect();
+    Some((ObjectRef::new(&owner.name).within(&namespace), siblings))
+}
+
+fn untainted_revisions_in<'a>(
+    revisions: &'a [Arc<Lenient<EnvoyConfigRevision>>],
+    namespace: &'a str,
+) -> impl Iterator<Item = &'a EnvoyConfigRevision> {
+    revisions
+        .iter()
+        .filter_map(|r| r.valid().ok())
+        .filter(move |r| {
+            r.namespace().as_deref() == Some(namespace)
+                && !r.status.as_ref().is_some_and(|s| s.is_tainted())
+        })
+}
+
+/// The untainted revisions that read Secret `secret`.
+pub fn secret_readers(
+    revisions: &Store<Lenient<EnvoyConfigRevision>>,
+    secret: &Secret,
+) -> Vec<RevisionRef> {
+    let (Some(namespace), name) = (secret.namespace(), secret.name_any()) else {
+        return Vec::new();
+    };
+    let all = revisions.state();
+    untainted_revisions_in(&all, &namespace)
+        .filter(|r| plan::referenced_secrets(&r.spec).contains(&name))
+        .map(|r| ObjectRef::new(&r.name_any()).within(&namespace))
+        .collect()
+}
+
+/// The untainted revisions whose `generateFromEndpointSlices` selects `slice`.
+pub fn slice_readers(
+    revisions: &Store<Lenient<EnvoyConfigRevision>>,
+    slice: &EndpointSlice,
+) -> Vec<RevisionRef> {
+    let Some(namespace) = slice.namespace() else {
+        return Vec::new();
+    };
+    let all = revisions.state();
+    untainted_revisions_in(&all, &namespace)
+        .filter(|r| plan::uses_endpoint_slices(&r.spec, slice.labels()))
+        .map(|r| ObjectRef::new(&r.name_any()).within(&namespace))
+        .collect()
+}
+
+/// Forgets the NACK counts of deleted injected pods (matched by name, the `pod_name` of
+/// their Envoy's node metadata), so a new pod with the same name (StatefulSets) starts
+/// clean.
+async fn watch_pods(api: Api<PartialObjectMeta<Pod>>, xds: crate::Context) {
+    let config =
+        watcher::Config::default().labels(&plan::equality_selector(POD_SELECTOR.0, POD_SELECTOR.1));
+    let stream = watcher(api, config).backoff(WatchBackoff::default());
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Delete(pod)) => {
+                let name = pod.name_any();
+                let nodes = match pod.annotations().get(POD_NODE_ID_ANNOTATION) {
+                    Some(node) => vec![node.clone()],
+                    None => xds.cache.node_ids(),
+                };
+                for node in nodes {
+                    xds.stats.clear_pod(&node, &name);
+                }
+                tracing::debug!(pod = name, "pod deleted; NACK counts cleared");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(kind = "Pod", error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
+/// Every `interval`, reconciles the published revisions that every pod of their node
+/// rejected (the reconcile taints them).
+async fn evaluate_loop(shared: Arc<Shared>, tx: mpsc::Sender<RevisionRef>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        for target in rejected_revisions(&shared) {
+            let _ = tx.send(target).await;
+        }
+    }
+}
+
+/// The published, untainted revisions whose served versions every pod rejected.
+pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
+    shared
+        .revisions
+        .state()
+        .iter()
+        .filter_map(|r| r.valid().ok())
+        .filter_map(|r| {
+            let status = r.status.as_ref()?;
+            if !status.is_published() || status.is_tainted() {
+                return None;
+            }
+            let versions = status.provides_versions.as_ref()?.to_versions();
+            plan::nack_verdict(
+                &r.spec.node_id,
+                &r.spec.version,
+                &versions,
+                &shared.xds.stats,
+                shared.nack_threshold,
+            )?;
+            Some(ObjectRef::new(&r.name_any()).within(&r.namespace()?))
+        })
+        .collect()
+}
+
+/// Controller results: failed reconciles are logged by [`error_policy`]; what is left
+/// (e.g. a trigger for an object deleted meanwhile) is debug noise.
+async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
+    if let Err(e) = result {
+        tracing::debug!(kind, error = %e, "reconcile not run");
+    }
+}
+
+impl crate::Backend for KubernetesBackend {
+    async fn start(&mut self, ctx: &crate::Context) -> Result<(), crate::Error> {
+        self.running = Some(self.setup(ctx).await);
+        Ok(())
+    }
+
+    async fn run(mut self, ctx: crate::Context, shutdown: crate::Shutdown) {
+        let running = match self.running.take() {
+            Some(running) => running,
+            None => self.setup(&ctx).await,
+        };
+        let Running {
+            shared,
+            configs,
+            revisions,
+            config_triggers,
+            revision_triggers,
+            tasks,
+        } = running;
+        let config_controller = match configs {
+            Some(sub) => Controller::for_shared_stream(sub, shared.configs.clone()),
+            None => Controller::new(self.api(), watcher::Config::default()),
+        };
+        let config_controller = config_controller
+            .reconcile_on(ReceiverStream::new(config_triggers))
+            .run(reconcile_envoyconfig, error_policy, shared.clone())
+            .for_each(|r| log_result("EnvoyConfig", r));
+        let revision_controller = match revisions {
+            Some(sub) => Controller::for_shared_stream(sub, shared.revisions.clone()),
+            None => Controller::new(self.api(), watcher::Config::default()),
+        };
+        let revision_controller = revision_controller
+            .reconcile_on(ReceiverStream::new(revision_triggers))
+            .run(reconcile_revision, error_policy, shared.clone())
+            .for_each(|r| log_result("EnvoyConfigRevision", r));
+        tokio::select! {
+            () = shutdown => {}
+            _ = futures::future::join(config_controller, revision_controller) => {}
+        }
+        drop(tasks);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::utils::Backoff as _;
+
+    #[test]
+    fn watch_backoff_grows_ignores_resets_and_recovers_after_quiet() {
+        let mut b = WatchBackoff::default();
+        let t0 = std::time::Instant::now();
+        let secs = |d: Duration| d.as_secs_f64();
+        let mut delays = Vec::new();
+        for i in 0..8 {
+            b.reset(); // what every watcher `Init` event does
+            delays.push(secs(b.delay_at(t0 + Duration::from_secs(i))));
+        }
+        assert_eq!(delays, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]);
+        assert_eq!(secs(b.delay_at(t0 + Duration::from_secs(200))), 0.8);
+    }
+}

@@ -1,0 +1,1334 @@
+//! The decisions of the Kubernetes controllers, free of I/O: functions from the watched
+//! objects (and the NACK verdict) to what to create, patch and delete, and the statuses
+//! to write. The controllers in [`super::controller`] only read the stores, call these
+//! and carry the result out.
+//!
+//! The revision engine [`Revisions`] is the core: it is rebuilt from the
+//! EnvoyConfigRevisions of an EnvoyConfig on every reconcile, ordered by the
+//! [`APPLIED_AT_ANNOTATION`] (when a revision last became the desired one), so both
+//! controllers agree on which revision is published without talking to each other.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
+};
+use k8s_openapi::jiff::Timestamp;
+use kube::core::{Expression, Selector, SelectorExt as _};
+use kube::{Resource as _, ResourceExt as _};
+
+use crate::decode::DecodeError;
+use crate::envoyconfig::{CacheState, ConfigRevisionRef, EnvoyApi, EnvoyConfig, EnvoyConfigStatus};
+use crate::envoyconfigrevision::{
+    APPLIED_AT_ANNOTATION, CONFIG_VERSION_LABEL, ENVOY_API_LABEL, EnvoyConfigRevision,
+    EnvoyConfigRevisionSpec, EnvoyConfigRevisionStatus, FINALIZER, NODE_ID_LABEL,
+    RESOURCES_IN_SYNC, REVISION_PUBLISHED, REVISION_TAINTED, VersionTracker,
+};
+use crate::resource::{ResourceType, fnv1a64};
+use crate::revisions::{NackView, Revision, Revisions, Taint, config_version};
+
+/// EnvoyConfig condition: the served config is not the desired one (rollback, or the
+/// published revision could not be loaded yet).
+pub const CACHE_OUT_OF_SYNC: &str = "CacheOutOfSync";
+/// EnvoyConfig condition: every revision is tainted; the last good snapshot is served.
+pub const ROLLBACK_FAILED: &str = "RollbackFailed";
+
+/// Why a plan could not be made (the object is logged and skipped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("the object has no {0} (not read from the API server?)")]
+    MissingMetadata(&'static str),
+}
+
+/// `now` rounded down to whole seconds, the precision Kubernetes stores `Time` with, so
+/// a status written and read back compares equal.
+pub fn truncate_to_seconds(now: Timestamp) -> Timestamp {
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+/// RFC 1123 subdomain (what object names must be): lowercase alphanumerics, `-` and `.`,
+/// dot-separated labels starting and ending with an alphanumeric, at most 253 chars.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && !name.is_empty()
+        && name.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+/// A valid label value: at most 63 chars of alphanumerics, `-`, `_`, `.`, starting and
+/// ending with an alphanumeric (or empty).
+pub fn is_label_value(value: &str) -> bool {
+    let b = value.as_bytes();
+    b.is_empty()
+        || (b.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric())
+}
+
+/// `text` reduced to `[a-z0-9-]`, at most `max` chars, followed by `-<hash of text>` so
+/// that different inputs stay different.
+fn sanitized(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
+        if !(c == '-' && (out.is_empty() || out.ends_with('-'))) {
+            out.push(c);
+        }
+    }
+    let hash = format!("{:08x}", fnv1a64(text.as_bytes()) as u32);
+    out.truncate(max.saturating_sub(hash.len() + 1));
+    let out = out.trim_end_matches('-');
+    if out.is_empty() {
+        hash
+    } else {
+        format!("{out}-{hash}")
+    }
+}
+
+/// The name of the revision of `version` for `node_id`: `<nodeID>-<envoyAPI>-<version>`
+/// as upstream, when that is a valid object name; otherwise the node id is reduced to
+/// `[a-z0-9-]` and suffixed with a hash of itself (`My_Node` → `my-node-1a2b3c4d-v3-…`).
+pub fn revision_name(node_id: &str, api: EnvoyApi, version: &str) -> String {
+    let api = envoy_api_str(api);
+    let plain = format!("{node_id}-{api}-{version}");
+    if is_dns_subdomain(&plain) {
+        return plain;
+    }
+    let budget = 253 - api.len() - version.len() - 2;
+    format!("{}-{api}-{version}", sanitized(node_id, budget.min(200)))
+}
+
+/// The value of the node-id label: the node id itself when it is a valid label value,
+/// else a sanitized form with a hash.
+pub fn node_id_label(node_id: &str) -> String {
+    if is_label_value(node_id) {
+        node_id.to_string()
+    } else {
+        sanitized(node_id, 63)
+    }
+}
+
+/// `v3`.
+pub fn envoy_api_str(api: EnvoyApi) -> &'static str {
+    match api {
+        EnvoyApi::V3 => "v3",
+    }
+}
+
+/// Whether `ecr` is controlled by the object with `uid`.
+pub fn owned_by(ecr: &EnvoyConfigRevision, uid: &str) -> bool {
+    ecr.owner_references()
+        .iter()
+        .any(|o| o.uid == uid && o.controller == Some(true))
+}
+
+/// The uid of the controller owner of `ecr`.
+pub fn controller_uid(ecr: &EnvoyConfigRevision) -> Option<&str> {
+    ecr.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+fn is_deleting(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some()
+}
+
+/// Order of the revisions of one EnvoyConfig, oldest first: the applied-at annotation
+/// (falling back to the last publication, then the creation time), then the name.
+fn order_key(ecr: &EnvoyConfigRevision) -> (Option<Timestamp>, String) {
+    let applied = ecr
+        .annotations()
+        .get(APPLIED_AT_ANNOTATION)
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    let published = ecr
+        .status
+        .as_ref()
+        .and_then(|s| s.last_published_at.as_ref())
+        .map(|t| t.0);
+    let created = ecr.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    (applied.or(published).or(created), ecr.name_any())
+}
+
+/// The live (not terminating) revisions among `all` that `uid` controls, oldest first.
+pub fn siblings<'a>(
+    all: impl IntoIterator<Item = &'a EnvoyConfigRevision>,
+    uid: &str,
+) -> Vec<&'a EnvoyConfigRevision> {
+    let mut live: Vec<&EnvoyConfigRevision> = all
+        .into_iter()
+        .filter(|e| owned_by(e, uid) && !is_deleting(&e.metadata))
+        .collect();
+    live.sort_by_key(|e| order_key(e));
+    live
+}
+
+/// The engine state of ordered revisions (see [`siblings`]).
+pub fn engine(node_id: &str, ordered: &[&EnvoyConfigRevision]) -> Revisions {
+    let mut revisions = Revisions::new(node_id);
+    for ecr in ordered {
+        let status = ecr.status.clone().unwrap_or_default();
+        revisions.revisions.push(Revision {
+            version: ecr.spec.version.clone(),
+            spec: ecr.spec.config_spec(),
+            created_at: ecr
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0)),
+            last_published_at: status
+                .last_published_at
+                .as_ref()
+                .map(|t| SystemTime::from(t.0)),
+            tainted: status.is_tainted().then(|| tainted_reason(&status)),
+            provides_versions: status
+                .provides_versions
+                .as_ref()
+                .map(|v| {
+                    v.to_versions()
+                        .into_iter()
+                        .map(|(t, v)| (t.as_str().to_string(), v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        });
+    }
+    revisions
+}
+
+fn tainted_reason(status: &EnvoyConfigRevisionStatus) -> String {
+    status
+        .condition(REVISION_TAINTED)
+        .map(|c| c.message.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "tainted".to_string())
+}
+
+/// Which of the ordered revisions of one EnvoyConfig must be served: the topmost
+/// untainted one (by name).
+pub fn elected<'a>(ordered: &[&'a EnvoyConfigRevision]) -> Option<&'a EnvoyConfigRevision> {
+    ordered
+        .iter()
+        .rev()
+        .find(|e| !e.status.as_ref().is_some_and(|s| s.is_tainted()))
+        .copied()
+}
+
+/// What the EnvoyConfig controller must do for one EnvoyConfig.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvoyConfigPlan {
+    /// A revision to create (the desired version is new).
+    pub create: Option<EnvoyConfigRevision>,
+    /// A revision to move to the top: set its applied-at annotation to this value.
+    pub touch: Option<(String, String)>,
+    /// Revisions to delete (retention, or left over from another node id).
+    pub delete: Vec<String>,
+    /// The status to write (`None`: leave it, e.g. while waiting for a deletion).
+    pub status: Option<EnvoyConfigStatus>,
+    /// The desired revision is still being deleted; try again shortly.
+    pub wait_for_deletion: bool,
+}
+
+fn rfc3339_micros(t: Timestamp) -> String {
+    format!("{t:.6}")
+}
+
+/// Sets condition `type_` in `conditions`, keeping its transition time when the status
+/// does not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(now);
+            }
+            c.status = status;
+            c.reason = reason.to_string();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status,
+            reason: reason.to_string(),
+            message,
+            observed_generation: generation,
+            last_transition_time: Time(now),
+        }),
+    }
+}
+
+fn revision_ref(name: &str, namespace: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(EnvoyConfigRevision::api_version(&()).to_string()),
+        kind: Some(EnvoyConfigRevision::kind(&()).to_string()),
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        ..ObjectReference::default()
+    }
+}
+
+/// The EnvoyConfig controller's decision for `ec` given every EnvoyConfigRevision of its
+/// namespace (`all`; others' are ignored) at time `now`:
+///
+/// - the desired version is [`config_version`] of the spec; a new version gets a new
+///   revision `<nodeID>-<envoyAPI>-<version>` (labels, controller owner reference,
+///   finalizer, applied-at = now); a known one is moved to the top (applied-at = now);
+/// - at most [`crate::revisions::MAX_REVISIONS`] are kept: the oldest are deleted, never
+///   the desired one nor the rollback target; revisions of another node id or Envoy API
+///   (the spec's nodeID was edited) are deleted;
+/// - the status reports the desired and published versions, the cache state, the
+///   revisions oldest → newest and the `CacheOutOfSync` / `RollbackFailed` conditions.
+pub fn plan_envoyconfig<'a>(
+    ec: &EnvoyConfig,
+    all: impl IntoIterator<Item = &'a EnvoyConfigRevision>,
+    now: Timestamp,
+) -> Result<EnvoyConfigPlan, PlanError> {
+    let now = truncate_to_seconds(now);
+    let uid = ec
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or(PlanError::MissingMetadata("uid"))?;
+    if ec.metadata.name.is_none() {
+        return Err(PlanError::MissingMetadata("name"));
+    }
+    let namespace = ec
+        .metadata
+        .namespace
+        .as_deref()
+        .ok_or(PlanError::MissingMetadata("namespace"))?;
+    let owner = ec
+        .controller_owner_ref(&())
+        .ok_or(PlanError::MissingMetadata("name or uid"))?;
+    let api = ec.spec.envoy_api.unwrap_or_default();
+    let desired = config_version(&ec.spec);
+    let desired_name = revision_name(&ec.spec.node_id, api, &desired);
+
+    let all: Vec<&EnvoyConfigRevision> = all.into_iter().collect();
+    let (current, stale): (Vec<&EnvoyConfigRevision>, Vec<&EnvoyConfigRevision>) =
+        siblings(all.iter().copied(), uid)
+            .into_iter()
+            .partition(|e| {
+                e.spec.node_id == ec.spec.node_id && e.spec.envoy_api.unwrap_or_default() == api
+            });
+    let mut plan = EnvoyConfigPlan {
+        create: None,
+        touch: None,
+        delete: stale.iter().map(|e| e.name_any()).collect(),
+        status: None,
+        wait_for_deletion: false,
+    };
+
+    let existing = current.iter().find(|e| e.spec.version == desired).copied();
+    if existing.is_none() {
+        let terminating = all.iter().any(|e| {
+            e.metadata.name.as_deref() == Some(desired_name.as_str())
+                && e.metadata.namespace.as_deref() == Some(namespace)
+                && is_deleting(&e.metadata)
+        });
+        if terminating {
+            // The tainted revision of this very version is being deleted (to retry it):
+            // its name is still taken. Its removal triggers another reconcile.
+            plan.wait_for_deletion = true;
+            return Ok(plan);
+        }
+    }
+
+    let mut revisions = engine(&ec.spec.node_id, &current);
+    let names: BTreeMap<String, String> = current
+        .iter()
+        .map(|e| (e.spec.version.clone(), e.name_any()))
+        .collect();
+    let was_top = current.last().map(|e| e.spec.version.as_str()) == Some(desired.as_str());
+    revisions.apply(&ec.spec, SystemTime::from(now));
+
+    let applied_at = rfc3339_micros(now);
+    match existing {
+        Some(e) if !was_top => plan.touch = Some((e.name_any(), applied_at)),
+        Some(_) => {}
+        None => {
+            let mut labels = BTreeMap::new();
+            labels.insert(NODE_ID_LABEL.to_string(), node_id_label(&ec.spec.node_id));
+            labels.insert(CONFIG_VERSION_LABEL.to_string(), desired.clone());
+            labels.insert(ENVOY_API_LABEL.to_string(), envoy_api_str(api).to_string());
+            let mut revision = EnvoyConfigRevision::new(
+                &desired_name,
+                EnvoyConfigRevisionSpec::from_config(&ec.spec, desired.clone()),
+            );
+            revision.metadata = ObjectMeta {
+                name: Some(desired_name.clone()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(labels),
+                annotations: Some(BTreeMap::from([(
+                    APPLIED_AT_ANNOTATION.to_string(),
+                    applied_at,
+                )])),
+                owner_references: Some(vec![OwnerReference {
+                    block_owner_deletion: Some(true),
+                    ..owner
+                }]),
+                finalizers: Some(vec![FINALIZER.to_string()]),
+                ..ObjectMeta::default()
+            };
+            plan.create = Some(revision);
+        }
+    }
+    for e in &current {
+        if !revisions
+            .revisions
+            .iter()
+            .any(|r| r.version == e.spec.version)
+        {
+            plan.delete.push(e.name_any());
+        }
+    }
+
+    let previous = ec.status.clone().unwrap_or_default();
+    let state = revisions.cache_state();
+    let published = revisions.published();
+    let published_ecr =
+        published.and_then(|p| current.iter().find(|e| e.spec.version == p.version));
+    let generation = ec.metadata.generation;
+    let mut conditions = previous.conditions.clone();
+    let (out_of_sync, reason, message) = match state {
+        Some(CacheState::Rollback) => (
+            true,
+            "Rollback",
+            format!(
+                "the desired version {desired} is tainted; serving version {}",
+                published.map(|p| p.version.as_str()).unwrap_or_default()
+            ),
+        ),
+        Some(CacheState::RollbackFailed) => (
+            true,
+            "RollbackFailed",
+            "every revision is tainted; the last good config keeps being served".to_string(),
+        ),
+        _ => match published_ecr.and_then(|e| e.status.as_ref()) {
+            Some(s)
+                if s.condition(RESOURCES_IN_SYNC)
+                    .is_some_and(|c| c.status == "False") =>
+            {
+                (
+                    true,
+                    "ResourcesOutOfSync",
+                    s.condition(RESOURCES_IN_SYNC)
+                        .map(|c| c.message.clone())
+                        .unwrap_or_default(),
+                )
+            }
+            Some(s) if s.is_published() => (false, "InSync", String::new()),
+            _ => (
+                true,
+                "PublishPending",
+                format!("revision {desired_name} is being published"),
+            ),
+        },
+    };
+    set_condition(
+        &mut conditions,
+        CACHE_OUT_OF_SYNC,
+        out_of_sync,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    let failed = state == Some(CacheState::RollbackFailed);
+    set_condition(
+        &mut conditions,
+        ROLLBACK_FAILED,
+        failed,
+        if failed {
+            "AllRevisionsTainted"
+        } else {
+            "RevisionAvailable"
+        },
+        if failed {
+            "every revision is tainted: fix the config, or delete a tainted revision to retry it"
+        } else {
+            ""
+        },
+        generation,
+        now,
+    );
+    let revision_refs = revisions
+        .revisions
+        .iter()
+        .map(|r| ConfigRevisionRef {
+            version: r.version.clone(),
+            reference: revision_ref(
+                names
+                    .get(&r.version)
+                    .map_or(desired_name.as_str(), String::as_str),
+                namespace,
+            ),
+        })
+        .collect();
+    plan.status = Some(EnvoyConfigStatus {
+        cache_state: state,
+        published_version: published
+            .map(|p| p.version.clone())
+            .or(previous.published_version),
+        desired_version: Some(desired),
+        conditions,
+        revisions: revision_refs,
+    });
+    Ok(plan)
+}
+
+/// What publishing an elected revision gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not the elected revision of its EnvoyConfig (or tainted): not served.
+    NotElected,
+    /// Served with these per-type versions.
+    Published {
+        versions: BTreeMap<ResourceType, String>,
+    },
+    /// Must never be served: `reason` is a condition reason (`ResourcesFailedToDecode`,
+    /// `RejectedByEnvoy`).
+    Tainted {
+        reason: &'static str,
+        message: String,
+    },
+    /// Could not be loaded for now (a Secret or EndpointSlice it needs is missing or
+    /// wrong, or another EnvoyConfig holds the node id); the node keeps what it has.
+    OutOfSync {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// The revision's new status after `outcome` (the revision controller writes it when it
+/// differs from `current`):
+///
+/// - `published`/`RevisionPublished` follow the outcome; `lastPublishedAt` is set when
+///   the revision becomes published;
+/// - a taint sets `tainted` and `RevisionTainted` and is never lifted;
+/// - `ResourcesInSync` is true once published with the current Secrets/EndpointSlices,
+///   false (with the reason) while they cannot be loaded.
+pub fn plan_revision_status(
+    current: &EnvoyConfigRevisionStatus,
+    generation: Option<i64>,
+    outcome: &Outcome,
+    now: Timestamp,
+) -> EnvoyConfigRevisionStatus {
+    let now = truncate_to_seconds(now);
+    let mut s = current.clone();
+    let unpublish = |s: &mut EnvoyConfigRevisionStatus, reason: &str, message: String| {
+        if s.published.is_some() || s.condition(REVISION_PUBLISHED).is_some() {
+            s.published = Some(false);
+            set_condition(
+                &mut s.conditions,
+                REVISION_PUBLISHED,
+                false,
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+    };
+    match outcome {
+        Outcome::NotElected if current.is_tainted() => {
+            unpublish(&mut s, "Tainted", "the revision is tainted".to_string());
+        }
+        Outcome::NotElected => unpublish(
+            &mut s,
+            "NotPublished",
+            "another revision of the EnvoyConfig is published".to_string(),
+        ),
+        Outcome::Published { versions } => {
+            if !current.is_published() || current.last_published_at.is_none() {
+                s.last_published_at = Some(Time(now));
+            }
+            s.published = Some(true);
+            s.provides_versions = Some(VersionTracker::from_versions(versions));
+            set_condition(
+                &mut s.conditions,
+                REVISION_PUBLISHED,
+                true,
+                "Published",
+                "the revision is served by the discovery service",
+                generation,
+                now,
+            );
+            set_condition(
+                &mut s.conditions,
+                RESOURCES_IN_SYNC,
+                true,
+                "ResourcesInSync",
+                "",
+                generation,
+                now,
+            );
+        }
+        Outcome::Tainted { reason, message } => {
+            s.tainted = Some(true);
+            set_condition(
+                &mut s.conditions,
+                REVISION_TAINTED,
+                true,
+                reason,
+                message.clone(),
+                generation,
+                now,
+            );
+            s.published = Some(false);
+            set_condition(
+                &mut s.conditions,
+                REVISION_PUBLISHED,
+                false,
+                "Tainted",
+                "the revision is tainted",
+                generation,
+                now,
+            );
+        }
+        Outcome::OutOfSync { reason, message } => {
+            set_condition(
+                &mut s.conditions,
+                RESOURCES_IN_SYNC,
+                false,
+                reason,
+                message.clone(),
+                generation,
+                now,
+            );
+        }
+    }
+    s
+}
+
+/// Whether a resolve error is the config's own fault (taint: retrying cannot help)
+/// rather than a Secret or EndpointSlice that is missing or not ready yet (wait: it may
+/// appear, e.g. cert-manager issuing the certificate after the EnvoyConfig is applied).
+pub fn is_config_error(e: &DecodeError) -> bool {
+    match e {
+        DecodeError::MissingSecret { .. }
+        | DecodeError::MissingSecretKey { .. }
+        | DecodeError::SecretType { .. }
+        | DecodeError::NeedsKubernetes { .. }
+        | DecodeError::Registry(_) => false,
+        DecodeError::Invalid { at, .. } => !at.path.contains("generateFromEndpointSlices"),
+        _ => true,
+    }
+}
+
+/// The NACK verdict for a revision served with `versions`: tainted when every pod of the
+/// node rejected one of them at least `threshold` times.
+pub fn nack_verdict(
+    node_id: &str,
+    version: &str,
+    versions: &BTreeMap<ResourceType, String>,
+    stats: &dyn NackView,
+    threshold: u64,
+) -> Option<Taint> {
+    let mut revisions = Revisions::new(node_id);
+    revisions.revisions.push(Revision {
+        version: version.to_string(),
+        spec: crate::envoyconfig::EnvoyConfigSpec {
+            node_id: node_id.to_string(),
+            envoy_api: None,
+            serialization: None,
+            resources: None,
+            envoy_resources: None,
+        },
+        created_at: SystemTime::UNIX_EPOCH,
+        last_published_at: None,
+        tainted: None,
+        provides_versions: versions
+            .iter()
+            .map(|(t, v)| (t.as_str().to_string(), v.clone()))
+            .collect(),
+    });
+    revisions.evaluate(stats, threshold)
+}
+
+/// Names of the Secrets a revision reads.
+pub fn referenced_secrets(spec: &EnvoyConfigRevisionSpec) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in spec.resources.iter().flatten() {
+        if let Some(s) = &r.generate_from_tls_secret {
+            names.push(s.clone());
+        }
+        if let Some(o) = &r.generate_from_opaque_secret {
+            names.push(o.name.clone());
+        }
+    }
+    for s in spec.envoy_resources.iter().flat_map(|d| &d.secrets) {
+        let name = s
+            .reference
+            .as_ref()
+            .and_then(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| s.name.clone());
+        names.push(name);
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Whether `labels` match a `generateFromEndpointSlices` selector. No selector matches
+/// nothing (as a null selector in Kubernetes policy objects); `{}` matches everything;
+/// an invalid selector matches nothing.
+pub fn selector_matches(
+    selector: Option<&LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let Some(selector) = selector else {
+        return false;
+    };
+    match Selector::try_from(selector.clone()) {
+        Ok(s) => s.matches(labels),
+        Err(_) => false,
+    }
+}
+
+/// Whether a revision generates endpoints from slices with these labels.
+pub fn uses_endpoint_slices(
+    spec: &EnvoyConfigRevisionSpec,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    spec.resources
+        .iter()
+        .flatten()
+        .filter_map(|r| r.generate_from_endpoint_slices.as_ref())
+        .any(|g| selector_matches(g.selector.as_ref(), labels))
+}
+
+/// A label selector for `key=value` (used to watch injected pods only).
+pub fn equality_selector(key: &str, value: &str) -> String {
+    Selector::from(Expression::Equal(key.to_string(), value.to_string())).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envoyconfig::EnvoyConfigSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use std::collections::BTreeSet;
+
+    fn ts(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).unwrap()
+    }
+
+    fn spec(port: u64) -> EnvoyConfigSpec {
+        serde_json::from_value(serde_json::json!({
+            "nodeID": "kuard",
+            "resources": [{"type": "listener", "value": {"name": "http", "port": port}}]
+        }))
+        .unwrap()
+    }
+
+    fn ec(port: u64) -> EnvoyConfig {
+        let mut ec = EnvoyConfig::new("kuard", spec(port));
+        ec.metadata.namespace = Some("default".into());
+        ec.metadata.uid = Some("ec-uid".into());
+        ec.metadata.generation = Some(1);
+        ec
+    }
+
+    /// The revision the plan creates for `port`, as the API server returns it.
+    fn ecr(
+        port: u64,
+        applied: i64,
+        status: Option<EnvoyConfigRevisionStatus>,
+    ) -> EnvoyConfigRevision {
+        let plan = plan_envoyconfig(&ec(port), [], ts(applied)).unwrap();
+        let mut ecr = plan.create.unwrap();
+        ecr.metadata.creation_timestamp = Some(Time(ts(applied)));
+        ecr.status = status;
+        ecr
+    }
+
+    fn published() -> Option<EnvoyConfigRevisionStatus> {
+        Some(EnvoyConfigRevisionStatus {
+            published: Some(true),
+            ..Default::default()
+        })
+    }
+
+    fn tainted() -> Option<EnvoyConfigRevisionStatus> {
+        Some(EnvoyConfigRevisionStatus {
+            tainted: Some(true),
+            published: Some(false),
+            ..Default::default()
+        })
+    }
+
+    fn condition<'a>(s: &'a EnvoyConfigStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn names_are_upstreams_when_valid_else_sanitized() {
+        let cases = [
+            ("kuard", "kuard-v3-abc"),
+            ("envoy.example", "envoy.example-v3-abc"),
+            ("My_Node", "my-node-"),
+            ("__", ""),
+        ];
+        for (node, prefix) in cases {
+            let name = revision_name(node, EnvoyApi::V3, "abc");
+            assert!(is_dns_subdomain(&name), "{node} → {name}");
+            assert!(name.starts_with(prefix), "{node} → {name}");
+            assert!(name.ends_with("-v3-abc"), "{node} → {name}");
+        }
+        assert_ne!(
+            revision_name("A", EnvoyApi::V3, "x"),
+            revision_name("a_", EnvoyApi::V3, "x"),
+            "sanitized names keep a hash of the original"
+        );
+        let long = "n".repeat(300);
+        let name = revision_name(&long, EnvoyApi::V3, "0123456789abcdef");
+        assert!(
+            is_dns_subdomain(&name) && name.len() <= 253,
+            "{}",
+            name.len()
+        );
+        for (value, ok) in [
+            ("kuard", true),
+            ("a.b_c-d", true),
+            ("-a", false),
+            ("", true),
+        ] {
+            assert_eq!(is_label_value(value), ok, "{value}");
+        }
+        assert!(is_label_value(&node_id_label(&long)));
+        assert!(is_label_value(&node_id_label("My Node!")));
+        assert_eq!(node_id_label("kuard"), "kuard");
+    }
+
+    #[test]
+    fn new_envoyconfig_creates_a_labelled_owned_revision() {
+        let plan = plan_envoyconfig(&ec(1), [], ts(0)).unwrap();
+        let created = plan.create.unwrap();
+        let version = config_version(&spec(1));
+        assert_eq!(
+            created.metadata.name.as_deref(),
+            Some(format!("kuard-v3-{version}").as_str())
+        );
+        let labels = created.metadata.labels.unwrap();
+        assert_eq!(labels[NODE_ID_LABEL], "kuard");
+        assert_eq!(labels[CONFIG_VERSION_LABEL], version);
+        assert_eq!(labels[ENVOY_API_LABEL], "v3");
+        let owner = &created.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("EnvoyConfig", "ec-uid", Some(true))
+        );
+        assert_eq!(created.metadata.finalizers.unwrap(), [FINALIZER]);
+        assert_eq!(created.spec.version, version);
+        assert_eq!(created.spec.envoy_api, Some(EnvoyApi::V3));
+        let status = plan.status.unwrap();
+        assert_eq!(status.cache_state, Some(CacheState::InSync));
+        assert_eq!(status.desired_version.as_deref(), Some(version.as_str()));
+        assert_eq!(status.published_version.as_deref(), Some(version.as_str()));
+        assert_eq!(status.revisions.len(), 1);
+        assert_eq!(
+            condition(&status, CACHE_OUT_OF_SYNC).reason,
+            "PublishPending"
+        );
+        assert_eq!(condition(&status, ROLLBACK_FAILED).status, "False");
+        assert!(plan.delete.is_empty() && plan.touch.is_none());
+    }
+
+    /// (case, existing revisions as (port, applied-at, status), desired port) →
+    /// (created?, touched port, deleted ports, state, published port, CacheOutOfSync)
+    #[test]
+    fn envoyconfig_plans() {
+        type Row = (
+            &'static str,
+            Vec<(u64, i64, Option<EnvoyConfigRevisionStatus>)>,
+            u64,
+            bool,
+            Option<u64>,
+            Vec<u64>,
+            CacheState,
+            u64,
+            bool,
+        );
+        let rows: Vec<Row> = vec![
+            (
+                "in sync, nothing to do",
+                vec![(1, 0, published())],
+                1,
+                false,
+                None,
+                vec![],
+                CacheState::InSync,
+                1,
+                false,
+            ),
+            (
+                "spec change adds a revision",
+                vec![(1, 0, published())],
+                2,
+                true,
+                None,
+                vec![],
+                CacheState::InSync,
+                2,
+                true,
+            ),
+            (
+                "desired tainted: rollback",
+                vec![(1, 0, published()), (2, 1, tainted())],
+                2,
+                false,
+                None,
+                vec![],
+                CacheState::Rollback,
+                1,
+                true,
+            ),
+            (
+                "all tainted: rollback failed",
+                vec![(1, 0, tainted()), (2, 1, tainted())],
+                2,
+                false,
+                None,
+                vec![],
+                CacheState::RollbackFailed,
+                0,
+                true,
+            ),
+            (
+                "known version moves to the top",
+                vec![(1, 0, None), (2, 1, published())],
+                1,
+                false,
+                Some(1),
+                vec![],
+                CacheState::InSync,
+                1,
+                true,
+            ),
+            (
+                "tainted known version moved up stays tainted",
+                vec![(2, 0, tainted()), (1, 1, published())],
+                2,
+                false,
+                Some(2),
+                vec![],
+                CacheState::Rollback,
+                1,
+                true,
+            ),
+        ];
+        for (
+            case,
+            existing,
+            desired,
+            created,
+            touched,
+            deleted,
+            state,
+            published_port,
+            out_of_sync,
+        ) in rows
+        {
+            let ecrs: Vec<EnvoyConfigRevision> =
+                existing.into_iter().map(|(p, t, s)| ecr(p, t, s)).collect();
+            let plan = plan_envoyconfig(&ec(desired), &ecrs, ts(100)).unwrap();
+            assert_eq!(plan.create.is_some(), created, "{case}");
+            let name = |p: u64| revision_name("kuard", EnvoyApi::V3, &config_version(&spec(p)));
+            assert_eq!(
+                plan.touch.as_ref().map(|t| t.0.clone()),
+                touched.map(name),
+                "{case}"
+            );
+            assert_eq!(
+                plan.delete,
+                deleted.into_iter().map(name).collect::<Vec<_>>(),
+                "{case}"
+            );
+            let status = plan.status.unwrap();
+            assert_eq!(status.cache_state, Some(state), "{case}");
+            if published_port == 0 {
+                assert_eq!(status.published_version, None, "{case}");
+            } else {
+                assert_eq!(
+                    status.published_version,
+                    Some(config_version(&spec(published_port))),
+                    "{case}"
+                );
+            }
+            assert_eq!(
+                condition(&status, CACHE_OUT_OF_SYNC).status == "True",
+                out_of_sync,
+                "{case}"
+            );
+            assert_eq!(
+                condition(&status, ROLLBACK_FAILED).status == "True",
+                state == CacheState::RollbackFailed,
+                "{case}"
+            );
+            let versions: Vec<&str> = status
+                .revisions
+                .iter()
+                .map(|r| r.version.as_str())
+                .collect();
+            assert_eq!(
+                versions.last().copied(),
+                Some(config_version(&spec(desired)).as_str()),
+                "{case}: newest last"
+            );
+        }
+    }
+
+    #[test]
+    fn retention_deletes_the_oldest_but_keeps_the_rollback_target() {
+        let mut ecrs: Vec<EnvoyConfigRevision> = vec![ecr(100, 0, published())];
+        for i in 1..10 {
+            ecrs.push(ecr(i, i as i64, tainted()));
+        }
+        let plan = plan_envoyconfig(&ec(50), &ecrs, ts(100)).unwrap();
+        assert!(plan.create.is_some());
+        let oldest_tainted = revision_name("kuard", EnvoyApi::V3, &config_version(&spec(1)));
+        assert_eq!(
+            plan.delete,
+            [oldest_tainted],
+            "the published (rollback target) survives"
+        );
+    }
+
+    #[test]
+    fn revisions_of_other_owners_or_terminating_are_ignored_and_a_renamed_node_is_cleaned_up() {
+        let mut foreign = ecr(1, 0, published());
+        foreign.metadata.owner_references.as_mut().unwrap()[0].uid = "other".into();
+        let plan = plan_envoyconfig(&ec(1), [&foreign], ts(1)).unwrap();
+        assert!(
+            plan.create.is_some(),
+            "another EnvoyConfig's revision is not ours"
+        );
+        assert!(plan.delete.is_empty());
+
+        let mut terminating = ecr(1, 0, tainted());
+        terminating.metadata.deletion_timestamp = Some(Time(ts(1)));
+        let plan = plan_envoyconfig(&ec(1), [&terminating], ts(2)).unwrap();
+        assert!(plan.wait_for_deletion && plan.create.is_none() && plan.status.is_none());
+
+        let old = ecr(1, 0, published());
+        let mut renamed = ec(1);
+        renamed.spec.node_id = "kuard2".into();
+        let plan = plan_envoyconfig(&renamed, [&old], ts(2)).unwrap();
+        assert_eq!(plan.delete, [old.metadata.name.clone().unwrap()]);
+        assert!(
+            plan.create
+                .unwrap()
+                .metadata
+                .name
+                .unwrap()
+                .starts_with("kuard2-v3-")
+        );
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time_while_unchanged() {
+        let first = ecr(1, 0, published());
+        let mut config = ec(1);
+        config.status = plan_envoyconfig(&config, [&first], ts(10)).unwrap().status;
+        let again = plan_envoyconfig(&config, [&first], ts(20))
+            .unwrap()
+            .status
+            .unwrap();
+        assert_eq!(
+            Some(&again),
+            config.status.as_ref(),
+            "idempotent: nothing to write"
+        );
+        assert_eq!(
+            condition(&again, CACHE_OUT_OF_SYNC).last_transition_time,
+            Time(ts(10))
+        );
+    }
+
+    #[test]
+    fn missing_metadata_is_an_error_not_a_panic() {
+        let mut no_uid = ec(1);
+        no_uid.metadata.uid = None;
+        assert_eq!(
+            plan_envoyconfig(&no_uid, [], ts(0)),
+            Err(PlanError::MissingMetadata("uid"))
+        );
+    }
+
+    #[test]
+    fn election_is_the_topmost_untainted() {
+        let a = ecr(1, 0, published());
+        let b = ecr(2, 1, None);
+        let c = ecr(3, 2, tainted());
+        let all = [c.clone(), a.clone(), b.clone()];
+        let ordered = siblings(&all, "ec-uid");
+        let names: Vec<String> = ordered.iter().map(|e| e.name_any()).collect();
+        assert_eq!(names, [a.name_any(), b.name_any(), c.name_any()]);
+        assert_eq!(elected(&ordered).map(|e| e.name_any()), Some(b.name_any()));
+        assert_eq!(elected(&[&c]), None);
+    }
+
+    /// (case, current status, outcome) → (published, tainted, ResourcesInSync, lastPublishedAt changed)
+    #[test]
+    fn revision_status_plans() {
+        let versions = BTreeMap::from([(ResourceType::Listener, "L1".to_string())]);
+        let was_published = EnvoyConfigRevisionStatus {
+            published: Some(true),
+            last_published_at: Some(Time(ts(0))),
+            ..Default::default()
+        };
+        type Row = (
+            &'static str,
+            EnvoyConfigRevisionStatus,
+            Outcome,
+            Option<bool>,
+            bool,
+            Option<&'static str>,
+            bool,
+        );
+        let rows: Vec<Row> = vec![
+            (
+                "first publication",
+                Default::default(),
+                Outcome::Published {
+                    versions: versions.clone(),
+                },
+                Some(true),
+                false,
+                Some("True"),
+                true,
+            ),
+            (
+                "re-publication keeps the time",
+                was_published.clone(),
+                Outcome::Published {
+                    versions: versions.clone(),
+                },
+                Some(true),
+                false,
+                Some("True"),
+                false,
+            ),
+            (
+                "never published, not elected: untouched",
+                Default::default(),
+                Outcome::NotElected,
+                None,
+                false,
+                None,
+                false,
+            ),
+            (
+                "superseded",
+                was_published.clone(),
+                Outcome::NotElected,
+                Some(false),
+                false,
+                None,
+                false,
+            ),
+            (
+                "tainted stays unpublished",
+                EnvoyConfigRevisionStatus {
+                    tainted: Some(true),
+                    published: Some(false),
+                    ..Default::default()
+                },
+                Outcome::NotElected,
+                Some(false),
+                true,
+                None,
+                false,
+            ),
+            (
+                "decode failure taints",
+                Default::default(),
+                Outcome::Tainted {
+                    reason: "ResourcesFailedToDecode",
+                    message: "bad".into(),
+                },
+                Some(false),
+                true,
+                None,
+                false,
+            ),
+            (
+                "missing secret waits",
+                was_published.clone(),
+                Outcome::OutOfSync {
+                    reason: "SecretNotReady",
+                    message: "secret \"x\" not found".into(),
+                },
+                Some(true),
+                false,
+                Some("False"),
+                false,
+            ),
+        ];
+        for (case, current, outcome, published, tainted, in_sync, time_changed) in rows {
+            let s = plan_revision_status(&current, Some(1), &outcome, ts(50));
+            assert_eq!(s.published, published, "{case}");
+            assert_eq!(s.is_tainted(), tainted, "{case}");
+            assert_eq!(
+                s.condition(RESOURCES_IN_SYNC).map(|c| c.status.as_str()),
+                in_sync,
+                "{case}"
+            );
+            assert_eq!(
+                s.last_published_at != current.last_published_at,
+                time_changed,
+                "{case}"
+            );
+            if let Outcome::Tainted { reason, .. } = &outcome {
+                assert_eq!(s.condition(REVISION_TAINTED).unwrap().reason, *reason);
+            }
+            if let Outcome::Published { .. } = outcome {
+                assert_eq!(
+                    s.provides_versions.as_ref().unwrap().listeners.as_deref(),
+                    Some("L1")
+                );
+                assert_eq!(s.condition(REVISION_PUBLISHED).unwrap().status, "True");
+            }
+            let again = plan_revision_status(&s, Some(1), &outcome, ts(60));
+            assert_eq!(again, s, "{case}: idempotent");
+        }
+    }
+
+    #[test]
+    fn config_errors_taint_missing_objects_wait() {
+        let bad: EnvoyConfigSpec = serde_json::from_value(serde_json::json!({
+            "nodeID": "n",
+            "resources": [
+                {"type": "listener", "value": {"name": "l", "bogus": 1}},
+                {"type": "secret", "generateFromTlsSecret": "missing"},
+                {"type": "endpoint", "generateFromEndpointSlices": {"clusterName": "c", "targetPort": "http", "selector": {}}}
+            ]
+        }))
+        .unwrap();
+        struct NoPorts;
+        impl crate::envoyconfig::SecretSource for NoPorts {
+            fn get(&self, _: &str) -> Option<crate::envoyconfig::SecretData> {
+                None
+            }
+            fn endpoint_slices(
+                &self,
+                _: Option<&LabelSelector>,
+            ) -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointSlice>> {
+                Some(vec![k8s_openapi::api::discovery::v1::EndpointSlice {
+                    address_type: "IPv4".into(),
+                    ..Default::default()
+                }])
+            }
+        }
+        let errors = crate::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();
+        let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
+        assert_eq!(verdicts, [true, false, false], "{errors:?}");
+    }
+
+    #[test]
+    fn nack_verdict_uses_the_engine() {
+        struct Rejected(BTreeSet<String>);
+        impl NackView for Rejected {
+            fn rejected_by_all_pods(&self, _: &str, _: ResourceType, v: &str, _: u64) -> bool {
+                self.0.contains(v)
+            }
+        }
+        let versions = BTreeMap::from([(ResourceType::Listener, "L2".to_string())]);
+        assert_eq!(
+            nack_verdict("n", "v2", &versions, &Rejected(BTreeSet::new()), 5),
+            None
+        );
+        let taint = nack_verdict(
+            "n",
+            "v2",
+            &versions,
+            &Rejected(BTreeSet::from(["L2".into()])),
+            5,
+        )
+        .unwrap();
+        assert_eq!(taint.version, "v2");
+    }
+
+    #[test]
+    fn references_and_selectors() {
+        let spec: EnvoyConfigSpec = serde_json::from_value(serde_json::json!({
+            "nodeID": "n",
+            "resources": [
+                {"type": "secret", "generateFromTlsSecret": "tls"},
+                {"type": "secret", "generateFromOpaqueSecret": {"name": "opaque", "key": "k", "alias": "a"}},
+                {"type": "endpoint", "generateFromEndpointSlices": {"clusterName": "c", "targetPort": "http",
+                    "selector": {"matchLabels": {"app": "kuard"}}}}
+            ]
+        }))
+        .unwrap();
+        let rev = EnvoyConfigRevisionSpec::from_config(&spec, "v");
+        assert_eq!(referenced_secrets(&rev), ["opaque", "tls"]);
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(uses_endpoint_slices(
+            &rev,
+            &labels(&[("app", "kuard"), ("x", "y")])
+        ));
+        assert!(!uses_endpoint_slices(&rev, &labels(&[("app", "other")])));
+        let deprecated: EnvoyConfigSpec = serde_json::from_value(serde_json::json!({
+            "nodeID": "n",
+            "envoyResources": {"secrets": [{"name": "a"}, {"name": "b", "ref": {"name": "c", "namespace": "x"}}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            referenced_secrets(&EnvoyConfigRevisionSpec::from_config(&deprecated, "v")),
+            ["a", "c"]
+        );
+
+        let expr = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: Some(vec!["web".into()]),
+            }]),
+            ..Default::default()
+        };
+        assert!(selector_matches(Some(&expr), &labels(&[("tier", "web")])));
+        assert!(!selector_matches(Some(&expr), &labels(&[("tier", "db")])));
+        assert!(selector_matches(
+            Some(&LabelSelector::default()),
+            &labels(&[])
+        ));
+        assert!(!selector_matches(None, &labels(&[("tier", "web")])));
+        assert_eq!(
+            equality_selector("marin3r.3scale.net/status", "enabled"),
+            "marin3r.3scale.net/status=enabled"
+        );
+    }
+}
