@@ -31,10 +31,10 @@ pub fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
+/// Local mode with `--config-dir`; otherwise Kubernetes mode: EnvoyConfigs of
+/// `WATCH_NAMESPACE` (every namespace when empty or unset) through the in-cluster config
+/// or the current kubeconfig context.
 async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
-    let Some(config_dir) = a.config_dir else {
-        return kubernetes_discovery_service(a).await;
-    };
     let config = marin3r_xds::Config {
         xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
         server_cert: a.server_certificate_path.join("tls.crt"),
@@ -42,57 +42,37 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
         ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
         metrics_addr: a.metrics_bind_address,
         health_addr: a.health_probe_bind_address,
-        config_dir: config_dir.clone(),
         ads: marin3r_xds::AdsConfig::default(),
     };
-    let mut backend =
-        marin3r_xds::local::LocalBackend::new(config_dir).with_nack_threshold(a.nack_threshold);
-    if let Some(dir) = a.state_dir {
-        backend = backend.with_state_dir(dir);
-    }
-    let listeners = marin3r_xds::Listeners::bind(&config)
-        .await
-        .context("discovery service failed")?;
-    marin3r_xds::serve_with(
-        config,
-        listeners,
-        backend,
-        marin3r_shutdown_manager::shutdown_signal(),
-    )
-    .await
-    .context("discovery service failed")?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Kubernetes mode: EnvoyConfigs of `WATCH_NAMESPACE` (every namespace when empty or
-/// unset) through the in-cluster config or the current kubeconfig context.
-async fn kubernetes_discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
-    let config = marin3r_xds::Config {
-        xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
-        server_cert: a.server_certificate_path.join("tls.crt"),
-        server_key: a.server_certificate_path.join("tls.key"),
-        ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
-        metrics_addr: a.metrics_bind_address,
-        health_addr: a.health_probe_bind_address,
-        config_dir: std::path::PathBuf::new(),
-        ads: marin3r_xds::AdsConfig::default(),
-    };
-    let namespace = std::env::var("WATCH_NAMESPACE").unwrap_or_default();
-    let backend =
-        marin3r_xds::kubernetes::KubernetesBackend::try_default(namespace, a.nack_threshold)
+    match a.config_dir {
+        Some(config_dir) => {
+            let mut backend = marin3r_xds::local::LocalBackend::new(config_dir)
+                .with_nack_threshold(a.nack_threshold);
+            if let Some(dir) = a.state_dir {
+                backend = backend.with_state_dir(dir);
+            }
+            run_discovery_service(config, backend).await
+        }
+        None => {
+            let namespace = std::env::var("WATCH_NAMESPACE").unwrap_or_default();
+            let backend = marin3r_xds::kubernetes::KubernetesBackend::try_default(
+                namespace,
+                a.nack_threshold,
+            )
             .await
             .context("Kubernetes mode (no --config-dir): cannot configure the Kubernetes client")?;
-    let listeners = marin3r_xds::Listeners::bind(&config)
+            run_discovery_service(config, backend).await
+        }
+    }
+}
+
+async fn run_discovery_service(
+    config: marin3r_xds::Config,
+    backend: impl marin3r_xds::Backend,
+) -> Result<ExitCode> {
+    marin3r_xds::run(config, backend, marin3r_shutdown_manager::shutdown_signal())
         .await
         .context("discovery service failed")?;
-    marin3r_xds::serve_with(
-        config,
-        listeners,
-        backend,
-        marin3r_shutdown_manager::shutdown_signal(),
-    )
-    .await
-    .context("discovery service failed")?;
     Ok(ExitCode::SUCCESS)
 }
 

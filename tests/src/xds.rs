@@ -1,5 +1,5 @@
 //! Harness for driving the discovery service against a real Envoy: the service
-//! in-process ([`Xds`]: `marin3r_xds::serve` in local mode on 127.0.0.1:0 listeners, a
+//! in-process ([`Xds`]: `marin3r_xds::serve_with` and the local backend on 127.0.0.1:0 listeners, a
 //! config folder in a temp dir, certificates from `marin3r_certs::issue`), an Envoy child
 //! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
 //! edits, and plain/TLS HTTP GETs with polling until a deadline.
@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use marin3r_certs::{Bundle, IssueOptions, issue};
 use marin3r_sidecar::bootstrap::{ApiType, BootstrapOptions, write_files};
-use marin3r_xds::{AdsConfig, Config, Listeners, serve};
+use marin3r_xds::{AdsConfig, Config, Listeners};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -98,61 +98,13 @@ pub struct Xds {
 }
 
 impl Xds {
-    /// Writes `files` (name, contents) into a fresh config folder and serves it.
+    /// Writes `files` (name, contents) into a fresh config folder and serves it in local
+    /// mode.
     pub async fn start(files: &[(&str, String)]) -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let certs_dir = dir.path().join("certs");
-        let bundle = issue_bundle()?;
-        bundle
-            .write_to(&certs_dir)
-            .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
-        let config_dir = dir.path().join("config");
-        std::fs::create_dir_all(&config_dir)
-            .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
-        for (name, contents) in files {
-            let path = config_dir.join(name);
-            std::fs::write(&path, contents)
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
-        }
-        let bind = || async {
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|e| format!("bind 127.0.0.1:0: {e}"))
-        };
-        let listeners = Listeners {
-            xdss: bind().await?,
-            metrics: bind().await?,
-            health: bind().await?,
-        };
-        let addr = |l: &TcpListener| l.local_addr().map_err(|e| format!("local_addr: {e}"));
-        let xdss = addr(&listeners.xdss)?;
-        let metrics = addr(&listeners.metrics)?;
-        let health = addr(&listeners.health)?;
-        let config = Config {
-            xdss_addr: xdss,
-            server_cert: certs_dir.join("server/tls.crt"),
-            server_key: certs_dir.join("server/tls.key"),
-            ca_file: marin3r_certs::ca_file_in_dir(certs_dir.join("ca")),
-            metrics_addr: metrics,
-            health_addr: health,
-            config_dir: config_dir.clone(),
-            ads: AdsConfig::default(),
-        };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(config, listeners, async move {
-            let _ = stopped.await;
-        }));
-        Ok(Self {
-            xdss,
-            metrics,
-            health,
-            config_dir,
-            certs_dir,
-            bundle,
-            stop: Some(stop),
-            task: Some(task),
-            _dir: dir,
+        Self::start_with(files, |dir: &Path| {
+            marin3r_xds::local::LocalBackend::new(dir)
         })
+        .await
     }
 
     /// The path of `name` in the config folder.
@@ -227,53 +179,7 @@ impl Envoy {
     /// Writes the bootstrap for `node_id` (admin on a free 127.0.0.1 port) and starts
     /// Envoy with it.
     pub fn start(xds: &Xds, node_id: &str, api_type: ApiType) -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let admin = free_port().map_err(|e| format!("free port: {e}"))?;
-        let opts = BootstrapOptions {
-            xdss_host: "127.0.0.1".into(),
-            xdss_port: xds.xdss.port(),
-            node_id: node_id.into(),
-            cluster_id: node_id.into(),
-            admin_bind_address: format!("127.0.0.1:{admin}"),
-            admin_access_log_path: dir.path().join("admin.log").display().to_string(),
-            client_certificate_path: xds.certs_dir.join("client"),
-            config_file: dir.path().join("bootstrap/config.json"),
-            resources_path: dir.path().join("bootstrap"),
-            envoy_image: "envoyproxy/envoy:v1.40.0".into(),
-            api_type,
-            pod_name: pod_name(node_id),
-            pod_namespace: "default".into(),
-            host_name: "e2e-host".into(),
-            ..BootstrapOptions::default()
-        };
-        write_files(&opts).map_err(|e| format!("write the Envoy bootstrap: {e}"))?;
-        let log = dir.path().join("envoy.log");
-        let stderr =
-            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let bin = envoy_bin();
-        let process = KillOnDrop::spawn(
-            "envoy",
-            Command::new(&bin)
-                .arg("-c")
-                .arg(&opts.config_file)
-                .args([
-                    "--use-dynamic-base-id",
-                    "--disable-hot-restart",
-                    "--concurrency",
-                    "1",
-                    "--log-level",
-                    "info",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(stderr)),
-        )
-        .map_err(|e| format!("start {}: {e}", bin.display()))?;
-        Ok(Self {
-            process,
-            node_id: node_id.into(),
-            log,
-            _dir: dir,
-        })
+        Self::start_as(xds, node_id, &pod_name(node_id), api_type, None)
     }
 
     /// The last `lines` lines of Envoy's log.
@@ -540,7 +446,6 @@ impl Xds {
             ca_file: marin3r_certs::ca_file_in_dir(certs_dir.join("ca")),
             metrics_addr: metrics,
             health_addr: health,
-            config_dir: config_dir.clone(),
             ads: AdsConfig::default(),
         };
         let backend = backend(&config_dir);

@@ -80,8 +80,6 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     /// `/healthz` and `/readyz` (`--health-probe-bind-address`).
     pub health_addr: SocketAddr,
-    /// Local mode folder (`--config-dir`).
-    pub config_dir: PathBuf,
     /// NACK backoff and control plane id.
     pub ads: AdsConfig,
 }
@@ -110,13 +108,14 @@ impl Listeners {
     }
 }
 
-/// Binds the configured addresses and serves until `shutdown` completes.
-pub async fn run(
+/// Binds the configured addresses and serves `backend` until `shutdown` completes.
+pub async fn run<B: Backend>(
     config: Config,
+    backend: B,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let listeners = Listeners::bind(&config).await?;
-    serve(config, listeners, shutdown).await
+    serve_with(config, listeners, backend, shutdown).await
 }
 
 /// Shared handles a [`Backend`] feeds: the snapshot cache the ADS streams read, and the
@@ -141,16 +140,6 @@ pub trait Backend: Send + 'static {
     }
     /// Keeps the cache in sync until `shutdown` completes.
     fn run(self, ctx: Context, shutdown: Shutdown) -> impl Future<Output = ()> + Send;
-}
-
-/// Local mode on bound listeners (see [`serve_with`]).
-pub async fn serve(
-    config: Config,
-    listeners: Listeners,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Error> {
-    let backend = local::LocalBackend::new(config.config_dir.clone());
-    serve_with(config, listeners, backend, shutdown).await
 }
 
 /// Serves ADS over mTLS, metrics and probes fed by `backend`, until `shutdown` completes.
