@@ -5,7 +5,12 @@
 //! Regenerate the checked-in files after changing a CRD type:
 //! `UPDATE_CRDS=1 cargo test -p marin3r-manifests` (or `marin3r crds`, which prints
 //! the same documents).
+//!
+//! [`kustomize`] renders the kustomizations under `manifests/` (install, discovery
+//! service, examples) for the install tests.
 #![forbid(unsafe_code)]
+
+pub mod kustomize;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;

@@ -25,6 +25,7 @@
 pub mod controller;
 pub mod lenient;
 pub mod plan;
+pub mod rbac;
 pub mod source;
 
 use std::sync::Arc;
@@ -47,6 +48,7 @@ pub use controller::{
     warm_start,
 };
 pub use lenient::Lenient;
+pub use rbac::{ApiAccess, RBAC};
 
 use crate::envoyconfig::EnvoyConfig;
 use crate::envoyconfigrevision::EnvoyConfigRevision;
