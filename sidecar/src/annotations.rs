@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::ops::Bound;
 
 use crate::validate::{self, Quantity};
 
@@ -200,15 +201,29 @@ pub struct SidecarConfig {
 
 /// Collects errors while each annotation is parsed independently.
 struct Parser<'a> {
-    annotations: &'a BTreeMap<String, String>,
+    /// The `marin3r.3scale.net/*` annotations, by key without the prefix. Looked up about
+    /// 30 times per Pod: formatting `DOMAIN/key` for each lookup was a tenth of the
+    /// injection's time (BENCHMARKS.md).
+    ours: BTreeMap<&'a str, &'a str>,
     errors: Vec<AnnotationError>,
 }
 
 impl<'a> Parser<'a> {
+    fn new(annotations: &'a BTreeMap<String, String>) -> Self {
+        let prefix = format!("{DOMAIN}/");
+        // Keys with the prefix sort contiguously, starting at the prefix itself.
+        let ours = annotations
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .map_while(|(k, v)| Some((k.strip_prefix(prefix.as_str())?, v.as_str())))
+            .collect();
+        Self {
+            ours,
+            errors: Vec::new(),
+        }
+    }
+
     fn get(&self, key: &str) -> Option<&'a str> {
-        self.annotations
-            .get(&format!("{DOMAIN}/{key}"))
-            .map(String::as_str)
+        self.ours.get(key).copied()
     }
 
     fn error(&mut self, key: &str, message: impl Into<String>) {
@@ -317,10 +332,7 @@ pub fn parse(
     defaults: &Defaults,
 ) -> Result<SidecarConfig, AnnotationErrors> {
     use keys::*;
-    let mut p = Parser {
-        annotations,
-        errors: Vec::new(),
-    };
+    let mut p = Parser::new(annotations);
 
     let node_id = match p.get(NODE_ID) {
         None => {

@@ -278,7 +278,13 @@ pub fn quantity(s: &str) -> Result<Quantity, String> {
             (e, 0)
         }
     };
+    // Trailing zeros of the fraction carry no value (`2.000…0e-11` is a small number):
+    // drop them before the digits are accumulated, so they cannot overflow the mantissa.
+    let frac_part = frac_part.trim_end_matches('0');
     let digits = format!("{int_part}{frac_part}");
+    if digits.trim_start_matches('0').len() > 38 {
+        return Err(format!("{s:?} has more than 38 significant digits"));
+    }
     let mut mantissa: i128 = 0;
     for d in digits.bytes() {
         mantissa = mantissa
@@ -296,11 +302,12 @@ pub fn quantity(s: &str) -> Result<Quantity, String> {
             .ok_or_else(too_big)?;
         scaled = scaled.checked_mul(factor).ok_or_else(too_big)?;
     } else {
-        let divisor = 10i128
-            .checked_pow(shift.unsigned_abs())
-            .ok_or_else(too_big)?;
-        let rounded_up = scaled % divisor != 0;
-        scaled = scaled / divisor + i128::from(rounded_up);
+        scaled = match 10i128.checked_pow(shift.unsigned_abs()) {
+            Some(divisor) => scaled / divisor + i128::from(scaled % divisor != 0),
+            // A divisor beyond i128 exceeds any mantissa: the value is below one nano
+            // unit, so it rounds up to 1 (or stays 0), never "too large".
+            None => i128::from(scaled != 0),
+        };
     }
     Ok(Quantity {
         text: s.to_string(),
@@ -340,6 +347,17 @@ mod tests {
         assert_eq!(q("1E-3"), q("1m"));
         assert_eq!(q("1n"), Ok(1));
         assert_eq!(q("0.1n"), Ok(1), "rounds up below nano precision");
+        assert_eq!(
+            q("0.0000000000000000e-32"),
+            Ok(0),
+            "tiny zero is not too large"
+        );
+        assert_eq!(q("1.0000000000000000e-40"), Ok(1), "tiny value rounds up");
+        assert_eq!(
+            q("2.00000000000000000000000000000000000000e-11"),
+            Ok(1),
+            "trailing zeros do not overflow"
+        );
         assert_eq!(q("+2"), Ok(2_000_000_000));
         assert!(q("100m") < q("1"));
         for bad in [

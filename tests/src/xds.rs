@@ -574,3 +574,75 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str) -> Result<Resp,
         .await
         .map_err(|_| format!("{method} {addr}{path} timed out"))?
 }
+
+// ---------------------------------------------------------------------------------------
+// Restarting the discovery service in place (hardening tests).
+
+impl Xds {
+    /// Stops the running discovery service (its open ADS streams end with UNAVAILABLE)
+    /// and starts a new one on the **same** ADS port, certificates and config folder, with
+    /// the backend `backend` builds (metrics and probes move to new ports). `downtime`
+    /// is waited between the two. Returns how long the stop took.
+    pub async fn restart_with<B, F>(
+        &mut self,
+        downtime: Duration,
+        backend: F,
+    ) -> Result<Duration, String>
+    where
+        B: marin3r_xds::Backend,
+        F: FnOnce(&Path) -> B,
+    {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = self
+            .task
+            .take()
+            .ok_or("the discovery service task is gone")?;
+        let stopping = Instant::now();
+        tokio::time::timeout(Duration::from_secs(15), task)
+            .await
+            .map_err(|_| "the discovery service did not stop within 15 s".to_string())?
+            .map_err(|e| format!("the discovery service task failed: {e}"))?
+            .map_err(|e| format!("serve failed: {e:?}"))?;
+        let stopped_in = stopping.elapsed();
+        tokio::time::sleep(downtime).await;
+        let xdss = TcpListener::bind(self.xdss)
+            .await
+            .map_err(|e| format!("bind {} again: {e}", self.xdss))?;
+        let bind = || async {
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| format!("bind 127.0.0.1:0: {e}"))
+        };
+        let listeners = Listeners {
+            xdss,
+            metrics: bind().await?,
+            health: bind().await?,
+        };
+        let addr = |l: &TcpListener| l.local_addr().map_err(|e| format!("local_addr: {e}"));
+        self.metrics = addr(&listeners.metrics)?;
+        self.health = addr(&listeners.health)?;
+        let config = Config {
+            xdss_addr: self.xdss,
+            server_cert: self.certs_dir.join("server/tls.crt"),
+            server_key: self.certs_dir.join("server/tls.key"),
+            ca_file: marin3r_certs::ca_file_in_dir(self.certs_dir.join("ca")),
+            metrics_addr: self.metrics,
+            health_addr: self.health,
+            ads: AdsConfig::default(),
+        };
+        let backend = backend(&self.config_dir);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        self.task = Some(tokio::spawn(marin3r_xds::serve_with(
+            config,
+            listeners,
+            backend,
+            async move {
+                let _ = stopped.await;
+            },
+        )));
+        self.stop = Some(stop);
+        Ok(stopped_in)
+    }
+}

@@ -25,6 +25,39 @@ pub use server::{
 
 /// How long in-flight requests may take to finish after a shutdown signal.
 pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+/// How long a client may take for the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers, from the moment the server
+/// waits for them (a new connection, or the next request on a kept-alive one).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request may take from its headers to the answer: reading the body and
+/// handling it. The API server gives a webhook at most 30 s (`timeoutSeconds`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bounds on slow or stuck clients (slowloris), see docs/reliability.md. Every one of
+/// them is reached with a client that trickles bytes, not only with an idle one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TLS handshake ([`HANDSHAKE_TIMEOUT`]).
+    pub handshake: Duration,
+    /// Request line and headers ([`HEADER_READ_TIMEOUT`]).
+    pub header_read: Duration,
+    /// Body and answer ([`REQUEST_TIMEOUT`]); a request over it gets 408.
+    pub request: Duration,
+    /// In-flight requests after the shutdown signal ([`GRACEFUL_SHUTDOWN_TIMEOUT`]).
+    pub graceful_shutdown: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            handshake: HANDSHAKE_TIMEOUT,
+            header_read: HEADER_READ_TIMEOUT,
+            request: REQUEST_TIMEOUT,
+            graceful_shutdown: GRACEFUL_SHUTDOWN_TIMEOUT,
+        }
+    }
+}
 
 /// Errors of the webhook server.
 #[derive(Debug, thiserror::Error)]
@@ -112,9 +145,24 @@ pub async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let tls =
-        marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"h2", b"http/1.1"])
-            .map_err(Error::Tls)?;
+    serve_with_timeouts(config, listeners, Timeouts::default(), shutdown).await
+}
+
+/// [`serve`] with explicit [`Timeouts`] (tests use short ones).
+///
+/// The admission listener speaks HTTP/1.1 only (ALPN `http/1.1`), like controller-runtime
+/// webhooks since the HTTP/2 rapid-reset CVE (CVE-2023-44487): the API server falls back
+/// to it, and every phase of a connection is then bounded: handshake, headers (hyper's
+/// header read timer runs from the connection's start, which HTTP/2 and the HTTP/1-or-2
+/// detection would not give) and body plus answer.
+pub async fn serve_with_timeouts(
+    config: Config,
+    listeners: Listeners,
+    timeouts: Timeouts,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"http/1.1"])
+        .map_err(Error::Tls)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let state = Arc::new(AppState {
@@ -128,7 +176,7 @@ pub async fn serve(
     } = listeners;
 
     let handle = axum_server::Handle::new();
-    let tls_server = axum_server::from_tcp_rustls(
+    let mut tls_server = axum_server::from_tcp_rustls(
         https,
         axum_server::tls_rustls::RustlsConfig::from_config(tls),
     )
@@ -136,8 +184,20 @@ pub async fn serve(
         server: "webhook",
         source,
     })?
+    .map(|acceptor| acceptor.handshake_timeout(timeouts.handshake))
     .handle(handle.clone())
-    .serve(router(state).into_make_service());
+    .http1_only();
+    tls_server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(timeouts.header_read);
+    let app = router(state).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            server::with_timeout(timeouts.request, next.run(req))
+        },
+    ));
+    let tls_server = tls_server.serve(app.into_make_service());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -159,7 +219,7 @@ pub async fn serve(
             shutdown.await;
             tracing::info!("shutting down, finishing in-flight requests");
             ready.store(false, Ordering::Release);
-            handle.graceful_shutdown(Some(GRACEFUL_SHUTDOWN_TIMEOUT));
+            handle.graceful_shutdown(Some(timeouts.graceful_shutdown));
         })
     };
 

@@ -146,6 +146,31 @@ async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response 
     respond(result)
 }
 
+/// Runs `handling` (body read and answer of one request) for at most `limit`; past it
+/// the client gets 408 with a JSON error and the connection is closed.
+pub async fn with_timeout(
+    limit: std::time::Duration,
+    handling: impl std::future::Future<Output = Response>,
+) -> Response {
+    match tokio::time::timeout(limit, handling).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(
+                seconds = limit.as_secs_f64(),
+                "request not received and answered in time"
+            );
+            let mut response = json_response(
+                StatusCode::REQUEST_TIMEOUT,
+                &json!({"error": format!("request not received within {limit:?}"), "code": 408}),
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
 /// The HTTPS admission router: `POST /pod-v1-mutate` (Pod sidecar injection) and
 /// `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` (EnvoyConfig validation).
 pub fn router(state: Arc<AppState>) -> Router {

@@ -244,11 +244,20 @@ pub fn decode_str(
     decode_resource(kind, &value)
 }
 
+/// YAML parser options for text whose errors end up in logs and statuses: an error names
+/// the line and column but does not quote the input. (serde-saphyr's default source
+/// snippet prints the offending lines, which may hold a Secret's data or an inline
+/// private key; see docs/reliability.md.)
+pub fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { with_snippet: false }
+}
+
 /// Parses JSON or YAML text into a JSON value (YAML: one document).
 pub fn parse_text(text: &str, serialization: Serialization) -> Result<Value, DecodeError> {
     let parsed = match serialization {
         Serialization::Json => serde_json::from_str::<Value>(text).map_err(|e| e.to_string()),
-        Serialization::Yaml => serde_saphyr::from_str::<Value>(text).map_err(|e| e.to_string()),
+        Serialization::Yaml => serde_saphyr::from_str_with_options::<Value>(text, yaml_options())
+            .map_err(|e| e.to_string()),
     };
     parsed.map_err(|message| DecodeError::Syntax {
         at: Location::default(),

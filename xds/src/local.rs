@@ -128,7 +128,12 @@ impl LocalSource {
             let parsed = std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|text| {
-                    serde_saphyr::from_multiple::<Value>(&text).map_err(|e| e.to_string())
+                    // Errors are logged: no source snippet, it may quote Secret data.
+                    serde_saphyr::from_multiple_with_options::<Value>(
+                        &text,
+                        crate::decode::yaml_options(),
+                    )
+                    .map_err(|e| e.to_string())
                 });
             match parsed {
                 Ok(docs) => {

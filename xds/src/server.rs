@@ -118,6 +118,9 @@ pub struct AdsService {
     cache: SnapshotCache,
     stats: SharedStats,
     config: AdsConfig,
+    /// Becomes `true` when the server shuts down: every stream then ends, so the
+    /// graceful stop does not wait forever for streams that never end by themselves.
+    stopping: watch::Receiver<bool>,
 }
 
 impl AdsService {
@@ -126,6 +129,7 @@ impl AdsService {
             cache,
             stats,
             config,
+            stopping: watch::channel(false).1,
         }
     }
 
@@ -144,6 +148,8 @@ impl AdsService {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let cache = self.cache.clone();
         let stats = self.stats.clone();
+        let send_timeout = self.config.stream_send_timeout;
+        let mut stopping = self.stopping.clone();
         tokio::spawn(async move {
             let mut node: Option<NodeInfo> = None;
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
@@ -152,9 +158,13 @@ impl AdsService {
                 rx.as_ref()
                     .map_or_else(|| empty.clone(), |r| r.borrow().clone())
             };
-            loop {
+            'stream: loop {
                 let timer = proto.next_timer();
                 let outcome = tokio::select! {
+                    () = shutting_down(&mut stopping) => {
+                        let _ = tx.try_send(Err(Status::unavailable("the discovery service is shutting down")));
+                        break;
+                    }
                     msg = inbound.message() => match msg {
                         Ok(Some(req)) => {
                             if node.is_none()
@@ -201,15 +211,22 @@ impl AdsService {
                     },
                 };
                 stats.record(&outcome.events);
-                let mut closed = false;
                 for response in outcome.responses {
-                    if tx.send(Ok(response)).await.is_err() {
-                        closed = true;
-                        break;
+                    let sent = tokio::select! {
+                        sent = tx.send_timeout(Ok(response), send_timeout) => sent,
+                        () = shutting_down(&mut stopping) => break 'stream,
+                    };
+                    match sent {
+                        Ok(()) => {}
+                        Err(mpsc::error::SendTimeoutError::Closed(_)) => break 'stream,
+                        Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                            let (node_id, pod_name) = node
+                                .as_ref()
+                                .map_or(("", ""), |n| (n.id.as_str(), n.pod_name.as_str()));
+                            tracing::warn!(%node_id, %pod_name, api = P::API.as_str(), timeout = ?send_timeout, "client does not read its stream; closing it");
+                            break 'stream;
+                        }
                     }
-                }
-                if closed {
-                    break;
                 }
             }
             if let Some(info) = &node {
@@ -218,6 +235,13 @@ impl AdsService {
             }
         });
         ReceiverStream::new(rx)
+    }
+}
+
+/// Completes once `stopping` is `true`; never if its sender is gone before that.
+async fn shutting_down(stopping: &mut watch::Receiver<bool>) {
+    if stopping.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -257,17 +281,32 @@ impl AggregatedDiscoveryService for AdsService {
 /// Handshakes run concurrently (one slow client does not hold up the others) and are
 /// bounded by [`HANDSHAKE_TIMEOUT`]; the rustls config re-reads its certificate and CA
 /// files when they change, so rotation needs no restart and open streams are untouched.
+/// On `shutdown` the listener is closed, every open stream ends with `UNAVAILABLE` (Envoy
+/// reconnects, to this address's next server) and the server returns once the
+/// connections are closed, or after [`AdsConfig::shutdown_grace`] at the latest.
 pub async fn serve_ads(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    service: AdsService,
+    mut service: AdsService,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    service.stopping = stop_rx.clone();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let (conn_tx, conn_rx) = mpsc::channel::<Result<_, std::io::Error>>(64);
+    let mut stopping = stop_rx;
     let accept_loop = tokio::spawn(async move {
         loop {
-            let (tcp, peer) = match listener.accept().await {
+            // Stop accepting (and free the port) as soon as the shutdown begins.
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = shutting_down(&mut stopping) => break,
+            };
+            let (tcp, peer) = match accepted {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -297,13 +336,27 @@ pub async fn serve_ads(
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
 
-    let result = tonic::transport::Server::builder()
+    let grace = service.config.shutdown_grace;
+    let mut stopped = service.stopping.clone();
+    let serve = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health_service)
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), shutdown);
+    // Envoys close their connections once their streams ended; a client that does not
+    // (one that stopped reading keeps unsent data in its stream) must not hold the
+    // shutdown forever.
+    let result = tokio::select! {
+        result = serve => result,
+        () = async {
+            shutting_down(&mut stopped).await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(?grace, "connections still open after the shutdown grace period; leaving them");
+            Ok(())
+        }
+    };
     accept_loop.abort();
     result
 }

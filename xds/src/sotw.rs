@@ -66,6 +66,13 @@ pub struct AdsConfig {
     pub nack_backoff_max: Duration,
     /// `control_plane.identifier` put on every response (e.g. the pod name), if any.
     pub control_plane_id: Option<String>,
+    /// A response the client has not taken within this long ends its stream (default
+    /// 30 s): a client that stops reading must not pin the stream task, its buffered
+    /// responses and its pod's subscription (which self-healing counts) forever.
+    pub stream_send_timeout: Duration,
+    /// After the shutdown signal (which ends every stream), how long the server waits
+    /// for clients to close their connections before it returns anyway (default 10 s).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for AdsConfig {
@@ -74,6 +81,8 @@ impl Default for AdsConfig {
             nack_backoff_initial: Duration::from_millis(100),
             nack_backoff_max: Duration::from_secs(30),
             control_plane_id: None,
+            stream_send_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

@@ -1,0 +1,349 @@
+//! Reliability of the discovery service with a real Envoy 1.40 (docs/reliability.md):
+//!
+//! - a restart of the discovery service (same port): Envoy keeps serving while it is
+//!   down and picks up the new server's config within 5 s of it being up;
+//! - misbehaving clients next to Envoy (plain garbage, TLS then garbage, an ADS client
+//!   that never reads its stream) do not slow Envoy's updates down;
+//! - a malformed config file in local mode (YAML syntax error, an invalid EnvoyConfig,
+//!   a file truncated while being written) never replaces the config Envoy serves.
+//!
+//! Harness and conventions as in `xds_e2e.rs`: in-process discovery service on
+//! 127.0.0.1, Envoy as a child process, unique node ids, free ports.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_tests::free_port;
+use marin3r_tests::xds::{
+    CONVERGE, Envoy, Xds, direct_response_yaml, get, init_tracing, localhost, write_atomic,
+};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+const POLL: Duration = Duration::from_millis(20);
+
+trait Must<T> {
+    fn must(self) -> T;
+}
+
+impl<T> Must<T> for Result<T, String> {
+    #[track_caller]
+    fn must(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+async fn body_at(port: u16) -> Result<String, String> {
+    let r = get(localhost(port), "/").await?;
+    if r.status == 200 {
+        Ok(r.body)
+    } else {
+        Err(format!("status {}", r.status))
+    }
+}
+
+/// Checks for `for_` that Envoy keeps answering `body` on `port`, every 100 ms.
+async fn keeps_serving(envoy: &mut Envoy, port: u16, body: &str, for_: Duration) {
+    let end = Instant::now() + for_;
+    while Instant::now() < end {
+        envoy.check_running().must();
+        assert_eq!(
+            body_at(port).await.as_deref(),
+            Ok(body),
+            "{}",
+            envoy.log_report(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// -------------------------------------------------------------------------- restart
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
+    init_tracing();
+    let node = "hard-restart";
+    let port = free_port().unwrap();
+    let file = "config.yaml";
+    let mut xds = Xds::start(&[(file, direct_response_yaml(node, port, "before\n").must())])
+        .await
+        .must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    envoy
+        .wait_body(localhost(port), "before\n", CONVERGE, POLL)
+        .await
+        .must();
+
+    // Stop the server, and while it is down edit the config it will load at start.
+    let path = xds.file(file);
+    let downtime = Duration::from_secs(1);
+    let edit = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        write_atomic(&path, &direct_response_yaml(node, port, "after\n").must()).must();
+    };
+    let (stopped_in, ()) = tokio::join!(
+        xds.restart_with(downtime, |dir: &std::path::Path| {
+            marin3r_xds::local::LocalBackend::new(dir)
+        }),
+        edit
+    );
+    let stopped_in = stopped_in.must();
+    let up = Instant::now();
+    eprintln!(
+        "discovery service stopped in {stopped_in:?} (Envoy connected), down for {downtime:?}"
+    );
+    // Still the old config: nothing served it the new one yet, and nothing broke.
+    assert_eq!(body_at(port).await.as_deref(), Ok("before\n"));
+
+    envoy
+        .wait_body(localhost(port), "after\n", Duration::from_secs(5), POLL)
+        .await
+        .must();
+    let resync = up.elapsed();
+    eprintln!("Envoy resynced with the restarted discovery service {resync:?} after it was up");
+    assert!(resync <= Duration::from_secs(5));
+
+    // The new server is a working one: a further edit is served too.
+    write_atomic(
+        &xds.file(file),
+        &direct_response_yaml(node, port, "again\n").must(),
+    )
+    .must();
+    envoy
+        .wait_body(localhost(port), "again\n", CONVERGE, POLL)
+        .await
+        .must();
+    drop(envoy);
+    xds.stop().await.must();
+}
+
+// --------------------------------------------------------- misbehaving neighbours
+
+fn tls_client(xds: &Xds) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(xds.bundle.ca.cert_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(
+        vec![CertificateDer::from_pem_slice(xds.bundle.client.cert_pem.as_bytes()).unwrap()],
+        PrivateKeyDer::from_pem_slice(xds.bundle.client.key_pem.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// Sends garbage on a plain connection and on a TLS one; returns whether each was closed.
+async fn garbage(addr: SocketAddr, tls: tokio_rustls::TlsConnector) -> (bool, bool) {
+    let closed = |r: Result<Result<usize, std::io::Error>, tokio::time::error::Elapsed>| {
+        matches!(r, Ok(Ok(0)) | Ok(Err(_)))
+    };
+    let mut buf = vec![0u8; 4096];
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    let _ = plain
+        .write_all(b"\x16\x03\x01\x00\x05hello, not TLS at all")
+        .await;
+    let mut plain_closed = false;
+    for _ in 0..4 {
+        let r = tokio::time::timeout(Duration::from_secs(2), plain.read(&mut buf)).await;
+        if closed(r) {
+            plain_closed = true;
+            break;
+        }
+    }
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut s = tls
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let _ = s
+        .write_all(b"GET / HTTP/1.1\r\n\r\n\xff\xfe\xfd not h2")
+        .await;
+    let _ = s.flush().await;
+    let mut tls_closed = false;
+    for _ in 0..4 {
+        let r = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await;
+        if closed(r) {
+            tls_closed = true;
+            break;
+        }
+    }
+    (plain_closed, tls_closed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_keeps_getting_updates_while_other_clients_misbehave() {
+    init_tracing();
+    let node = "hard-neighbours";
+    let port = free_port().unwrap();
+    let file = "config.yaml";
+    let xds = Xds::start(&[(file, direct_response_yaml(node, port, "v0\n").must())])
+        .await
+        .must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    envoy
+        .wait_body(localhost(port), "v0\n", CONVERGE, POLL)
+        .await
+        .must();
+
+    // An ADS client of the same node that subscribes and then never reads.
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", xds.xdss))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(
+                    &xds.bundle.ca.cert_pem,
+                ))
+                .identity(tonic::transport::Identity::from_pem(
+                    &xds.bundle.client.cert_pem,
+                    &xds.bundle.client.key_pem,
+                ))
+                .domain_name("localhost"),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: Some(Node {
+            id: node.into(),
+            metadata: Some(Struct {
+                fields: [(
+                    "pod_name".to_string(),
+                    Value {
+                        kind: Some(Kind::StringValue("never-reads".into())),
+                    },
+                )]
+                .into(),
+            }),
+            ..Default::default()
+        }),
+        type_url: marin3r_xds::ResourceType::Listener.type_url().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _stuck = AggregatedDiscoveryServiceClient::new(channel)
+        .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap();
+
+    // Garbage clients, over and over, while the config is edited five times.
+    let addr = xds.xdss;
+    let tls = tls_client(&xds);
+    let noise = tokio::spawn(async move {
+        let mut cut = (0, 0, 0);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(8) {
+            let (plain, tls) = garbage(addr, tls.clone()).await;
+            cut = (
+                cut.0 + 1,
+                cut.1 + usize::from(plain),
+                cut.2 + usize::from(tls),
+            );
+        }
+        cut
+    });
+    let mut times = Vec::new();
+    for v in 1..=5 {
+        let body = format!("v{v}\n");
+        write_atomic(
+            &xds.file(file),
+            &direct_response_yaml(node, port, &body).must(),
+        )
+        .must();
+        let written = Instant::now();
+        envoy
+            .wait_body(localhost(port), &body, CONVERGE, POLL)
+            .await
+            .must();
+        times.push(written.elapsed());
+    }
+    let (rounds, plain_cut, tls_cut) = noise.await.unwrap();
+    eprintln!(
+        "edit → served with a non-reading client and {rounds} rounds of garbage clients: {times:?}; garbage connections closed by the server: plain {plain_cut}/{rounds}, TLS {tls_cut}/{rounds}"
+    );
+    assert_eq!(
+        (plain_cut, tls_cut),
+        (rounds, rounds),
+        "garbage connections left open"
+    );
+    assert!(
+        times.iter().all(|t| *t < Duration::from_secs(3)),
+        "slow updates next to misbehaving clients: {times:?}"
+    );
+    drop(envoy);
+    xds.stop().await.must();
+}
+
+// ------------------------------------------------------------- malformed local files
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_config_file_never_replaces_what_envoy_serves() {
+    init_tracing();
+    let node = "hard-malformed";
+    let port = free_port().unwrap();
+    let file = "config.yaml";
+    let good = direct_response_yaml(node, port, "good\n").must();
+    let xds = Xds::start(&[(file, good.clone())]).await.must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    envoy
+        .wait_body(localhost(port), "good\n", CONVERGE, POLL)
+        .await
+        .must();
+    let path = xds.file(file);
+    // Each is kept for 1 s (five scans of the folder) while Envoy must keep serving.
+    let cut_in_a_scalar = {
+        let at = good.find("inline_string").unwrap() + 20;
+        good[..at].to_string()
+    };
+    let cases: Vec<(&str, String)> = vec![
+        ("YAML syntax error", format!("{good}\n  - [unclosed: {{\n")),
+        (
+            "unknown field in a resource",
+            good.replace("port_value", "port_valu"),
+        ),
+        (
+            "not an EnvoyConfig spec",
+            good.replace("nodeID:", "nodeId:"),
+        ),
+        ("file cut inside a quoted scalar", cut_in_a_scalar),
+        (
+            "binary garbage",
+            "\u{0}\u{1}\u{fffd}garbage\u{7f}".to_string(),
+        ),
+        ("truncated to empty (a write in progress)", String::new()),
+    ];
+    for (name, text) in &cases {
+        write_atomic(&path, text).must();
+        keeps_serving(&mut envoy, port, "good\n", Duration::from_secs(1)).await;
+        eprintln!("{name}: Envoy kept serving the last good config");
+    }
+    // A fix is served again at once.
+    write_atomic(&path, &direct_response_yaml(node, port, "fixed\n").must()).must();
+    envoy
+        .wait_body(localhost(port), "fixed\n", CONVERGE, POLL)
+        .await
+        .must();
+    drop(envoy);
+    xds.stop().await.must();
+}

@@ -1,0 +1,769 @@
+//! The ADS server (`marin3r_xds::serve_with`, mTLS on 127.0.0.1) against hostile or
+//! broken clients, in-process with tonic clients (docs/reliability.md):
+//!
+//! - mTLS matrix: no client certificate, one from another CA, an expired one and one
+//!   with the wrong key usage are refused; only the valid one gets ADS and health;
+//! - garbage on the socket (plain bytes, TLS then garbage, a bad HTTP/2 frame) is cut off
+//!   at once while a well-behaved stream keeps getting every update;
+//! - a client that never reads its stream is closed after `stream_send_timeout`, so it
+//!   neither pins memory nor keeps counting as a subscribed pod (which would block
+//!   self-healing), and the reading stream is unaffected;
+//! - a NACK storm (200 SotW streams NACKing every response) is paced by the backoff:
+//!   bounded responses, bounded memory, and a newer version still goes out at once;
+//! - shutdown ends the open streams (UNAVAILABLE), frees the port, and a new server on
+//!   the same port serves the reconnecting client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use marin3r_xds::resource::fnv1a64;
+use marin3r_xds::{
+    AdsConfig, Backend, Config, Context, Listeners, Resource, ResourceType, Snapshot,
+};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+const NODE: &str = "hardening";
+const LISTENER: ResourceType = ResourceType::Listener;
+
+// ------------------------------------------------------------------------------ PKI
+
+#[derive(Clone)]
+struct Pem {
+    cert: String,
+    key: String,
+}
+
+/// A CA with a server certificate and client certificates: valid, expired, with the
+/// server key usage only, and one from another CA.
+struct Pki {
+    ca: String,
+    server: Pem,
+    client: Pem,
+    expired: Pem,
+    server_usage_only: Pem,
+    foreign: Pem,
+}
+
+fn ca(cn: &str) -> (String, Issuer<'static, KeyPair>) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), Issuer::new(params, key))
+}
+
+fn leaf(
+    issuer: &Issuer<'static, KeyPair>,
+    usage: ExtendedKeyUsagePurpose,
+    valid: (SystemTime, SystemTime),
+) -> Pem {
+    let key = KeyPair::generate().unwrap();
+    let mut params =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "envoy-sidecar-client");
+    params.extended_key_usages = vec![usage];
+    params.not_before = valid.0.into();
+    params.not_after = valid.1.into();
+    let cert = params.signed_by(&key, issuer).unwrap();
+    Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
+fn pki() -> Pki {
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    let valid = (now - day, now + day);
+    let (ca_pem, issuer) = ca("marin3r-test-ca");
+    let (_, other) = ca("another-ca");
+    Pki {
+        ca: ca_pem,
+        server: leaf(&issuer, ExtendedKeyUsagePurpose::ServerAuth, valid),
+        client: leaf(&issuer, ExtendedKeyUsagePurpose::ClientAuth, valid),
+        expired: leaf(
+            &issuer,
+            ExtendedKeyUsagePurpose::ClientAuth,
+            (now - 3 * day, now - day),
+        ),
+        server_usage_only: leaf(&issuer, ExtendedKeyUsagePurpose::ServerAuth, valid),
+        foreign: leaf(&other, ExtendedKeyUsagePurpose::ClientAuth, valid),
+    }
+}
+
+// --------------------------------------------------------------------------- server
+
+/// A backend that only hands the context (snapshot cache, stats) to the test.
+struct TestBackend(Option<tokio::sync::oneshot::Sender<Context>>);
+
+impl Backend for TestBackend {
+    async fn start(&mut self, ctx: &Context) -> Result<(), marin3r_xds::Error> {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(ctx.clone());
+        }
+        Ok(())
+    }
+
+    async fn run(self, _ctx: Context, shutdown: marin3r_xds::Shutdown) {
+        shutdown.await;
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    ctx: Context,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), marin3r_xds::Error>>,
+}
+
+impl Server {
+    /// Signals shutdown and waits (bounded) for the server to return.
+    async fn stop(mut self, within: Duration) -> Result<(), String> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(within, &mut self.task).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(other) => Err(format!("server ended badly: {other:?}")),
+            Err(_) => {
+                self.task.abort();
+                Err(format!("server did not stop within {within:?}"))
+            }
+        }
+    }
+}
+
+fn write_certs(dir: &Path, pki: &Pki) -> (PathBuf, PathBuf, PathBuf) {
+    let (crt, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+    std::fs::write(&crt, &pki.server.cert).unwrap();
+    std::fs::write(&key, &pki.server.key).unwrap();
+    std::fs::write(&ca, &pki.ca).unwrap();
+    (crt, key, ca)
+}
+
+async fn start_on(xdss: tokio::net::TcpListener, dir: &Path, pki: &Pki, ads: AdsConfig) -> Server {
+    let (server_cert, server_key, ca_file) = write_certs(dir, pki);
+    let bind = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let listeners = Listeners {
+        xdss,
+        metrics: bind().await,
+        health: bind().await,
+    };
+    let addr = listeners.xdss.local_addr().unwrap();
+    let config = Config {
+        xdss_addr: addr,
+        server_cert,
+        server_key,
+        ca_file,
+        metrics_addr: listeners.metrics.local_addr().unwrap(),
+        health_addr: listeners.health.local_addr().unwrap(),
+        ads,
+    };
+    let (ctx_tx, ctx_rx) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(marin3r_xds::serve_with(
+        config,
+        listeners,
+        TestBackend(Some(ctx_tx)),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let ctx = ctx_rx.await.unwrap();
+    Server {
+        addr,
+        ctx,
+        stop: Some(stop),
+        task,
+    }
+}
+
+async fn start(dir: &Path, pki: &Pki, ads: AdsConfig) -> Server {
+    let xdss = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_on(xdss, dir, pki, ads).await
+}
+
+/// A snapshot with one listener resource of `size` bytes (content varies with `version`).
+fn snapshot(version: u64, size: usize) -> Snapshot {
+    let mut value = format!("listener version {version} ").into_bytes();
+    value.resize(size.max(value.len()), b'x');
+    Snapshot::new(vec![Resource {
+        kind: LISTENER,
+        name: "http".into(),
+        digest: fnv1a64(&value),
+        body: Any {
+            type_url: LISTENER.type_url().into(),
+            value,
+        },
+    }])
+    .unwrap()
+}
+
+// --------------------------------------------------------------------------- clients
+
+async fn channel(addr: SocketAddr, ca: &str, identity: Option<&Pem>) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name("localhost");
+    if let Some(id) = identity {
+        tls = tls.identity(Identity::from_pem(&id.cert, &id.key));
+    }
+    Endpoint::from_shared(format!("https://{addr}"))
+        .map_err(|e| e.to_string())?
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e:?}"))
+}
+
+fn node(pod: &str) -> Node {
+    Node {
+        id: NODE.into(),
+        metadata: Some(Struct {
+            fields: [(
+                "pod_name".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue(pod.into())),
+                },
+            )]
+            .into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn subscribe(pod: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        node: Some(node(pod)),
+        type_url: LISTENER.type_url().into(),
+        ..Default::default()
+    }
+}
+
+/// The ACK (or, with `nack`, the NACK) of `resp`; `accepted` is the last accepted version.
+fn answer(resp: &DiscoveryResponse, accepted: &str, nack: bool) -> DiscoveryRequest {
+    DiscoveryRequest {
+        type_url: resp.type_url.clone(),
+        response_nonce: resp.nonce.clone(),
+        version_info: if nack {
+            accepted.to_string()
+        } else {
+            resp.version_info.clone()
+        },
+        error_detail: nack.then(|| RpcStatus {
+            code: 3,
+            message: "rejected by the test".into(),
+            details: vec![],
+        }),
+        ..Default::default()
+    }
+}
+
+type Stream = tonic::Streaming<DiscoveryResponse>;
+
+/// Opens a SotW stream for pod `pod` and subscribes to listeners.
+async fn open(ch: Channel, pod: &str) -> Result<(mpsc::Sender<DiscoveryRequest>, Stream), String> {
+    let (tx, rx) = mpsc::channel(64);
+    tx.send(subscribe(pod)).await.map_err(|e| e.to_string())?;
+    let resp = AggregatedDiscoveryServiceClient::new(ch)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .map_err(|e| format!("stream: {e:?}"))?;
+    Ok((tx, resp.into_inner()))
+}
+
+/// A client that ACKs everything and records the versions it received.
+fn spawn_reader(
+    ch: Channel,
+    pod: &'static str,
+) -> (
+    tokio::sync::watch::Receiver<Vec<String>>,
+    tokio::task::JoinHandle<Result<(), String>>,
+) {
+    let (seen_tx, seen_rx) = tokio::sync::watch::channel(Vec::new());
+    let task = tokio::spawn(async move {
+        let (tx, mut stream) = open(ch, pod).await?;
+        while let Some(resp) = stream.message().await.map_err(|e| format!("{e:?}"))? {
+            seen_tx.send_modify(|v| v.push(resp.version_info.clone()));
+            tx.send(answer(&resp, "", false))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    (seen_rx, task)
+}
+
+async fn wait_until<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Resident set size of this process (server and clients), bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// CPU time (user + system) of this process so far.
+fn cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the ")" of the command name: state is field 3; utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis((ticks(14) + ticks(15)) * 10)
+}
+
+// ----------------------------------------------------------------------------- tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_refuses_every_client_but_the_valid_one() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    server.ctx.cache.set(NODE, snapshot(1, 64));
+
+    let attempt = |identity: Option<Pem>| {
+        let (addr, ca) = (server.addr, pki.ca.clone());
+        async move {
+            let ch = channel(addr, &ca, identity.as_ref()).await?;
+            let health = HealthClient::new(ch.clone())
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .map_err(|e| format!("health: {}", e.message()))?;
+            let (_tx, mut stream) = open(ch, "mtls").await?;
+            let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
+                .await
+                .map_err(|_| "no ADS response".to_string())?
+                .map_err(|e| format!("ADS: {}", e.message()))?
+                .ok_or("ADS stream ended")?;
+            Ok::<_, String>((health.into_inner().status, first.version_info))
+        }
+    };
+    let cases = [
+        ("no client certificate", None, false),
+        (
+            "certificate from another CA",
+            Some(pki.foreign.clone()),
+            false,
+        ),
+        ("expired certificate", Some(pki.expired.clone()), false),
+        (
+            "serverAuth-only certificate",
+            Some(pki.server_usage_only.clone()),
+            false,
+        ),
+        ("valid certificate", Some(pki.client.clone()), true),
+    ];
+    for (name, identity, accepted) in cases {
+        let result = tokio::time::timeout(Duration::from_secs(15), attempt(identity))
+            .await
+            .unwrap_or_else(|_| Err("timed out".into()));
+        eprintln!("{name}: {result:?}");
+        match (accepted, &result) {
+            (true, Ok((status, version))) => {
+                assert_eq!(*status, 1, "SERVING");
+                assert_eq!(version, snapshot(1, 64).version(LISTENER));
+            }
+            (false, Err(_)) => {}
+            _ => panic!(
+                "{name}: expected {}, got {result:?}",
+                if accepted { "success" } else { "refusal" }
+            ),
+        }
+    }
+    server.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// A TLS client with the valid client certificate, ALPN h2.
+async fn raw_tls(addr: SocketAddr, pki: &Pki) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(
+        vec![CertificateDer::from_pem_slice(pki.client.cert.as_bytes()).unwrap()],
+        PrivateKeyDer::from_pem_slice(pki.client.key.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// Reads until the peer closes; the time it took (None if still open after `within`).
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    s: &mut S,
+    within: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(
+            tokio::time::Instant::from_std(start + within),
+            s.read(&mut buf),
+        )
+        .await
+        {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(start.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_clients_are_cut_off_while_a_good_stream_keeps_updating() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    server.ctx.cache.set(NODE, snapshot(0, 64));
+    let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let (seen, reader) = spawn_reader(ch, "good");
+    let want = |v: u64| snapshot(v, 64).version(LISTENER).to_string();
+    wait_until("first version", Duration::from_secs(5), || {
+        seen.borrow().contains(&want(0)).then_some(())
+    })
+    .await;
+
+    // Updates keep flowing while the bad clients do their thing.
+    let pusher = {
+        let cache = server.ctx.cache.clone();
+        tokio::spawn(async move {
+            for v in 1..=20 {
+                cache.set(NODE, snapshot(v, 64));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let bound = Duration::from_secs(3);
+    // Plain bytes where a TLS ClientHello belongs.
+    let mut plain = TcpStream::connect(server.addr).await.unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n\x00\xff\xfe garbage")
+        .await
+        .unwrap();
+    let plain_closed = closed_within(&mut plain, bound).await;
+    // TLS with a valid client certificate, then bytes that are not the HTTP/2 preface.
+    let mut tls = raw_tls(server.addr, &pki).await;
+    tls.write_all(b"\x00\x01\x02 this is not HTTP/2 \xff\xff")
+        .await
+        .unwrap();
+    tls.flush().await.unwrap();
+    let tls_closed = closed_within(&mut tls, bound).await;
+    // TLS, the HTTP/2 preface, then a malformed frame (a DATA frame on stream 0).
+    let mut h2 = raw_tls(server.addr, &pki).await;
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    h2.write_all(&[0, 0, 4, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef])
+        .await
+        .unwrap();
+    h2.flush().await.unwrap();
+    let h2_closed = closed_within(&mut h2, bound).await;
+    eprintln!(
+        "closed: plain {plain_closed:?}, TLS+garbage {tls_closed:?}, bad HTTP/2 frame {h2_closed:?}"
+    );
+    assert!(plain_closed.is_some(), "plain garbage was not cut off");
+    assert!(tls_closed.is_some(), "TLS + garbage was not cut off");
+    assert!(h2_closed.is_some(), "a bad HTTP/2 frame was not cut off");
+
+    pusher.await.unwrap();
+    wait_until(
+        "last version at the good stream",
+        Duration::from_secs(5),
+        || seen.borrow().contains(&want(20)).then_some(()),
+    )
+    .await;
+    let received = seen.borrow().len();
+    eprintln!("good stream received {received} versions");
+    assert!(
+        received >= 5,
+        "the good stream stalled: {received} versions"
+    );
+    assert!(!reader.is_finished(), "the good stream ended");
+    server.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_closed_and_stops_counting_as_a_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let ads = AdsConfig {
+        stream_send_timeout: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(1),
+        ..AdsConfig::default()
+    };
+    let server = start(dir.path(), &pki, ads).await;
+    const SIZE: usize = 256 * 1024;
+    server.ctx.cache.set(NODE, snapshot(0, SIZE));
+
+    let good = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let (seen, reader) = spawn_reader(good, "reader");
+    // The stuck client has its own connection: it subscribes, then never reads.
+    let stuck_ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let (_stuck_tx, _stuck_stream) = open(stuck_ch, "stuck").await.unwrap();
+    wait_until("both pods subscribed", Duration::from_secs(5), || {
+        (server.ctx.stats.pods_for_node(NODE).len() == 2).then_some(())
+    })
+    .await;
+    let rss_before = rss();
+
+    // 60 versions × 256 KiB = 15 MiB: far beyond the stuck stream's HTTP/2 window
+    // (2 MiB) and the 16 buffered responses.
+    let started = Instant::now();
+    for v in 1..=60u64 {
+        server.ctx.cache.set(NODE, snapshot(v, SIZE));
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let last = snapshot(60, SIZE).version(LISTENER).to_string();
+    wait_until(
+        "last version at the reading stream",
+        Duration::from_secs(10),
+        || seen.borrow().contains(&last).then_some(()),
+    )
+    .await;
+    let gone = wait_until("the stuck pod is dropped", Duration::from_secs(10), || {
+        let pods = server.ctx.stats.pods_for_node(NODE);
+        (!pods.contains("stuck")).then(|| started.elapsed())
+    })
+    .await;
+    let rss_after = rss();
+    eprintln!(
+        "reading stream got {} versions; stuck stream closed {gone:?} after the pushes began; RSS {} → {} MiB",
+        seen.borrow().len(),
+        rss_before / (1 << 20),
+        rss_after / (1 << 20)
+    );
+    assert!(server.ctx.stats.pods_for_node(NODE).contains("reader"));
+    assert!(!reader.is_finished());
+    // What the stuck stream can pin is bounded: 16 buffered responses plus the HTTP/2
+    // windows, ~10 MiB here; 64 MiB is far above that and far below 60 × 256 KiB × 2.
+    assert!(
+        rss_after.saturating_sub(rss_before) < 64 << 20,
+        "memory grew by {} MiB",
+        (rss_after - rss_before) >> 20
+    );
+    // The stuck connection still holds unsent data: the stop returns after the grace.
+    let t = Instant::now();
+    server.stop(Duration::from_secs(5)).await.unwrap();
+    eprintln!(
+        "stopped in {:?} with the stuck client connected",
+        t.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_storm_from_200_streams_is_paced_by_the_backoff() {
+    const STREAMS: usize = 200;
+    const PER_CHANNEL: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    server.ctx.cache.set(NODE, snapshot(1, 1024));
+
+    let responses = Arc::new(AtomicU64::new(0));
+    let newest = Arc::new(AtomicU64::new(0));
+    let v2 = snapshot(2, 1024).version(LISTENER).to_string();
+    let mut tasks = Vec::new();
+    let mut ch = None;
+    for i in 0..STREAMS {
+        if i % PER_CHANNEL == 0 {
+            ch = Some(
+                channel(server.addr, &pki.ca, Some(&pki.client))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let ch = ch.clone().unwrap();
+        let (responses, newest, v2) = (responses.clone(), newest.clone(), v2.clone());
+        tasks.push(tokio::spawn(async move {
+            let (tx, mut stream) = open(ch, &format!("storm-{i}")).await?;
+            while let Some(resp) = stream.message().await.map_err(|e| format!("{e:?}"))? {
+                responses.fetch_add(1, Ordering::Relaxed);
+                if resp.version_info == v2 {
+                    newest.fetch_add(1, Ordering::Relaxed);
+                }
+                // NACK everything, at once.
+                tx.send(answer(&resp, "", true))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    wait_until(
+        "every stream got its first response",
+        Duration::from_secs(20),
+        || (responses.load(Ordering::Relaxed) >= STREAMS as u64).then_some(()),
+    )
+    .await;
+
+    // Measure a 4 s window of the storm.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (r0, m0, c0, t0) = (
+        responses.load(Ordering::Relaxed),
+        rss(),
+        cpu(),
+        Instant::now(),
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (r1, m1, c1, t1) = (
+        responses.load(Ordering::Relaxed),
+        rss(),
+        cpu(),
+        Instant::now(),
+    );
+    let window = t1 - t0;
+    let in_window = r1 - r0;
+    eprintln!(
+        "NACK storm, {STREAMS} streams: {} responses in total so far, {in_window} in {window:?} ({:.0}/s, {:.1} per stream); CPU {:?} in the window ({:.0}% of one core); RSS {} → {} MiB",
+        r1,
+        in_window as f64 / window.as_secs_f64(),
+        in_window as f64 / STREAMS as f64,
+        c1 - c0,
+        100.0 * (c1 - c0).as_secs_f64() / window.as_secs_f64(),
+        m0 >> 20,
+        m1 >> 20
+    );
+    // The backoff (100 ms doubling) allows each stream at most ~7 re-sends in its first
+    // ~6 s; a tight loop would send thousands.
+    assert!(
+        r1 <= (STREAMS * 8) as u64,
+        "{r1} responses: the NACK backoff does not hold"
+    );
+    assert!(
+        in_window <= (STREAMS * 4) as u64,
+        "{in_window} responses in the window"
+    );
+    assert!(
+        m1.saturating_sub(m0) < 32 << 20,
+        "memory grew by {} MiB",
+        (m1 - m0) >> 20
+    );
+
+    // A newer version goes out to every stream at once, whatever the backoff.
+    server.ctx.cache.set(NODE, snapshot(2, 1024));
+    let pushed = Instant::now();
+    wait_until(
+        "the new version reaches every stream",
+        Duration::from_secs(10),
+        || (newest.load(Ordering::Relaxed) >= STREAMS as u64).then_some(()),
+    )
+    .await;
+    eprintln!(
+        "new version at all {STREAMS} streams after {:?}",
+        pushed.elapsed()
+    );
+    assert!(tasks.iter().all(|t| !t.is_finished()), "a stream ended");
+    for t in &tasks {
+        t.abort();
+    }
+    server.stop(Duration::from_secs(10)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_and_a_new_server_on_the_port_is_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    let addr = server.addr;
+    server.ctx.cache.set(NODE, snapshot(1, 64));
+    let ch = channel(addr, &pki.ca, Some(&pki.client)).await.unwrap();
+    let (tx, mut stream) = open(ch, "restart").await.unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    tx.send(answer(&first, "", false)).await.unwrap();
+
+    // The stream is open; the graceful stop must not wait for it forever.
+    let t = Instant::now();
+    server.stop(Duration::from_secs(5)).await.unwrap();
+    eprintln!("stopped with an open stream in {:?}", t.elapsed());
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .unwrap();
+    match end {
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+        Ok(other) => panic!("stream did not end with UNAVAILABLE: {other:?}"),
+    }
+
+    // Same port, new server: a fresh channel reaches it and gets the snapshot.
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let server = start_on(listener, dir2.path(), &pki, AdsConfig::default()).await;
+    server.ctx.cache.set(NODE, snapshot(2, 64));
+    let ch = channel(addr, &pki.ca, Some(&pki.client)).await.unwrap();
+    let (_tx, mut stream) = open(ch, "restart").await.unwrap();
+    let resp = stream.message().await.unwrap().unwrap();
+    assert_eq!(resp.version_info, snapshot(2, 64).version(LISTENER));
+    drop(stream);
+    server.stop(Duration::from_secs(5)).await.unwrap();
+}
