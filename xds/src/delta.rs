@@ -50,11 +50,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 
 use crate::resource::{ResourceType, version_string};
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
-use crate::sotw::{
-    AdsConfig, NackBackoff, Outcome, Subscription, WILDCARD, ids, learn_node, on_sent,
-    supports_wildcard,
-};
+use crate::sotw::{AdsConfig, Outcome, Subscription, WILDCARD, supports_wildcard};
 use crate::stats::{NodeInfo, StreamEvent};
+use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
 
 /// Outcome of a [`DeltaStream`] call.
 pub type DeltaOutcome = Outcome<DeltaDiscoveryResponse>;
@@ -88,7 +86,7 @@ struct TypeState {
     /// does not exist (kept for explicitly subscribed names only, so it is said once).
     client: BTreeMap<String, Option<String>>,
     in_flight: VecDeque<InFlight>,
-    nack: Option<NackBackoff>,
+    nack: NackState,
 }
 
 impl TypeState {
@@ -126,8 +124,8 @@ impl TypeState {
 #[derive(Debug, Clone)]
 pub struct DeltaStream {
     config: AdsConfig,
-    node: Option<NodeInfo>,
-    types: BTreeMap<ResourceType, TypeState>,
+    node: StreamNode,
+    types: TypeMap<TypeState>,
     unknown_types: BTreeSet<String>,
     last_nonce: u64,
 }
@@ -136,8 +134,8 @@ impl DeltaStream {
     pub fn new(config: AdsConfig) -> Self {
         Self {
             config,
-            node: None,
-            types: BTreeMap::new(),
+            node: StreamNode::default(),
+            types: TypeMap::default(),
             unknown_types: BTreeSet::new(),
             last_nonce: 0,
         }
@@ -145,13 +143,12 @@ impl DeltaStream {
 
     /// The node learned so far.
     pub fn node(&self) -> Option<&NodeInfo> {
-        self.node.as_ref()
+        self.node.get()
     }
 
     /// Learns the node from a request's `node` if not known yet (idempotent).
     pub fn observe_node(&mut self, node: Option<&Node>) -> Option<&NodeInfo> {
-        learn_node(&mut self.node, node);
-        self.node.as_ref()
+        self.node.observe(node)
     }
 
     /// Types with a non-empty subscription, in push order.
@@ -188,24 +185,15 @@ impl DeltaStream {
         if req.type_url.is_empty() {
             return out;
         }
-        let (node_id, pod_name) = ids(self.node.as_ref());
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
-            out.events.push(StreamEvent::Request {
-                node_id,
-                pod_name,
-                resource_type: None,
-            });
+            out.events.push(self.node.request(None));
             out.responses = self.converge(snapshot, now, None);
             if let Some(r) = self.unknown_type(req) {
                 out.responses.push(r);
             }
             return out;
         };
-        out.events.push(StreamEvent::Request {
-            node_id: node_id.clone(),
-            pod_name: pod_name.clone(),
-            resource_type: Some(t),
-        });
+        out.events.push(self.node.request(Some(t)));
 
         let force = match self.types.get_mut(&t) {
             None => {
@@ -224,8 +212,7 @@ impl DeltaStream {
             }
             Some(state) => {
                 if !req.response_nonce.is_empty()
-                    && let Some(event) =
-                        answer(state, &req, t, &node_id, &pod_name, now, &self.config)
+                    && let Some(event) = answer(state, &req, t, &self.node, now, &self.config)
                 {
                     out.events.push(event);
                 }
@@ -251,10 +238,7 @@ impl DeltaStream {
 
     /// The earliest NACK backoff deadline, if any.
     pub fn next_timer(&self) -> Option<Instant> {
-        self.types
-            .values()
-            .filter_map(|s| s.nack.as_ref().and_then(|n| n.retry_at))
-            .min()
+        next_timer(self.types.values().map(|s| &s.nack))
     }
 
     fn next_nonce(&mut self) -> String {
@@ -303,12 +287,7 @@ impl DeltaStream {
                 continue;
             };
             let ts = snapshot.get(t);
-            if forced.is_none()
-                && state
-                    .nack
-                    .as_ref()
-                    .is_some_and(|n| n.holds(ts.version(), now))
-            {
+            if forced.is_none() && state.nack.holds(ts.version(), now) {
                 continue;
             }
             let (send, removed) = state.diff(ts);
@@ -319,7 +298,7 @@ impl DeltaStream {
             let Some(state) = self.types.get_mut(&t) else {
                 continue;
             };
-            on_sent(&mut state.nack, ts.version());
+            state.nack.on_sent(ts.version());
             let mut resources = Vec::with_capacity(send.len());
             for r in &send {
                 let version = version_string(r.digest);
@@ -403,8 +382,7 @@ fn answer(
     state: &mut TypeState,
     req: &DeltaDiscoveryRequest,
     t: ResourceType,
-    node_id: &str,
-    pod_name: &str,
+    node: &StreamNode,
     now: Instant,
     config: &AdsConfig,
 ) -> Option<StreamEvent> {
@@ -415,15 +393,17 @@ fn answer(
     // Envoy answers in order: anything older than the answered response is settled.
     let answered: Vec<InFlight> = state.in_flight.drain(..=pos).collect();
     let entry = answered.into_iter().last()?;
-    let Some(status) = &req.error_detail else {
-        state.nack = None;
-        return Some(StreamEvent::Ack {
-            node_id: node_id.to_string(),
-            pod_name: pod_name.to_string(),
-            resource_type: t,
-            version: entry.version,
-        });
-    };
+    let event = state.nack.answer(
+        node,
+        t,
+        entry.version,
+        req.error_detail.as_ref(),
+        now,
+        config,
+    );
+    if req.error_detail.is_none() {
+        return Some(event);
+    }
     // The rejected changes were not applied: forget them unless a newer in-flight
     // response carries the same names again.
     let later = |name: &String| {
@@ -450,19 +430,7 @@ fn answer(
     for name in reremove {
         state.client.insert(name, Some(UNKNOWN_VERSION.to_string()));
     }
-    state.nack = Some(NackBackoff::after_nack(
-        state.nack.as_ref(),
-        &entry.version,
-        now,
-        config,
-    ));
-    Some(StreamEvent::Nack {
-        node_id: node_id.to_string(),
-        pod_name: pod_name.to_string(),
-        resource_type: t,
-        version: entry.version,
-        message: status.message.clone(),
-    })
+    Some(event)
 }
 
 #[cfg(test)]

@@ -8,19 +8,23 @@ pub mod decode;
 pub mod delta;
 pub mod envoyconfig;
 pub mod envoyconfigrevision;
+pub mod grpc;
 pub mod registry;
 pub mod resource;
 pub mod revisions;
 pub mod snapshot;
 pub mod sotw;
 pub mod stats;
+mod tracking;
 
 pub use decode::{DecodeError, Serialization, decode_resource, decode_str};
 pub use delta::{DeltaOutcome, DeltaStream};
 pub use resource::{Resource, ResourceType};
 pub use snapshot::{DuplicateResource, EMPTY_VERSION, Snapshot, SnapshotCache, TypeSnapshot};
 pub use sotw::{AdsConfig, Outcome, SotwOutcome, SotwStream, supports_wildcard};
-pub use stats::{AckNackStats, Api, NodeInfo, PodCounts, SharedStats, StreamEvent, XdsMetrics};
+pub use stats::{
+    AckNackStats, Api, NodeInfo, PodCounts, SharedStats, StreamCounters, StreamEvent, XdsMetrics,
+};
 
 pub mod kubernetes;
 pub mod local;

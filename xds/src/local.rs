@@ -49,8 +49,11 @@ use crate::snapshot::Snapshot;
 use crate::stats::SharedStats;
 use crate::status::{EnvoyConfigReport, StatusReport, conditions, envoy_config_report};
 
-/// How often the folder is re-scanned.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// How often the folder is re-scanned. A scan only lists the folder and `stat`s its
+/// manifests (files are re-read only when their fingerprint changes), a few tens of µs
+/// for a typical folder, so it can run often: an edit waits 0–50 ms to be noticed
+/// (200 ms before; that wait was a fifth of the 10,000-stream fan-out budget).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the NACK statistics are checked for a taint verdict.
 pub const EVALUATE_INTERVAL: Duration = Duration::from_millis(250);
 /// Namespace of an EnvoyConfig manifest without `metadata.namespace`.
@@ -66,14 +69,13 @@ struct Fingerprint {
     inode: u64,
 }
 
-fn fingerprint(path: &Path) -> std::io::Result<Fingerprint> {
+fn fingerprint(m: &std::fs::Metadata) -> Fingerprint {
     use std::os::unix::fs::MetadataExt as _;
-    let m = std::fs::metadata(path)?;
-    Ok(Fingerprint {
+    Fingerprint {
         len: m.len(),
         modified: m.modified().ok(),
         inode: m.ino(),
-    })
+    }
 }
 
 #[derive(Debug)]
@@ -90,7 +92,8 @@ pub struct LocalSource {
     files: BTreeMap<PathBuf, FileState>,
 }
 
-fn is_manifest(path: &Path) -> bool {
+/// Whether the name is one of a manifest (the caller checks that it is a file).
+fn is_manifest_name(path: &Path) -> bool {
     let hidden = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -99,7 +102,7 @@ fn is_manifest(path: &Path) -> bool {
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or_default();
-    !hidden && matches!(ext, "yaml" | "yml" | "json") && path.is_file()
+    !hidden && matches!(ext, "yaml" | "yml" | "json")
 }
 
 impl LocalSource {
@@ -117,11 +120,18 @@ impl LocalSource {
         let mut changed = false;
         for entry in std::fs::read_dir(&self.dir)? {
             let path = entry?.path();
-            if !is_manifest(&path) {
+            if !is_manifest_name(&path) {
+                continue;
+            }
+            // One `stat` per file and scan (symlinks followed, e.g. a mounted ConfigMap).
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if !meta.is_file() {
                 continue;
             }
             present.insert(path.clone());
-            let Ok(fp) = fingerprint(&path) else { continue };
+            let fp = fingerprint(&meta);
             if self.files.get(&path).is_some_and(|f| f.fingerprint == fp) {
                 continue;
             }

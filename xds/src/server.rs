@@ -10,28 +10,33 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+pub use crate::grpc::AdsServer;
+
 use crate::resource::ResourceType;
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::sotw::{AdsConfig, Outcome};
-use crate::stats::{Api, NodeInfo, SharedStats};
+use crate::stats::{Api, NodeInfo, SharedStats, StreamCounters};
 use crate::{DeltaStream, SotwStream};
 
 /// TLS handshakes that take longer are dropped (slow or stuck clients).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Responses buffered per stream before the stream task waits for the client.
 const STREAM_BUFFER: usize = 16;
+
+/// What the stream task hands to tonic. Boxed: tokio's `mpsc` allocates its slots in
+/// blocks of 32 when the channel is created, so an unboxed `Result<DiscoveryResponse,
+/// Status>` (≈ 150 bytes) cost every idle stream ≈ 4.8 KiB; boxed it is 32 pointers.
+type Item<R> = Box<Result<R, Status>>;
 
 /// One ADS flavour (SotW or Delta) as the shell sees it.
 trait Protocol: Send + 'static {
@@ -133,25 +138,25 @@ impl AdsService {
         }
     }
 
-    /// The tonic service.
-    pub fn into_server(self) -> AggregatedDiscoveryServiceServer<Self> {
-        AggregatedDiscoveryServiceServer::new(self)
-            .max_decoding_message_size(16 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024)
+    /// The tonic service (the generated ADS routes with a codec that keeps small
+    /// per-stream buffers, see [`AdsServer`]).
+    pub fn into_server(self) -> AdsServer {
+        AdsServer::new(self)
     }
 
     fn spawn_stream<P: Protocol>(
         &self,
         mut proto: P,
         mut inbound: Streaming<P::Req>,
-    ) -> ReceiverStream<Result<P::Resp, Status>> {
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    ) -> BoxStream<P::Resp> {
+        let (tx, rx) = mpsc::channel::<Item<P::Resp>>(STREAM_BUFFER);
         let cache = self.cache.clone();
         let stats = self.stats.clone();
         let send_timeout = self.config.stream_send_timeout;
         let mut stopping = self.stopping.clone();
         tokio::spawn(async move {
             let mut node: Option<NodeInfo> = None;
+            let mut counters = StreamCounters::default();
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
             let empty = Arc::new(Snapshot::empty());
             let current = |rx: &Option<watch::Receiver<Arc<Snapshot>>>| {
@@ -162,7 +167,7 @@ impl AdsService {
                 let timer = proto.next_timer();
                 let outcome = tokio::select! {
                     () = shutting_down(&mut stopping) => {
-                        let _ = tx.try_send(Err(Status::unavailable("the discovery service is shutting down")));
+                        let _ = tx.try_send(Box::new(Err(Status::unavailable("the discovery service is shutting down"))));
                         break;
                     }
                     msg = inbound.message() => match msg {
@@ -210,10 +215,10 @@ impl AdsService {
                         proto.poll_timers(&snap, Instant::now())
                     },
                 };
-                stats.record(&outcome.events);
+                stats.record_stream(node.as_ref(), &mut counters, &outcome.events);
                 for response in outcome.responses {
                     let sent = tokio::select! {
-                        sent = tx.send_timeout(Ok(response), send_timeout) => sent,
+                        sent = tx.send_timeout(Box::new(Ok(response)), send_timeout) => sent,
                         () = shutting_down(&mut stopping) => break 'stream,
                     };
                     match sent {
@@ -234,7 +239,7 @@ impl AdsService {
                 tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream closed");
             }
         });
-        ReceiverStream::new(rx)
+        Box::pin(ReceiverStream::new(rx).map(|item| *item))
     }
 }
 
@@ -264,7 +269,7 @@ impl AggregatedDiscoveryService for AdsService {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let stream = self.spawn_stream(SotwStream::new(self.config.clone()), request.into_inner());
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(stream))
     }
 
     async fn delta_aggregated_resources(
@@ -272,14 +277,112 @@ impl AggregatedDiscoveryService for AdsService {
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let stream = self.spawn_stream(DeltaStream::new(self.config.clone()), request.into_inner());
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(stream))
+    }
+}
+
+/// The client connection preface of HTTP/2 (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A TLS connection whose HTTP/2 preface the server has already read (to bound how
+/// long a client may stay silent after its handshake); the preface is replayed to the
+/// HTTP/2 server before the rest of the stream. No heap: 24 bytes and a cursor.
+struct Prefaced<S> {
+    replayed: usize,
+    inner: S,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> Prefaced<S> {
+    /// Reads the preface from `inner`; an error as soon as a byte differs from it or the
+    /// client closes first.
+    async fn read(mut inner: S) -> std::io::Result<Self> {
+        use tokio::io::AsyncReadExt as _;
+        let mut got = [0u8; H2_PREFACE.len()];
+        let mut filled = 0;
+        while filled < got.len() {
+            let n = inner.read(&mut got[filled..]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let end = filled + n;
+            if got[filled..end] != H2_PREFACE[filled..end] {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the first bytes are not the HTTP/2 connection preface",
+                ));
+            }
+            filled = end;
+        }
+        Ok(Self { replayed: 0, inner })
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefaced<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(rest) = H2_PREFACE.get(this.replayed..).filter(|r| !r.is_empty()) {
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.replayed += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefaced<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Prefaced<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
     }
 }
 
 /// Serves ADS and gRPC health on `listener` over mTLS until `shutdown` completes.
 ///
 /// Handshakes run concurrently (one slow client does not hold up the others) and are
-/// bounded by [`HANDSHAKE_TIMEOUT`]; the rustls config re-reads its certificate and CA
+/// bounded by [`HANDSHAKE_TIMEOUT`], then the HTTP/2 preface by
+/// [`AdsConfig::preface_timeout`]; the rustls config re-reads its certificate and CA
 /// files when they change, so rotation needs no restart and open streams are untouched.
 /// On `shutdown` the listener is closed, every open stream ends with `UNAVAILABLE` (Envoy
 /// reconnects, to this address's next server) and the server returns once the
@@ -297,6 +400,7 @@ pub async fn serve_ads(
         let _ = stop_tx.send(true);
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let preface_timeout = service.config.preface_timeout;
     let (conn_tx, conn_rx) = mpsc::channel::<Result<_, std::io::Error>>(64);
     let mut stopping = stop_rx;
     let accept_loop = tokio::spawn(async move {
@@ -317,21 +421,31 @@ pub async fn serve_ads(
             let acceptor = acceptor.clone();
             let tx = conn_tx.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(tls)).await;
+                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::info!(%peer, error = %e, "TLS handshake refused");
+                        return;
                     }
-                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake refused"),
-                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                    Err(_) => {
+                        tracing::info!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                match tokio::time::timeout(preface_timeout, Prefaced::read(tls)).await {
+                    Ok(Ok(conn)) => {
+                        let _ = tx.send(Ok(conn)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "not an HTTP/2 client"),
+                    Err(_) => tracing::info!(%peer, ?preface_timeout, "no HTTP/2 preface in time"),
                 }
             });
         }
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<AggregatedDiscoveryServiceServer<AdsService>>()
-        .await;
+    health.set_serving::<AdsServer>().await;
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;

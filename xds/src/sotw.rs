@@ -47,7 +47,7 @@
 //!   carrying a nonce (its ACK/NACK) are ignored, so there is no ping-pong. Requests
 //!   without a type URL are ignored.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
@@ -56,6 +56,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use crate::resource::ResourceType;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
 use crate::stats::{NodeInfo, StreamEvent};
+use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
 
 /// Tunables of the ADS state machines (SotW and Delta).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +74,11 @@ pub struct AdsConfig {
     /// After the shutdown signal (which ends every stream), how long the server waits
     /// for clients to close their connections before it returns anyway (default 10 s).
     pub shutdown_grace: Duration,
+    /// After its TLS handshake, a client must send the 24-byte HTTP/2 connection preface
+    /// within this long (default 10 s), or its connection is closed: the HTTP/2 server
+    /// itself waits for it forever, so a client that connects and stays silent would
+    /// hold a connection (and its buffers) until it goes away.
+    pub preface_timeout: Duration,
 }
 
 impl Default for AdsConfig {
@@ -83,6 +89,7 @@ impl Default for AdsConfig {
             control_plane_id: None,
             stream_send_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            preface_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -198,64 +205,6 @@ impl Subscription {
     }
 }
 
-/// Consecutive-NACK backoff of one type on one stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NackBackoff {
-    /// The rejected version.
-    pub(crate) version: String,
-    /// Consecutive NACKs of that version.
-    pub(crate) consecutive: u32,
-    /// When the rejected version may be re-sent; `None` once re-sent (waiting for the
-    /// client's answer) or superseded.
-    pub(crate) retry_at: Option<Instant>,
-}
-
-impl NackBackoff {
-    /// State after a NACK of `version` at `now`.
-    pub(crate) fn after_nack(
-        previous: Option<&NackBackoff>,
-        version: &str,
-        now: Instant,
-        config: &AdsConfig,
-    ) -> Self {
-        let consecutive = match previous {
-            Some(p) if p.version == version => p.consecutive.saturating_add(1),
-            _ => 1,
-        };
-        Self {
-            version: version.to_string(),
-            consecutive,
-            retry_at: Some(now + config.nack_backoff(consecutive)),
-        }
-    }
-
-    /// Whether a push of `version` must wait at `now`.
-    pub(crate) fn holds(&self, version: &str, now: Instant) -> bool {
-        self.version == version && self.retry_at.is_some_and(|at| at > now)
-    }
-}
-
-/// Records that `version` was just sent: a different version ends the backoff, the
-/// same one consumes the pending retry.
-pub(crate) fn on_sent(nack: &mut Option<NackBackoff>, version: &str) {
-    match nack {
-        Some(n) if n.version == version => n.retry_at = None,
-        _ => *nack = None,
-    }
-}
-
-/// Node handling shared by both stream flavours.
-pub(crate) fn learn_node(slot: &mut Option<NodeInfo>, node: Option<&Node>) {
-    if slot.is_none() {
-        *slot = node.and_then(NodeInfo::from_node);
-    }
-}
-
-pub(crate) fn ids(node: Option<&NodeInfo>) -> (String, String) {
-    node.map(|n| (n.id.clone(), n.pod_name.clone()))
-        .unwrap_or_default()
-}
-
 /// The last response sent for a type.
 #[derive(Debug, Clone)]
 struct Sent {
@@ -271,15 +220,15 @@ struct Sent {
 struct TypeState {
     subscription: Subscription,
     sent: Option<Sent>,
-    nack: Option<NackBackoff>,
+    nack: NackState,
 }
 
 /// One ADS state-of-the-world stream.
 #[derive(Debug, Clone)]
 pub struct SotwStream {
     config: AdsConfig,
-    node: Option<NodeInfo>,
-    types: BTreeMap<ResourceType, TypeState>,
+    node: StreamNode,
+    types: TypeMap<TypeState>,
     last_nonce: u64,
 }
 
@@ -287,23 +236,22 @@ impl SotwStream {
     pub fn new(config: AdsConfig) -> Self {
         Self {
             config,
-            node: None,
-            types: BTreeMap::new(),
+            node: StreamNode::default(),
+            types: TypeMap::default(),
             last_nonce: 0,
         }
     }
 
     /// The node learned so far.
     pub fn node(&self) -> Option<&NodeInfo> {
-        self.node.as_ref()
+        self.node.get()
     }
 
     /// Learns the node from a request's `node` if it is not known yet (idempotent).
     /// The shell calls it before [`handle_request`](Self::handle_request) to pick the
     /// snapshot; `handle_request` calls it too.
     pub fn observe_node(&mut self, node: Option<&Node>) -> Option<&NodeInfo> {
-        learn_node(&mut self.node, node);
-        self.node.as_ref()
+        self.node.observe(node)
     }
 
     /// Types this stream is subscribed to (non-empty subscription), in push order.
@@ -335,13 +283,8 @@ impl SotwStream {
         if req.type_url.is_empty() {
             return out;
         }
-        let (node_id, pod_name) = ids(self.node.as_ref());
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
-            out.events.push(StreamEvent::Request {
-                node_id,
-                pod_name,
-                resource_type: None,
-            });
+            out.events.push(self.node.request(None));
             out.responses = self.converge(snapshot, now, None);
             if req.response_nonce.is_empty() {
                 let nonce = self.next_nonce();
@@ -355,11 +298,7 @@ impl SotwStream {
             }
             return out;
         };
-        out.events.push(StreamEvent::Request {
-            node_id: node_id.clone(),
-            pod_name: pod_name.clone(),
-            resource_type: Some(t),
-        });
+        out.events.push(self.node.request(Some(t)));
 
         let respond_now = match self.types.get_mut(&t) {
             Some(state) if !req.response_nonce.is_empty() && state.sent.is_some() => {
@@ -372,33 +311,14 @@ impl SotwStream {
                 } else {
                     if !sent.answered {
                         sent.answered = true;
-                        let version = sent.version.clone();
-                        match &req.error_detail {
-                            Some(status) => {
-                                state.nack = Some(NackBackoff::after_nack(
-                                    state.nack.as_ref(),
-                                    &version,
-                                    now,
-                                    &self.config,
-                                ));
-                                out.events.push(StreamEvent::Nack {
-                                    node_id,
-                                    pod_name,
-                                    resource_type: t,
-                                    version,
-                                    message: status.message.clone(),
-                                });
-                            }
-                            None => {
-                                state.nack = None;
-                                out.events.push(StreamEvent::Ack {
-                                    node_id,
-                                    pod_name,
-                                    resource_type: t,
-                                    version,
-                                });
-                            }
-                        }
+                        out.events.push(state.nack.answer(
+                            &self.node,
+                            t,
+                            sent.version.clone(),
+                            req.error_detail.as_ref(),
+                            now,
+                            &self.config,
+                        ));
                     }
                     let requested =
                         Subscription::from_sotw(t, &req.resource_names, Some(&state.subscription));
@@ -427,7 +347,7 @@ impl SotwStream {
                     TypeState {
                         subscription,
                         sent: None,
-                        nack: None,
+                        nack: NackState::default(),
                     },
                 );
                 Some(t)
@@ -452,10 +372,7 @@ impl SotwStream {
 
     /// The earliest NACK backoff deadline, if any.
     pub fn next_timer(&self) -> Option<Instant> {
-        self.types
-            .values()
-            .filter_map(|s| s.nack.as_ref().and_then(|n| n.retry_at))
-            .min()
+        next_timer(self.types.values().map(|s| &s.nack))
     }
 
     fn next_nonce(&mut self) -> String {
@@ -482,11 +399,7 @@ impl SotwStream {
                     && match &state.sent {
                         None => true,
                         Some(sent) => {
-                            sent.version != ts.version()
-                                || state.nack.as_ref().is_some_and(|n| {
-                                    n.version == ts.version()
-                                        && n.retry_at.is_some_and(|at| at <= now)
-                                })
+                            sent.version != ts.version() || state.nack.retry_due(ts.version(), now)
                         }
                     });
             if !send {
@@ -496,7 +409,7 @@ impl SotwStream {
             let Some(state) = self.types.get_mut(&t) else {
                 continue;
             };
-            on_sent(&mut state.nack, ts.version());
+            state.nack.on_sent(ts.version());
             let resources = state
                 .subscription
                 .select(ts)

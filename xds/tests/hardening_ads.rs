@@ -551,6 +551,47 @@ async fn garbage_clients_are_cut_off_while_a_good_stream_keeps_updating() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_silent_after_its_tls_handshake_is_cut_off_after_the_preface_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let ads = AdsConfig {
+        preface_timeout: Duration::from_millis(1500),
+        ..AdsConfig::default()
+    };
+    let server = start(dir.path(), &pki, ads).await;
+    server.ctx.cache.set(NODE, snapshot(0, 8));
+
+    // TLS with a valid client certificate, then nothing; and half a preface, then nothing.
+    let mut silent = raw_tls(server.addr, &pki).await;
+    let mut half = raw_tls(server.addr, &pki).await;
+    half.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    half.flush().await.unwrap();
+    // A real client connecting meanwhile is served (the preface is replayed to HTTP/2).
+    let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let (seen, reader) = spawn_reader(ch, "good");
+    let want = snapshot(0, 8).version(LISTENER).to_string();
+    wait_until("first version", Duration::from_secs(5), || {
+        seen.borrow().contains(&want).then_some(())
+    })
+    .await;
+
+    let bound = Duration::from_secs(5);
+    let silent_closed = closed_within(&mut silent, bound).await;
+    let half_closed = closed_within(&mut half, bound).await;
+    eprintln!("closed: silent {silent_closed:?}, half preface {half_closed:?}");
+    let silent_closed = silent_closed.expect("a silent TLS client was not cut off");
+    assert!(
+        silent_closed >= Duration::from_millis(1000),
+        "cut off before the preface timeout: {silent_closed:?}"
+    );
+    assert!(half_closed.is_some(), "a half preface was not cut off");
+    assert!(!reader.is_finished(), "the good stream ended");
+    server.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_closed_and_stops_counting_as_a_pod() {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki();
