@@ -58,7 +58,8 @@ pub fn admission_review(run_for: Duration) -> Result<Duration> {
     })
 }
 
-fn listener(i: usize) -> Value {
+/// A listener with an HttpConnectionManager (RDS) and the Router filter.
+pub fn listener(i: usize) -> Value {
     json!({
         "name": format!("listener-{i}"),
         "address": {"socket_address": {"address": "0.0.0.0", "port_value": 10000 + i}},
@@ -75,7 +76,7 @@ fn listener(i: usize) -> Value {
     })
 }
 
-/// The EnvoyConfig of `xds/benches/decode.rs`: 50 clusters, 25 listeners with an
+/// A 100-resource EnvoyConfig: 50 clusters, 25 listeners with an
 /// HttpConnectionManager + Router, 25 routes.
 pub fn hundred_resource_spec() -> Result<EnvoyConfigSpec> {
     let mut resources = Vec::new();

@@ -20,6 +20,11 @@ use marin3r_bench::stats::{Spread, ms, us};
 use marin3r_bench::webhook::{WebhookServer, check_injected, realistic_review};
 use marin3r_bench::{EditToServe, cores, parse_edit_to_serve};
 
+/// The same allocator as the `marin3r` binary, so the in-process webhook and the cores
+/// are measured as they run in production (README "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Section {
     Cores,
@@ -846,7 +851,7 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
     );
     let _ = writeln!(
         o,
-        "| `resolve` of the 100-resource EnvoyConfig of `xds/benches/decode.rs` (50 clusters, 25 listeners with HCM + Router, 25 routes), ms | {} |",
+        "| `resolve` of the 100-resource EnvoyConfig of `marin3r_bench::cores::hundred_resource_spec` (50 clusters, 25 listeners with HCM + Router, 25 routes), ms | {} |",
         spread(&r.decode_ms, 2)
     );
 
@@ -861,7 +866,7 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
          listeners and ACKs every response. Then the config file is replaced {} times \
          (atomic rename; the cluster and the listener change each time) and the swarm \
          records when each stream has both new versions; the time counts from the rename, \
-         so it includes the folder poll (every 200 ms). RSS is `VmRSS` of the discovery \
+         so it includes the folder poll (every 50 ms). RSS is `VmRSS` of the discovery \
          service from `/proc/<pid>/status`: before the swarm, then idle 1 s after it \
          converged and 1 s after each edit; per idle stream = (idle − before) / N. A fresh \
          discovery service per row.\n",

@@ -76,7 +76,7 @@ impl WebhookServer {
     }
 }
 
-/// A realistic Pod, the same as `webhook/benches/mutate.rs`: two app containers with env,
+/// A realistic Pod (also used by `bench/benches/cores.rs`): two app containers with env,
 /// probes and mounts, the kuard walkthrough annotations plus shutdown manager and
 /// resources.
 pub fn realistic_pod() -> Value {
