@@ -79,3 +79,54 @@ pub fn load_average() -> Option<[f64; 3]> {
     let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
     Some([it.next()??, it.next()??, it.next()??])
 }
+
+/// CPU time in clock ticks (USER_HZ): busy time of the whole machine (`/proc/stat`) and
+/// of this process plus its reaped children (`/proc/self/stat`: utime, stime, cutime,
+/// cstime).
+#[derive(Debug, Clone, Copy)]
+pub struct CpuTicks {
+    at: std::time::Instant,
+    machine_busy: u64,
+    own: u64,
+}
+
+/// The kernel's USER_HZ for `/proc/stat` and `/proc/<pid>/stat` (100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+impl CpuTicks {
+    pub fn now() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+        let fields: Vec<u64> = cpu
+            .split_whitespace()
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        // user nice system idle iowait irq softirq steal …: busy = all but idle, iowait.
+        let total: u64 = fields.iter().take(8).sum();
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        let own_stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the parenthesised command name; utime is field 14 (1-based).
+        let rest = own_stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        // `rest` starts at field 3 (state), so field n is index n - 3.
+        let own = tick(11)? + tick(12)? + tick(13)? + tick(14)?;
+        Some(Self {
+            at: std::time::Instant::now(),
+            machine_busy: total.saturating_sub(idle),
+            own,
+        })
+    }
+
+    /// Cores' worth of CPU that processes other than this one (and its reaped children)
+    /// used between `earlier` and `self`.
+    pub fn others_since(&self, earlier: &Self) -> f64 {
+        let secs = self.at.duration_since(earlier.at).as_secs_f64();
+        if secs <= 0.0 {
+            return 0.0;
+        }
+        let busy = self.machine_busy.saturating_sub(earlier.machine_busy) as f64;
+        let own = self.own.saturating_sub(earlier.own) as f64;
+        ((busy - own).max(0.0) / USER_HZ) / secs
+    }
+}
