@@ -878,11 +878,12 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
          listeners and ACKs every response. Then the config file is replaced {} times \
          (atomic rename; the cluster and the listener change each time) and the swarm \
          records when each stream has both new versions; the time counts from the rename, \
-         so it includes the folder poll (every 50 ms). RSS is `VmRSS` of the discovery \
+         so it includes the folder poll (every {} ms). RSS is `VmRSS` of the discovery \
          service from `/proc/<pid>/status`: before the swarm, then idle 1 s after it \
          converged and 1 s after each edit; per idle stream = (idle − before) / N. A fresh \
          discovery service per row.\n",
-        args.runs
+        args.runs,
+        marin3r_xds::local::POLL_INTERVAL.as_millis()
     );
     let _ = writeln!(
         o,
