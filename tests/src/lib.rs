@@ -63,6 +63,23 @@ pub fn envoy_bin() -> PathBuf {
     }
 }
 
+/// Unwraps a harness result, panicking with its message (the harness reports failures as
+/// `Err(String)`; in a test they fail it).
+pub trait Must<T> {
+    fn must(self) -> T;
+}
+
+impl<T> Must<T> for Result<T, String> {
+    #[track_caller]
+    #[allow(clippy::panic)]
+    fn must(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// A child process that is killed (and reaped) when dropped, also when a test panics.
 pub struct KillOnDrop {
     pub child: Child,

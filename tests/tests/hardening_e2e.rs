@@ -20,6 +20,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_tests::Must;
 use marin3r_tests::free_port;
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, direct_response_yaml, get, init_tracing, localhost, write_atomic,
@@ -30,20 +31,6 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 const POLL: Duration = Duration::from_millis(20);
-
-trait Must<T> {
-    fn must(self) -> T;
-}
-
-impl<T> Must<T> for Result<T, String> {
-    #[track_caller]
-    fn must(self) -> T {
-        match self {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
 
 async fn body_at(port: u16) -> Result<String, String> {
     let r = get(localhost(port), "/").await?;

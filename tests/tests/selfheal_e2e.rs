@@ -24,6 +24,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_tests::Must;
 use marin3r_tests::free_port;
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, get, init_tracing, localhost, metric_sum, pod_name, request, write_atomic,
@@ -40,20 +41,6 @@ const HCM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network.htt
 const ROUTER_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const UPSTREAM_TLS_TYPE: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
-
-trait Must<T> {
-    fn must(self) -> T;
-}
-
-impl<T> Must<T> for Result<T, String> {
-    #[track_caller]
-    fn must(self) -> T {
-        match self {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
 
 /// Polls `probe` every [`POLL`] until it returns `Ok`; panics with its last error after
 /// `timeout`.

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_tests::Must;
 use marin3r_tests::free_port;
 use marin3r_tests::xds::{
     CONVERGE, Envoy, REQUEST_TIMEOUT, Resp, Xds, der, direct_response_yaml, get, get_tls,
@@ -41,22 +42,6 @@ use tokio::task::JoinHandle;
 
 /// How often the tests re-probe while waiting for Envoy.
 const POLL: Duration = Duration::from_millis(20);
-
-/// Unwraps a harness result, panicking with its message (the harness reports failures as
-/// `Err(String)`; here they fail the test).
-trait Must<T> {
-    fn must(self) -> T;
-}
-
-impl<T> Must<T> for Result<T, String> {
-    #[track_caller]
-    fn must(self) -> T {
-        match self {
-            Ok(v) => v,
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
 
 /// The discovery service, in-process, serving `files` (name, contents).
 async fn start_xds(files: &[(&str, String)]) -> Xds {
