@@ -1,6 +1,7 @@
 //! The `marin3r.3scale.net/*` annotation contract (SPEC §1.2): every annotation is parsed
 //! and validated up front, and every problem is reported, not only the first.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
@@ -209,12 +210,16 @@ struct Parser<'a> {
 }
 
 impl<'a> Parser<'a> {
-    fn new(annotations: &'a BTreeMap<String, String>) -> Self {
+    fn new<K, V>(annotations: &'a BTreeMap<K, V>) -> Self
+    where
+        K: Borrow<str> + Ord,
+        V: AsRef<str>,
+    {
         let prefix = format!("{DOMAIN}/");
         // Keys with the prefix sort contiguously, starting at the prefix itself.
         let ours = annotations
             .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
-            .map_while(|(k, v)| Some((k.strip_prefix(prefix.as_str())?, v.as_str())))
+            .map_while(|(k, v)| Some((k.borrow().strip_prefix(prefix.as_str())?, v.as_ref())))
             .collect();
         Self {
             ours,
@@ -324,13 +329,18 @@ fn parse_port_spec(entry: &str) -> Result<PortSpec, String> {
 ///
 /// `namespace` is the Pod's namespace (for the default discovery service address) and
 /// `container_names` the names of the Pod's own containers (for
-/// `shutdown-manager.extra-lifecycle-hooks`).
-pub fn parse(
-    annotations: &BTreeMap<String, String>,
+/// `shutdown-manager.extra-lifecycle-hooks`). The annotations may be owned or borrowed
+/// (`BTreeMap<String, String>` or `BTreeMap<&str, &str>`).
+pub fn parse<K, V>(
+    annotations: &BTreeMap<K, V>,
     namespace: &str,
     container_names: &BTreeSet<String>,
     defaults: &Defaults,
-) -> Result<SidecarConfig, AnnotationErrors> {
+) -> Result<SidecarConfig, AnnotationErrors>
+where
+    K: Borrow<str> + Ord,
+    V: AsRef<str>,
+{
     use keys::*;
     let mut p = Parser::new(annotations);
 

@@ -65,21 +65,27 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
     }
 }
 
-fn string_map(
-    meta: Option<&Map<String, Value>>,
+/// `metadata[key]` as a map of strings, borrowed from the Pod.
+fn string_map<'a>(
+    meta: Option<&'a Map<String, Value>>,
     key: &str,
-) -> Result<BTreeMap<String, String>, Error> {
-    let field = format!("metadata.{key}");
+) -> Result<BTreeMap<&'a str, &'a str>, Error> {
     match meta.and_then(|m| m.get(key)) {
         None | Some(Value::Null) => Ok(BTreeMap::new()),
         Some(Value::Object(m)) => m
             .iter()
             .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                _ => Err(invalid(&format!("{field}[{k:?}]"), "must be a string")),
+                Value::String(s) => Ok((k.as_str(), s.as_str())),
+                _ => Err(invalid(
+                    &format!("metadata.{key}[{k:?}]"),
+                    "must be a string",
+                )),
             })
             .collect(),
-        Some(_) => Err(invalid(&field, "must be a map of strings")),
+        Some(_) => Err(invalid(
+            &format!("metadata.{key}"),
+            "must be a map of strings",
+        )),
     }
 }
 
@@ -123,10 +129,10 @@ pub fn mutate_pod(
         Some(_) => return Err(invalid("metadata", "must be an object")),
     };
     let labels = string_map(meta, "labels")?;
-    if labels.get(STATUS_LABEL).map(String::as_str) != Some(STATUS_ENABLED) {
+    if labels.get(STATUS_LABEL).copied() != Some(STATUS_ENABLED) {
         return Ok(Mutation::Skipped(SkipReason::NotLabelled));
     }
-    let mut annotations = string_map(meta, "annotations")?;
+    let annotations = string_map(meta, "annotations")?;
     let namespace = namespace
         .filter(|n| !n.is_empty())
         .or_else(|| {
@@ -252,16 +258,22 @@ pub fn mutate_pod(
         }
     }
 
+    // Only the status is added: the Pod's other annotations stay as they are (the labels
+    // check above made `metadata` an object, and `string_map` checked `annotations`).
     let status_json = serde_json::to_string(&status).map_err(Error::Serialize)?;
-    annotations.insert(SIDECAR_STATUS.to_string(), status_json);
-    let meta = out
-        .as_object_mut()
-        .ok_or_else(|| invalid("object", "must be a JSON object"))?
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Some(m) = meta.as_object_mut() {
-        m.insert("annotations".into(), to_value(&annotations)?);
+    let annotations = out
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| invalid("metadata", "must be an object"))?
+        .entry("annotations")
+        .or_insert(Value::Null);
+    if annotations.is_null() {
+        *annotations = Value::Object(Map::new());
     }
+    annotations
+        .as_object_mut()
+        .ok_or_else(|| invalid("metadata.annotations", "must be a map of strings"))?
+        .insert(SIDECAR_STATUS.to_string(), Value::String(status_json));
     Ok(Mutation::Injected(Box::new(out)))
 }
 
@@ -337,5 +349,86 @@ fn check_conflicts(
         Ok(())
     } else {
         Err(Error::Annotations(AnnotationErrors(errors)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(labels: Value, annotations: Value) -> Value {
+        json!({
+            "metadata": {"name": "p", "labels": labels, "annotations": annotations},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]}
+        })
+    }
+
+    fn injected(pod: &Value) -> Value {
+        match mutate_pod(pod, Some("ns"), &Defaults::default()) {
+            Ok(Mutation::Injected(v)) => *v,
+            other => panic!("expected an injection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_the_status_annotation_is_added() {
+        let before = pod(
+            json!({STATUS_LABEL: STATUS_ENABLED}),
+            json!({"marin3r.3scale.net/node-id": "n", "team": "a", "z-last": ""}),
+        );
+        let after = injected(&before);
+        let mut annotations = after["metadata"]["annotations"].clone();
+        let status = annotations
+            .as_object_mut()
+            .and_then(|m| m.remove(SIDECAR_STATUS))
+            .and_then(|s| s.as_str().map(str::to_string));
+        assert_eq!(annotations, before["metadata"]["annotations"]);
+        let status: SidecarStatus = serde_json::from_str(&status.unwrap_or_default()).unwrap();
+        assert_eq!(status.init_containers, ["envoy-init-mgr"]);
+        assert_eq!(after["metadata"]["labels"], before["metadata"]["labels"]);
+        // Injecting the injected Pod again gives the same Pod.
+        assert_eq!(injected(&after), after);
+    }
+
+    #[test]
+    fn non_string_metadata_maps_name_the_entry() {
+        let cases = [
+            (
+                pod(json!({STATUS_LABEL: STATUS_ENABLED, "n": 1}), json!({})),
+                "metadata.labels[\"n\"]",
+            ),
+            (pod(json!(["x"]), json!({})), "metadata.labels"),
+            (
+                pod(
+                    json!({STATUS_LABEL: STATUS_ENABLED}),
+                    json!({"marin3r.3scale.net/node-id": true}),
+                ),
+                "metadata.annotations[\"marin3r.3scale.net/node-id\"]",
+            ),
+            (
+                pod(json!({STATUS_LABEL: STATUS_ENABLED}), json!("x")),
+                "metadata.annotations",
+            ),
+        ];
+        for (pod, field) in cases {
+            match mutate_pod(&pod, None, &Defaults::default()) {
+                Err(Error::InvalidPod { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected InvalidPod, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unlabelled_pods_are_skipped_whatever_their_annotations() {
+        let p = pod(
+            json!({"app": "x"}),
+            json!({"marin3r.3scale.net/node-id": "n"}),
+        );
+        assert_eq!(
+            mutate_pod(&p, None, &Defaults::default()).ok(),
+            Some(Mutation::Skipped(SkipReason::NotLabelled))
+        );
     }
 }
