@@ -5,13 +5,12 @@
 //! tainted by the discovery service itself, which gives a `Rollback` to show.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use marin3r_tests::{KillOnDrop, free_port, wait_for};
+use marin3r_tests::{KillOnDrop, free_port, http_get_raw, wait_for};
 
 fn marin3r() -> Command {
     Command::new(env!("CARGO_BIN_EXE_marin3r"))
@@ -34,15 +33,6 @@ spec:
 
 const GOOD: &str = "{name: kuard, connect_timeout: 1s}";
 const BROKEN: &str = "{name: kuard, connect_timeout: 1s, bogus_field: 1}";
-
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
-}
 
 /// A local-mode discovery service on 127.0.0.1; returns the process and its metrics port.
 fn start_discovery_service(dir: &Path) -> (KillOnDrop, u16) {
@@ -73,7 +63,7 @@ fn start_discovery_service(dir: &Path) -> (KillOnDrop, u16) {
         .stderr(Stdio::null());
     let child = KillOnDrop::spawn("discovery-service", &mut cmd).unwrap();
     let ready = wait_for(Duration::from_secs(20), || {
-        http_get(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
+        http_get_raw(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
     });
     assert!(ready.is_some(), "the discovery service never became ready");
     (child, metrics)

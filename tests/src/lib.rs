@@ -132,6 +132,19 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
+/// One plain HTTP/1.1 `GET path` to 127.0.0.1:`port` with `connection: close`: the whole
+/// raw response (status line, headers, body), or `None` when the exchange fails.
+pub fn http_get_raw(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
+}
+
 /// True when something accepts TCP connections at `addr`.
 pub fn port_open(addr: SocketAddr) -> bool {
     std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()

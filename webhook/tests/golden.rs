@@ -9,18 +9,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use base64::Engine as _;
-use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
-use tower::ServiceExt as _;
+
+mod common;
 
 use marin3r_sidecar::Defaults;
-use marin3r_webhook::metrics::Metrics;
-use marin3r_webhook::{AppState, MUTATE_PATH, router};
+use marin3r_webhook::MUTATE_PATH;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/injection")
@@ -62,18 +59,9 @@ fn review(pod: &Value, namespace: &str) -> Value {
 
 /// Sends one review through the router and returns the AdmissionResponse.
 async fn admit(pod: &Value, namespace: &str) -> Value {
-    let state = Arc::new(AppState {
-        defaults: defaults(),
-        metrics: Arc::new(Metrics::new()),
-    });
-    let req = Request::post(MUTATE_PATH)
-        .header("content-type", "application/json")
-        .body(Body::from(review(pod, namespace).to_string()))
-        .unwrap();
-    let resp = router(state).oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let out: Value = serde_json::from_slice(&bytes).unwrap();
+    let body = review(pod, namespace).to_string().into_bytes();
+    let (status, out) = common::post(common::state_with(defaults()), MUTATE_PATH, body).await;
+    assert_eq!(status, StatusCode::OK);
     assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(out["kind"], "AdmissionReview");
     assert_eq!(

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use marin3r_certs::{Bundle, IssueOptions, issue};
-use marin3r_sidecar::Defaults;
-use marin3r_webhook::{
-    Config, Listeners, MAX_BODY_BYTES, MUTATE_PATH, Timeouts, serve_with_timeouts,
-};
-use rustls_pki_types::{CertificateDer, ServerName};
-use serde_json::{Value, json};
+mod common;
+
+use common::{bundle, cert_der, labelled_pod, pod_review, read_response, start};
+use marin3r_certs::Bundle;
+use marin3r_webhook::{MAX_BODY_BYTES, MUTATE_PATH, Timeouts};
+use rustls_pki_types::ServerName;
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -32,53 +32,6 @@ const TIMEOUTS: Timeouts = Timeouts {
 };
 /// Anything bounded by one of [`TIMEOUTS`] must be over by then.
 const CUT_OFF: Duration = Duration::from_secs(5);
-
-struct Running {
-    https: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), marin3r_webhook::Error>>,
-}
-
-async fn start(server_dir: &Path, timeouts: Timeouts) -> Running {
-    let localhost = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
-    let config = Config {
-        webhook_addr: localhost,
-        tls_cert: server_dir.join("tls.crt"),
-        tls_key: server_dir.join("tls.key"),
-        health_addr: localhost,
-        metrics_addr: localhost,
-        defaults: Defaults::default(),
-    };
-    let listeners = Listeners::bind(&config).await.unwrap();
-    let https = listeners.https.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve_with_timeouts(
-        config,
-        listeners,
-        timeouts,
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    Running {
-        https,
-        stop: Some(tx),
-        task,
-    }
-}
-
-fn bundle() -> Bundle {
-    issue(&IssueOptions {
-        hosts: vec!["localhost".into(), "127.0.0.1".into()],
-        ..IssueOptions::default()
-    })
-    .unwrap()
-}
-
-fn der(pem: &str) -> CertificateDer<'static> {
-    use rustls_pki_types::pem::PemObject as _;
-    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
-}
 
 /// Writes the server certificate and key like the kubelet updates a Secret volume: a new
 /// timestamped folder, then an atomic swap of the `..data` symlink that `tls.crt` and
@@ -106,7 +59,7 @@ fn install_like_kubelet(dir: &Path, b: &Bundle, generation: usize) {
 fn connector_with(roots: &[&Bundle], full_handshakes: bool) -> tokio_rustls::TlsConnector {
     let mut store = rustls::RootCertStore::empty();
     for b in roots {
-        store.add(der(&b.ca.cert_pem)).unwrap();
+        store.add(cert_der(&b.ca.cert_pem)).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
@@ -137,43 +90,10 @@ async fn connect(
         .map_err(|e| format!("TLS: {e}"))
 }
 
-fn pod_review(uid: &str) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "namespace": "default", "operation": "CREATE",
-            "object": {
-                "metadata": {"name": "p", "labels": {"marin3r.3scale.net/status": "enabled"},
-                             "annotations": {"marin3r.3scale.net/node-id": "kuard"}},
-                "spec": {"containers": [{"name": "app", "image": "app"}]}
-            }
-        }
-    })
-}
-
 fn post_head(path: &str, len: usize) -> String {
     format!(
         "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n"
     )
-}
-
-/// Reads a whole `connection: close` response: (status, body).
-async fn read_response<S: AsyncRead + Unpin>(s: &mut S) -> Result<(u16, String), String> {
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)
-        .await
-        .map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status line in {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
 }
 
 /// One AdmissionReview POST on a fresh TLS connection.
@@ -227,7 +147,7 @@ async fn slow_clients_are_cut_off_without_blocking_others() {
     let server = start(dir.path(), TIMEOUTS).await;
     let tls = connector(&[&b]);
     let addr = server.https;
-    let body = serde_json::to_vec(&pod_review("ok")).unwrap();
+    let body = serde_json::to_vec(&pod_review("ok", labelled_pod())).unwrap();
 
     // Warm up: the server answers.
     assert_eq!(admit(addr, &tls, &body).await.unwrap().0, 200);
@@ -396,7 +316,7 @@ async fn oversized_and_deeply_nested_bodies_get_400() {
     let depth = 1_000_000;
     let arrays = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
     let objects = format!("{}1{}", "{\"a\":".repeat(depth / 5), "}".repeat(depth / 5));
-    let in_review = pod_review("deep").to_string().replacen(
+    let in_review = pod_review("deep", labelled_pod()).to_string().replacen(
         "\"spec\":",
         &format!("\"deep\":{},\"spec\":", &arrays[..]),
         1,
@@ -451,7 +371,7 @@ async fn oversized_and_deeply_nested_bodies_get_400() {
     }
 
     // The server is alive and well.
-    let ok = serde_json::to_vec(&pod_review("after")).unwrap();
+    let ok = serde_json::to_vec(&pod_review("after", labelled_pod())).unwrap();
     assert_eq!(admit(addr, &tls, &ok).await.unwrap().0, 200);
     drop(server);
 }
@@ -474,7 +394,7 @@ async fn zero_failed_requests_under_load_while_certificates_rotate() {
     // a full handshake with the certificate of the moment.
     let resuming = connector_with(&roots, false);
     let full = connector_with(&roots, true);
-    let body = Arc::new(serde_json::to_vec(&pod_review("load")).unwrap());
+    let body = Arc::new(serde_json::to_vec(&pod_review("load", labelled_pod())).unwrap());
 
     // The clients run until the rotations are over (and at least REQUESTS each).
     let done = Arc::new(AtomicBool::new(false));
@@ -593,7 +513,7 @@ async fn graceful_shutdown_finishes_the_request_in_flight() {
     let mut server = start(dir.path(), timeouts).await;
     let tls = connector(&[&b]);
     let addr = server.https;
-    let body = serde_json::to_vec(&pod_review("in-flight")).unwrap();
+    let body = serde_json::to_vec(&pod_review("in-flight", labelled_pod())).unwrap();
 
     // A request in flight: headers and half of the body sent.
     let mut s = connect(addr, &tls).await.unwrap();

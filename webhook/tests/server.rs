@@ -7,72 +7,33 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt as _;
+use axum::http::StatusCode;
 use rustls_pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tower::ServiceExt as _;
+use tokio::io::AsyncWriteExt as _;
 
-use marin3r_certs::{Bundle, IssueOptions, issue};
-use marin3r_sidecar::Defaults;
-use marin3r_webhook::metrics::Metrics;
-use marin3r_webhook::{AppState, Config, Listeners, MAX_BODY_BYTES, MUTATE_PATH, router, serve};
+mod common;
 
-fn state() -> Arc<AppState> {
-    Arc::new(AppState {
-        defaults: Defaults::default(),
-        metrics: Arc::new(Metrics::new()),
-    })
-}
+use common::{bundle, cert_der, labelled_pod, pod_review, read_response, start, state};
+use marin3r_certs::Bundle;
+use marin3r_webhook::{MAX_BODY_BYTES, MUTATE_PATH, Timeouts};
 
 async fn post(body: Vec<u8>) -> (StatusCode, Value) {
-    let req = Request::post(MUTATE_PATH)
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let resp = router(state()).oneshot(req).await.unwrap();
-    let status = resp.status();
-    assert_eq!(
-        resp.headers()["content-type"],
-        "application/json",
-        "every answer is JSON"
-    );
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap())
-}
-
-fn pod_review(pod: Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "abc", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "namespace": "default", "operation": "CREATE", "object": pod
-        }
-    })
-}
-
-fn labelled_pod() -> Value {
-    json!({
-        "metadata": {"name": "p", "labels": {"marin3r.3scale.net/status": "enabled"},
-                     "annotations": {"marin3r.3scale.net/node-id": "kuard"}},
-        "spec": {"containers": [{"name": "app", "image": "app"}]}
-    })
+    common::post(state(), MUTATE_PATH, body).await
 }
 
 #[tokio::test]
 async fn bad_input_gets_400_with_a_json_error() {
     let huge = {
-        let mut r = pod_review(labelled_pod());
+        let mut r = pod_review("abc", labelled_pod());
         r["request"]["object"]["metadata"]["annotations"]["x"] = json!("a".repeat(MAX_BODY_BYTES));
         serde_json::to_vec(&r).unwrap()
     };
-    let mut wrong_version = pod_review(labelled_pod());
+    let mut wrong_version = pod_review("abc", labelled_pod());
     wrong_version["apiVersion"] = json!("admission.k8s.io/v1beta1");
-    let mut no_uid = pod_review(labelled_pod());
+    let mut no_uid = pod_review("abc", labelled_pod());
     no_uid["request"].as_object_mut().unwrap().remove("uid");
-    let mut wrong_kind = pod_review(labelled_pod());
+    let mut wrong_kind = pod_review("abc", labelled_pod());
     wrong_kind["kind"] = json!("ConfigMap");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -124,7 +85,7 @@ async fn bad_input_gets_400_with_a_json_error() {
 #[tokio::test]
 async fn valid_reviews_are_answered_with_200() {
     // Not a Pod: allowed unchanged.
-    let mut cm = pod_review(json!({"metadata": {"name": "c"}, "data": {}}));
+    let mut cm = pod_review("abc", json!({"metadata": {"name": "c"}, "data": {}}));
     cm["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
     let (status, v) = post(serde_json::to_vec(&cm).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
@@ -133,11 +94,11 @@ async fn valid_reviews_are_answered_with_200() {
     // Pod without the label: allowed unchanged.
     let mut pod = labelled_pod();
     pod["metadata"]["labels"] = json!({});
-    let (_, v) = post(serde_json::to_vec(&pod_review(pod)).unwrap()).await;
+    let (_, v) = post(serde_json::to_vec(&pod_review("abc", pod)).unwrap()).await;
     assert_eq!(v["response"], json!({"uid": "abc", "allowed": true}));
 
     // UPDATE of a labelled Pod: allowed unchanged (the webhook only mutates CREATE).
-    let mut upd = pod_review(labelled_pod());
+    let mut upd = pod_review("abc", labelled_pod());
     upd["request"]["operation"] = json!("UPDATE");
     let (_, v) = post(serde_json::to_vec(&upd).unwrap()).await;
     assert_eq!(v["response"], json!({"uid": "abc", "allowed": true}));
@@ -146,7 +107,7 @@ async fn valid_reviews_are_answered_with_200() {
     let mut bad = labelled_pod();
     bad["metadata"]["annotations"]["marin3r.3scale.net/ports"] = json!("http:80");
     bad["metadata"]["annotations"]["marin3r.3scale.net/admin.port"] = json!("abc");
-    let (status, v) = post(serde_json::to_vec(&pod_review(bad)).unwrap()).await;
+    let (status, v) = post(serde_json::to_vec(&pod_review("abc", bad)).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["response"]["allowed"], false);
     assert_eq!(v["response"]["status"]["code"], 400);
@@ -158,7 +119,7 @@ async fn valid_reviews_are_answered_with_200() {
     // Annotation values that are not strings: denied, naming the field.
     let mut weird = labelled_pod();
     weird["metadata"]["annotations"]["marin3r.3scale.net/admin.port"] = json!(9901);
-    let (_, v) = post(serde_json::to_vec(&pod_review(weird)).unwrap()).await;
+    let (_, v) = post(serde_json::to_vec(&pod_review("abc", weird)).unwrap()).await;
     assert_eq!(v["response"]["allowed"], false);
     assert!(
         v["response"]["status"]["message"]
@@ -170,7 +131,7 @@ async fn valid_reviews_are_answered_with_200() {
     // A Pod without spec.containers: denied, not a 500.
     let mut nospec = labelled_pod();
     nospec.as_object_mut().unwrap().remove("spec");
-    let (status, v) = post(serde_json::to_vec(&pod_review(nospec)).unwrap()).await;
+    let (status, v) = post(serde_json::to_vec(&pod_review("abc", nospec)).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["response"]["allowed"], false);
     assert!(
@@ -182,56 +143,6 @@ async fn valid_reviews_are_answered_with_200() {
 }
 
 // ---------------------------------------------------------------- HTTPS socket tests
-
-struct Running {
-    https: SocketAddr,
-    probes: SocketAddr,
-    metrics: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), marin3r_webhook::Error>>,
-}
-
-async fn start(dir: &Path) -> Running {
-    let localhost = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
-    let config = Config {
-        webhook_addr: localhost,
-        tls_cert: dir.join("server/tls.crt"),
-        tls_key: dir.join("server/tls.key"),
-        health_addr: localhost,
-        metrics_addr: localhost,
-        defaults: Defaults::default(),
-    };
-    let listeners = Listeners::bind(&config).await.unwrap();
-    let https = listeners.https.local_addr().unwrap();
-    let probes = listeners.probes.local_addr().unwrap();
-    let metrics = listeners.metrics.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve(config, listeners, async move {
-        let _ = rx.await;
-    }));
-    Running {
-        https,
-        probes,
-        metrics,
-        stop: Some(tx),
-        task,
-    }
-}
-
-fn bundle() -> Bundle {
-    issue(&IssueOptions {
-        hosts: vec!["localhost".into(), "127.0.0.1".into()],
-        ..IssueOptions::default()
-    })
-    .unwrap()
-}
-
-fn der(pem: &str) -> Vec<CertificateDer<'static>> {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("c.pem");
-    std::fs::write(&p, pem).unwrap();
-    marin3r_certs::load_certs(&p).unwrap()
-}
 
 /// Writes the server cert/key the way cert-manager and the kubelet do: replace, not edit.
 fn install_server_cert(dir: &Path, b: &Bundle) {
@@ -260,9 +171,7 @@ async fn https_request(
 ) {
     let mut store = rustls::RootCertStore::empty();
     for b in roots {
-        for c in der(&b.ca.cert_pem) {
-            store.add(c).unwrap();
-        }
+        store.add(cert_der(&b.ca.cert_pem)).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -284,19 +193,12 @@ async fn https_request(
         )
     };
     tls.write_all(request.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tls.read_to_end(&mut buf).await.unwrap();
-    let text = String::from_utf8(buf).unwrap();
-    let status: u16 = text[9..12].parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let (status, body) = read_response(&mut tls).await.unwrap();
     (peer, version, status, body)
 }
 
 fn mutate_request() -> String {
-    let body = pod_review(labelled_pod()).to_string();
+    let body = pod_review("abc", labelled_pod()).to_string();
     format!(
         "POST {MUTATE_PATH} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
@@ -308,15 +210,7 @@ async fn plain_get(addr: SocketAddr, path: &str) -> (u16, String) {
     s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
         .await
         .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let status = buf[9..12].parse().unwrap();
-    (
-        status,
-        buf.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
+    read_response(&mut s).await.unwrap()
 }
 
 #[tokio::test]
@@ -325,7 +219,7 @@ async fn https_injection_and_certificate_rotation_without_restart() {
     let first = bundle();
     let second = bundle();
     install_server_cert(dir.path(), &first);
-    let mut server = start(dir.path()).await;
+    let mut server = start(&dir.path().join("server"), Timeouts::default()).await;
 
     // Readiness flips once the TLS listener is up.
     let ready = async {
@@ -343,7 +237,7 @@ async fn https_injection_and_certificate_rotation_without_restart() {
 
     let (peer, version, status, body) =
         https_request(server.https, &[&first, &second], &mutate_request()).await;
-    assert_eq!(peer, der(&first.server.cert_pem)[0]);
+    assert_eq!(peer, cert_der(&first.server.cert_pem));
     assert_eq!(
         version,
         rustls::ProtocolVersion::TLSv1_2,
@@ -358,7 +252,7 @@ async fn https_injection_and_certificate_rotation_without_restart() {
     // Rotate on disk; the next connection gets the new certificate, same process.
     install_server_cert(dir.path(), &second);
     let (peer, ..) = https_request(server.https, &[&first, &second], &mutate_request()).await;
-    assert_eq!(peer, der(&second.server.cert_pem)[0]);
+    assert_eq!(peer, cert_der(&second.server.cert_pem));
 
     // Broken files: the server keeps the last good certificate.
     std::fs::write(dir.path().join("server/tls.crt.tmp"), "garbage").unwrap();
@@ -369,7 +263,7 @@ async fn https_injection_and_certificate_rotation_without_restart() {
     .unwrap();
     let (peer, _, status, _) =
         https_request(server.https, &[&first, &second], &mutate_request()).await;
-    assert_eq!(peer, der(&second.server.cert_pem)[0]);
+    assert_eq!(peer, cert_der(&second.server.cert_pem));
     assert_eq!(status, 200);
 
     let (status, text) = plain_get(server.metrics, "/metrics").await;

@@ -6,24 +6,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt as _;
+use axum::http::StatusCode;
 use serde_json::{Value, json};
-use tower::ServiceExt as _;
 
-use marin3r_sidecar::Defaults;
-use marin3r_webhook::metrics::Metrics;
-use marin3r_webhook::{AppState, MAX_BODY_BYTES, VALIDATE_ENVOYCONFIG_PATH, router};
+mod common;
+
+use common::state;
+use marin3r_webhook::{AppState, MAX_BODY_BYTES, VALIDATE_ENVOYCONFIG_PATH};
 
 const UID: &str = "8f6cbb3c-7e0e-4a44-9b3c-3c1a5d0e2f10";
-
-fn state() -> Arc<AppState> {
-    Arc::new(AppState {
-        defaults: Defaults::default(),
-        metrics: Arc::new(Metrics::new()),
-    })
-}
 
 fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,19 +54,7 @@ fn review(operation: &str, object: Value, old_object: Value) -> Value {
 }
 
 async fn post_to(state: Arc<AppState>, body: Vec<u8>) -> (StatusCode, Value) {
-    let req = Request::post(VALIDATE_ENVOYCONFIG_PATH)
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let resp = router(state).oneshot(req).await.unwrap();
-    let status = resp.status();
-    assert_eq!(
-        resp.headers()["content-type"],
-        "application/json",
-        "every answer is JSON"
-    );
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap())
+    common::post(state, VALIDATE_ENVOYCONFIG_PATH, body).await
 }
 
 /// Posts a review and returns its `response`, checking the envelope.
