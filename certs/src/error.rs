@@ -23,9 +23,14 @@ pub enum CertsError {
         source: rcgen::Error,
     },
 
-    /// The requested operation is not available in this build.
-    #[error("unsupported: {0}")]
-    Unsupported(&'static str),
+    /// Generating an RSA key failed (the `rsa` crate's message carries no key material).
+    #[error("generating the {what} (RSA): {message}")]
+    Rsa {
+        /// Which key (e.g. "server key").
+        what: &'static str,
+        /// What the `rsa` crate reported.
+        message: String,
+    },
 
     /// Generating a key or signing a certificate failed.
     #[error("generating the {what}")]

@@ -31,10 +31,8 @@ pub enum KeyType {
     /// ECDSA on NIST P-256 with SHA-256 (the default).
     #[default]
     EcdsaP256,
-    /// RSA 2048 with SHA-256.
-    ///
-    /// Not available in this build: the ring crypto backend cannot generate RSA keys, so
-    /// [`issue`] returns [`CertsError::Unsupported`]. Existing RSA keys can still be served.
+    /// RSA 2048 with SHA-256 (PKCS#1 v1.5 signatures). ring cannot generate RSA keys, so
+    /// the key comes from the pure-Rust `rsa` crate; ring signs with it.
     Rsa2048,
 }
 
@@ -179,8 +177,7 @@ fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), CertsErro
 /// client certificate with CN `opts.client_cn`, all valid for `opts.validity`.
 ///
 /// Errors: [`CertsError::InvalidOptions`] for empty hosts or client CN or a zero validity,
-/// [`CertsError::InvalidHost`] for a host that is no DNS name, and
-/// [`CertsError::Unsupported`] for [`KeyType::Rsa2048`] (ring cannot generate RSA keys).
+/// and [`CertsError::InvalidHost`] for a host that is no DNS name.
 pub fn issue(opts: &IssueOptions) -> Result<Bundle, CertsError> {
     let hosts: Vec<&str> = opts
         .hosts
@@ -280,10 +277,22 @@ fn generate_key(key_type: KeyType, what: &'static str) -> Result<KeyPair, CertsE
     match key_type {
         KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(|source| CertsError::Generate { what, source }),
-        KeyType::Rsa2048 => Err(CertsError::Unsupported(
-            "rsa key generation is not available with the ring crypto backend; use ecdsa \
-             (existing RSA certificates can still be served)",
-        )),
+        KeyType::Rsa2048 => {
+            use rsa::pkcs8::EncodePrivateKey as _;
+            let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).map_err(|e| {
+                CertsError::Rsa {
+                    what,
+                    message: e.to_string(),
+                }
+            })?;
+            let der = key.to_pkcs8_der().map_err(|e| CertsError::Rsa {
+                what,
+                message: e.to_string(),
+            })?;
+            let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes());
+            KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+                .map_err(|source| CertsError::Generate { what, source })
+        }
     }
 }
 
@@ -482,11 +491,6 @@ mod tests {
         assert!(
             matches!(issue(&bad_host), Err(CertsError::InvalidHost { host, .. }) if host == "bücher.example")
         );
-        let rsa = IssueOptions {
-            key_type: KeyType::Rsa2048,
-            ..opts()
-        };
-        assert!(matches!(issue(&rsa), Err(CertsError::Unsupported(_))));
     }
 
     #[test]

@@ -465,3 +465,51 @@ fn ca_file_falls_back_to_tls_crt() {
     std::fs::write(dir.path().join("ca.crt"), "").unwrap();
     assert_eq!(ca_file_in_dir(dir.path()), dir.path().join("ca.crt"));
 }
+
+/// `marin3r certs --key-type rsa`: an RSA 2048 CA, server and client certificate that a
+/// real mTLS handshake (TLS 1.2 and 1.3) accepts, with RSA keys in the PKCS#8 PEM files.
+#[tokio::test]
+async fn rsa_bundle_serves_mtls() {
+    let bundle = marin3r_certs::issue(&marin3r_certs::IssueOptions {
+        hosts: vec!["localhost".into(), "127.0.0.1".into()],
+        key_type: marin3r_certs::KeyType::Rsa2048,
+        ..marin3r_certs::IssueOptions::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    bundle.write_to(dir.path()).unwrap();
+    for part in ["ca", "server", "client"] {
+        let key_pem = std::fs::read_to_string(dir.path().join(part).join("tls.key")).unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        let rsa = rcgen::KeyPair::try_from(&key).unwrap();
+        assert!(
+            rsa.is_compatible(&rcgen::PKCS_RSA_SHA256),
+            "{part} key is not RSA"
+        );
+    }
+    let server = dir.path().join("server");
+    let config = mtls_server_config(
+        server.join("tls.crt"),
+        server.join("tls.key"),
+        server.join("ca.crt"),
+        &[],
+    )
+    .unwrap();
+    let addr = serve(config).await;
+    let me = Leaf {
+        cert_pem: bundle.client.cert_pem.clone(),
+        key_pem: bundle.client.key_pem.clone(),
+        der: CertificateDer::from_pem_slice(bundle.client.cert_pem.as_bytes()).unwrap(),
+    };
+    let server_der = CertificateDer::from_pem_slice(bundle.server.cert_pem.as_bytes()).unwrap();
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let config = client_config(&bundle.ca.cert_pem, Some(&me), &[version]);
+        assert_eq!(fetch(addr, config).await.unwrap(), server_der);
+    }
+    // Without a client certificate the RSA-issued server refuses the client.
+    assert!(
+        fetch(addr, default_client(&bundle.ca.cert_pem, None))
+            .await
+            .is_err()
+    );
+}
