@@ -161,14 +161,11 @@ pub struct InitManagerArgs {
         default_value = "/etc/envoy/tls/client"
     )]
     pub client_certificate_path: PathBuf,
-    /// Bootstrap file to write.
-    #[arg(
-        long,
-        env = "MARIN3R_CONFIG_FILE",
-        default_value = "/etc/envoy/bootstrap/config.json"
-    )]
-    pub config_file: PathBuf,
-    /// Directory for the SDS file.
+    /// Bootstrap file to write [default: <resources-path>/config.json, i.e.
+    /// /etc/envoy/bootstrap/config.json].
+    #[arg(long, env = "MARIN3R_CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
+    /// Directory of the bootstrap (unless --config-file says otherwise) and the SDS file.
     #[arg(
         long,
         env = "MARIN3R_RESOURCES_PATH",
@@ -184,15 +181,15 @@ pub struct InitManagerArgs {
     /// xDS flavour: state of the world or incremental.
     #[arg(long, env = "MARIN3R_API_TYPE", default_value = "sotw")]
     pub api_type: marin3r_sidecar::bootstrap::ApiType,
-    /// Pod name (downward API).
-    #[arg(long, env = "POD_NAME", default_value = "")]
-    pub pod_name: String,
-    /// Pod namespace (downward API).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "")]
-    pub pod_namespace: String,
-    /// Node host name (downward API).
-    #[arg(long, env = "HOST_NAME", default_value = "")]
-    pub host_name: String,
+    /// Pod name; falls back to $POD_NAME (downward API), then empty.
+    #[arg(long, env = "MARIN3R_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Pod namespace; falls back to $POD_NAMESPACE (downward API), then empty.
+    #[arg(long, env = "MARIN3R_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Node host name; falls back to $HOST_NAME (downward API), then empty.
+    #[arg(long, env = "MARIN3R_HOST_NAME")]
+    pub host_name: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -176,6 +176,12 @@ async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The flag (or `MARIN3R_<VAR>`), else the downward-API variable `var` that the injected
+/// init container sets (SPEC §1.3), else empty.
+fn downward(flag: Option<String>, var: &str) -> String {
+    flag.or_else(|| std::env::var(var).ok()).unwrap_or_default()
+}
+
 fn init_manager(a: InitManagerArgs) -> Result<ExitCode> {
     let cluster_id = a.cluster_id.unwrap_or_else(|| a.node_id.clone());
     let opts = marin3r_sidecar::bootstrap::BootstrapOptions {
@@ -186,14 +192,16 @@ fn init_manager(a: InitManagerArgs) -> Result<ExitCode> {
         admin_bind_address: a.admin_bind_address,
         admin_access_log_path: a.admin_access_log_path,
         client_certificate_path: a.client_certificate_path,
-        config_file: a.config_file,
+        config_file: a
+            .config_file
+            .unwrap_or_else(|| a.resources_path.join("config.json")),
         resources_path: a.resources_path,
         rtds_resource_name: a.rtds_resource_name,
         envoy_image: a.envoy_image,
         api_type: a.api_type,
-        pod_name: a.pod_name,
-        pod_namespace: a.pod_namespace,
-        host_name: a.host_name,
+        pod_name: downward(a.pod_name, "POD_NAME"),
+        pod_namespace: downward(a.pod_namespace, "POD_NAMESPACE"),
+        host_name: downward(a.host_name, "HOST_NAME"),
     };
     let written = marin3r_sidecar::bootstrap::write_files(&opts)
         .context("cannot write the Envoy bootstrap")?;

@@ -3,11 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use marin3r_tests::{KillOnDrop, free_port, wait_for};
+use marin3r_tests::{KillOnDrop, free_port, http_get_raw, wait_for};
 
 fn marin3r() -> Command {
     Command::new(env!("CARGO_BIN_EXE_marin3r"))
@@ -212,13 +211,102 @@ fn certs_and_init_manager_write_their_files() {
     );
 }
 
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
+#[test]
+fn init_manager_writes_config_json_under_resources_path_and_reads_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let boot = dir.path().join("boot");
+    let out = marin3r()
+        .args([
+            "init-manager",
+            "--xdss-host",
+            "ds.example",
+            "--node-id",
+            "n",
+        ])
+        .arg("--resources-path")
+        .arg(&boot)
+        .env("MARIN3R_POD_NAME", "from-marin3r-env")
+        .env("POD_NAME", "from-downward-api")
+        .env("POD_NAMESPACE", "ns1")
+        .env_remove("MARIN3R_POD_NAMESPACE")
+        .env("MARIN3R_HOST_NAME", "node-7")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without --config-file the bootstrap goes to <resources-path>/config.json.
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(boot.join("config.json")).unwrap()).unwrap();
+    assert!(boot.join("tls_certificate_sds_secret.json").is_file());
+    let meta = &config["node"]["metadata"];
+    assert_eq!(
+        meta["pod_name"], "from-marin3r-env",
+        "MARIN3R_POD_NAME wins"
+    );
+    assert_eq!(
+        meta["pod_namespace"], "ns1",
+        "POD_NAMESPACE is the fallback"
+    );
+    assert_eq!(meta["host_name"], "node-7");
+
+    // The flag beats both variables.
+    let out = marin3r()
+        .args([
+            "init-manager",
+            "--xdss-host",
+            "ds.example",
+            "--node-id",
+            "n",
+        ])
+        .arg("--resources-path")
+        .arg(&boot)
+        .args(["--pod-name", "from-flag"])
+        .env("MARIN3R_POD_NAME", "from-marin3r-env")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(boot.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["node"]["metadata"]["pod_name"], "from-flag");
+}
+
+#[test]
+fn certs_key_type_rsa_writes_rsa_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = marin3r()
+        .args([
+            "--log-format",
+            "text",
+            "certs",
+            "--key-type",
+            "rsa",
+            "--out",
+        ])
+        .arg(dir.path())
+        .args(["--hosts", "localhost"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for sub in ["ca", "server", "client"] {
+        let key = std::fs::read_to_string(dir.path().join(sub).join("tls.key")).unwrap();
+        // PKCS#8 RSA 2048: the rsaEncryption OID, and far longer than a P-256 key.
+        assert!(
+            key.starts_with("-----BEGIN PRIVATE KEY-----"),
+            "{sub}: {key}"
+        );
+        assert!(
+            key.len() > 1500,
+            "{sub}: {} bytes is no RSA 2048 key",
+            key.len()
+        );
+    }
 }
 
 #[test]
@@ -250,10 +338,10 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
         .stderr(Stdio::piped());
     let mut child = KillOnDrop::spawn("webhook", &mut cmd).unwrap();
     let ready = wait_for(Duration::from_secs(10), || {
-        http_get(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
+        http_get_raw(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
     });
     assert!(ready.is_some(), "webhook never became ready");
-    let metrics_text = http_get(metrics, "/metrics").unwrap();
+    let metrics_text = http_get_raw(metrics, "/metrics").unwrap();
     assert!(metrics_text.contains("marin3r_webhook_requests_total{result=\"injected\"} 0"));
 
     let pid = child.id().to_string();

@@ -15,7 +15,12 @@ use marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE;
 use serde_json::Value;
 
 /// Environment variables read outside clap (`std::env`), per subcommand.
-const OTHER_ENV: &[(&str, &str)] = &[("discovery-service", "WATCH_NAMESPACE")];
+const OTHER_ENV: &[(&str, &str)] = &[
+    ("discovery-service", "WATCH_NAMESPACE"),
+    ("init-manager", "POD_NAME"),
+    ("init-manager", "POD_NAMESPACE"),
+    ("init-manager", "HOST_NAME"),
+];
 
 fn marin3r() -> Command {
     Command::new(env!("CARGO_BIN_EXE_marin3r"))
