@@ -6,7 +6,7 @@ use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use marin3r_tests::{KillOnDrop, free_port, http_get_raw, wait_for};
+use marin3r_tests::{KillOnDrop, assert_success, free_port, http_get_raw, wait_for};
 
 fn marin3r() -> Command {
     Command::new(env!("CARGO_BIN_EXE_marin3r"))
@@ -57,6 +57,10 @@ spec:
     spec: {containers: [{name: app, image: app}]}
 "#;
 
+fn json_file(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 fn run_with_stdin(args: &[&str], stdin: &str) -> std::process::Output {
     let mut child = marin3r()
         .args(args)
@@ -77,11 +81,7 @@ fn run_with_stdin(args: &[&str], stdin: &str) -> std::process::Output {
 #[test]
 fn inject_rewrites_pod_templates_and_passes_other_objects_through() {
     let out = run_with_stdin(&["inject", "-f", "-"], WORKLOADS);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
     assert_eq!(docs.len(), 4);
@@ -150,11 +150,7 @@ fn certs_and_init_manager_write_their_files() {
         .args(["--hosts", "localhost,127.0.0.1"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     for sub in ["ca", "server", "client"] {
         for f in ["tls.crt", "tls.key", "ca.crt"] {
             assert!(dir.path().join(sub).join(f).is_file(), "{sub}/{f}");
@@ -181,13 +177,8 @@ fn certs_and_init_manager_write_their_files() {
         .env("POD_NAME", "kuard-abc")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(boot.join("config.json")).unwrap()).unwrap();
+    assert_success(&out);
+    let config = json_file(&boot.join("config.json"));
     assert_eq!(config["node"]["id"], "kuard");
     assert_eq!(
         config["node"]["cluster"], "kuard",
@@ -215,8 +206,10 @@ fn certs_and_init_manager_write_their_files() {
 fn init_manager_writes_config_json_under_resources_path_and_reads_env() {
     let dir = tempfile::tempdir().unwrap();
     let boot = dir.path().join("boot");
-    let out = marin3r()
-        .args([
+    // Only --resources-path: the bootstrap goes to <resources-path>/config.json.
+    let metadata = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = marin3r();
+        cmd.args([
             "init-manager",
             "--xdss-host",
             "ds.example",
@@ -225,23 +218,24 @@ fn init_manager_writes_config_json_under_resources_path_and_reads_env() {
         ])
         .arg("--resources-path")
         .arg(&boot)
-        .env("MARIN3R_POD_NAME", "from-marin3r-env")
-        .env("POD_NAME", "from-downward-api")
-        .env("POD_NAMESPACE", "ns1")
-        .env_remove("MARIN3R_POD_NAMESPACE")
-        .env("MARIN3R_HOST_NAME", "node-7")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        .args(extra)
+        .env_remove("MARIN3R_POD_NAMESPACE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        assert_success(&cmd.output().unwrap());
+        assert!(boot.join("tls_certificate_sds_secret.json").is_file());
+        json_file(&boot.join("config.json"))["node"]["metadata"].clone()
+    };
+    let meta = metadata(
+        &[],
+        &[
+            ("MARIN3R_POD_NAME", "from-marin3r-env"),
+            ("POD_NAME", "from-downward-api"),
+            ("POD_NAMESPACE", "ns1"),
+            ("MARIN3R_HOST_NAME", "node-7"),
+        ],
     );
-    // Without --config-file the bootstrap goes to <resources-path>/config.json.
-    let config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(boot.join("config.json")).unwrap()).unwrap();
-    assert!(boot.join("tls_certificate_sds_secret.json").is_file());
-    let meta = &config["node"]["metadata"];
     assert_eq!(
         meta["pod_name"], "from-marin3r-env",
         "MARIN3R_POD_NAME wins"
@@ -251,26 +245,12 @@ fn init_manager_writes_config_json_under_resources_path_and_reads_env() {
         "POD_NAMESPACE is the fallback"
     );
     assert_eq!(meta["host_name"], "node-7");
-
     // The flag beats both variables.
-    let out = marin3r()
-        .args([
-            "init-manager",
-            "--xdss-host",
-            "ds.example",
-            "--node-id",
-            "n",
-        ])
-        .arg("--resources-path")
-        .arg(&boot)
-        .args(["--pod-name", "from-flag"])
-        .env("MARIN3R_POD_NAME", "from-marin3r-env")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(boot.join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["node"]["metadata"]["pod_name"], "from-flag");
+    let meta = metadata(
+        &["--pod-name", "from-flag"],
+        &[("MARIN3R_POD_NAME", "from-marin3r-env"), ("POD_NAME", "x")],
+    );
+    assert_eq!(meta["pod_name"], "from-flag");
 }
 
 #[test]
@@ -289,11 +269,7 @@ fn certs_key_type_rsa_writes_rsa_keys() {
         .args(["--hosts", "localhost"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     for sub in ["ca", "server", "client"] {
         let key = std::fs::read_to_string(dir.path().join(sub).join("tls.key")).unwrap();
         // PKCS#8 RSA 2048: the rsaEncryption OID, and far longer than a P-256 key.

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use marin3r_tests::{KillOnDrop, free_port, http_get_raw, wait_for};
+use marin3r_tests::{KillOnDrop, assert_success, free_port, http_get_raw, wait_for};
 
 fn marin3r() -> Command {
     Command::new(env!("CARGO_BIN_EXE_marin3r"))
@@ -75,11 +75,7 @@ fn status(metrics: u16, extra: &[&str]) -> String {
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     String::from_utf8(out.stdout).unwrap()
 }
 

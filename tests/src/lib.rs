@@ -80,6 +80,18 @@ impl<T> Must<T> for Result<T, String> {
     }
 }
 
+/// Fails the test with the command's stderr unless it exited 0.
+#[allow(clippy::panic)]
+pub fn assert_success(out: &std::process::Output) {
+    if !out.status.success() {
+        panic!(
+            "exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A child process that is killed (and reaped) when dropped, also when a test panics.
 pub struct KillOnDrop {
     pub child: Child,
