@@ -18,10 +18,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo fetch --locked \
     && cargo build --release --locked -p marin3r \
-    && install -m 0755 target/release/marin3r /marin3r
+    && install -m 0755 target/release/marin3r /marin3r \
+    && install -m 0755 target/release/marin3r-shutdown-manager /marin3r-shutdown-manager
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /marin3r /marin3r
+# `marin3r shutdown-manager` execs this smaller binary when it is next to /marin3r.
+COPY --from=builder /marin3r-shutdown-manager /marin3r-shutdown-manager
 # nonroot (65532); numeric so that Kubernetes' runAsNonRoot can verify it.
 USER 65532:65532
 ENTRYPOINT ["/marin3r"]

@@ -154,6 +154,8 @@ struct Results {
     xds: Vec<XdsRow>,
     shutdown_rss_kib: Vec<f64>,
     shutdown_anon_kib: Vec<f64>,
+    /// File name of the program the idle shutdown manager ran (`/proc/PID/exe`).
+    shutdown_exe: String,
     edit_to_serve: Vec<EditToServe>,
     failures: Vec<String>,
     loads: Vec<(String, Option<[f64; 3]>)>,
@@ -528,6 +530,11 @@ async fn shutdown_section(args: &Args, dir: &Path, r: &mut Results) -> Result<()
         let rss = shutdown_manager_idle_rss(&args.marin3r, &d).await?;
         r.shutdown_rss_kib.push(rss.rss as f64);
         r.shutdown_anon_kib.push(rss.anon as f64);
+        r.shutdown_exe = rss
+            .exe
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
     }
     eprintln!(
         "   shutdown manager idle RSS {:.1} MiB (median)",
@@ -939,10 +946,12 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
     let _ = writeln!(o, "\n## Shutdown manager\n");
     let _ = writeln!(
         o,
-        "`marin3r shutdown-manager` (release binary, current-thread runtime) on 127.0.0.1, \
-         `VmRSS` one second after its first `/healthz` answer, one fresh process per run: \
-         {} MiB, of which anonymous memory (`RssAnon`; the rest are pages of the \
-         `marin3r` binary and its libraries): {} MiB.",
+        "`marin3r shutdown-manager` (release build, current-thread runtime) on 127.0.0.1; \
+         the process runs `{}` (`marin3r` execs `marin3r-shutdown-manager` when it is \
+         installed next to it, as in the image). `VmRSS` one second after its first \
+         `/healthz` answer, one fresh process per run: {} MiB, of which anonymous memory \
+         (`RssAnon`; the rest are pages of the binary and its libraries): {} MiB.",
+        r.shutdown_exe,
         spread(
             &r.shutdown_rss_kib
                 .iter()

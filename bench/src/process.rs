@@ -134,8 +134,11 @@ impl DiscoveryService {
 }
 
 /// Resident memory of an idle process, KiB.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct IdleRss {
+    /// The program the process runs by then (`/proc/PID/exe`): `marin3r shutdown-manager`
+    /// execs `marin3r-shutdown-manager` when that is installed next to it.
+    pub exe: PathBuf,
     /// `VmRSS`.
     pub rss: u64,
     /// `RssAnon`: heap, stacks, relocated data (the rest is mapped files: the binary and
@@ -159,6 +162,7 @@ pub async fn shutdown_manager_idle_rss(bin: &Path, dir: &Path) -> Result<IdleRss
     wait_http_ok(&mut process, addr, "/healthz", &log).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss = IdleRss {
+        exe: std::fs::read_link(format!("/proc/{}/exe", process.id()))?,
         rss: rss_kib(process.id())?,
         anon: status_kib(process.id(), "RssAnon")?,
     };

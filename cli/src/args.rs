@@ -14,6 +14,15 @@ use crate::logging::LogFormat;
     about = "MARIN3R: Envoy sidecar injection and control plane for Kubernetes"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags of every subcommand.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
     /// Log format.
     #[arg(
         long,
@@ -26,8 +35,6 @@ pub struct Cli {
     /// Log level or tracing filter (RUST_LOG overrides it).
     #[arg(long, global = true, default_value = "info", env = "MARIN3R_LOG_LEVEL")]
     pub log_level: String,
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]

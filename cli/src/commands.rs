@@ -15,12 +15,10 @@ use crate::args::{
 pub fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Webhook(a) => runtime()?.block_on(webhook(a)),
-        // A current-thread runtime keeps the sidecar's footprint small (< 8 MiB RSS).
-        Command::ShutdownManager(a) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("cannot start the async runtime")?
-            .block_on(shutdown_manager(a)),
+        Command::ShutdownManager(a) => {
+            exec_shutdown_manager_binary();
+            run_shutdown_manager(a)
+        }
         Command::Inject(a) => inject(a),
         Command::InitManager(a) => init_manager(a),
         Command::Certs(a) => certs(a),
@@ -151,6 +149,44 @@ async fn webhook(a: WebhookArgs) -> Result<ExitCode> {
         .await
         .context("webhook failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The shutdown-manager-only binary that `marin3r shutdown-manager` execs when it is
+/// installed in the same directory as `marin3r`.
+pub const SHUTDOWN_MANAGER_BIN: &str = "marin3r-shutdown-manager";
+
+/// Replaces this process by [`SHUTDOWN_MANAGER_BIN`] from the directory of the running
+/// binary, with the same arguments and environment (same PID, so Kubernetes sees no
+/// difference). The sidecar then maps the pages of a small binary instead of the
+/// multi-role one. Returns when that file is missing or cannot be executed; the caller
+/// then runs the shutdown manager in this process.
+fn exec_shutdown_manager_binary() {
+    use std::os::unix::process::CommandExt as _;
+    let Some(path) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(SHUTDOWN_MANAGER_BIN)))
+        .filter(|p| p.is_file())
+    else {
+        return;
+    };
+    let error = std::process::Command::new(&path)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    tracing::warn!(
+        path = %path.display(),
+        %error,
+        "cannot run the shutdown-manager binary; running the shutdown manager in this process"
+    );
+}
+
+/// Runs the shutdown manager until SIGTERM/SIGINT. A current-thread runtime keeps the
+/// sidecar's footprint small.
+pub fn run_shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(shutdown_manager(a))
 }
 
 async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {

@@ -2,11 +2,8 @@
 //! the library crates.
 #![forbid(unsafe_code)]
 
-mod args;
-mod commands;
-mod logging;
-
 use clap::Parser as _;
+use marin3r_cli::{args, commands, logging};
 
 /// mimalloc instead of glibc malloc: the webhook and xDS paths allocate many small JSON
 /// and protobuf objects (README "Allocator" has the measurements).
@@ -15,7 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = args::Cli::parse();
-    logging::init(cli.log_format, &cli.log_level);
+    logging::init(cli.global.log_format, &cli.global.log_level);
     match commands::run(cli.command) {
         Ok(code) => code,
         Err(e) => {

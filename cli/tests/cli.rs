@@ -340,6 +340,56 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
     assert!(logs.contains("shutting down"), "{logs}");
 }
 
+/// Starts `binary shutdown-manager` on a free port, waits for `/healthz`, returns the
+/// program the process runs (`/proc/PID/exe`) and stops it with SIGTERM (exit 0).
+fn shutdown_manager_exe(binary: &std::path::Path) -> std::path::PathBuf {
+    let port = free_port().unwrap();
+    let mut cmd = Command::new(binary);
+    cmd.args(["--log-format", "text", "shutdown-manager", "--bind-address"])
+        .args(["127.0.0.1", "--port", &port.to_string()])
+        .args(["--envoy-admin-address", "http://127.0.0.1:9"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = KillOnDrop::spawn("shutdown-manager", &mut cmd).unwrap();
+    let healthy = wait_for(Duration::from_secs(10), || {
+        http_get_raw(port, "/healthz").filter(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    assert!(
+        healthy.is_some(),
+        "{} never answered /healthz",
+        binary.display()
+    );
+    let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).unwrap();
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = wait_for(Duration::from_secs(10), || child.try_wait());
+    assert!(status.expect("no exit after SIGTERM").success());
+    exe
+}
+
+#[test]
+fn shutdown_manager_runs_as_the_small_binary_when_installed_and_in_process_otherwise() {
+    // Installed next to marin3r (as cargo and the image do): the same process becomes it.
+    let marin3r = std::path::PathBuf::from(env!("CARGO_BIN_EXE_marin3r"));
+    let small = std::path::PathBuf::from(env!("CARGO_BIN_EXE_marin3r-shutdown-manager"));
+    assert_eq!(small.parent(), marin3r.parent());
+    assert_eq!(shutdown_manager_exe(&marin3r), small);
+
+    // marin3r alone in a folder: it runs the shutdown manager itself.
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("marin3r");
+    std::fs::hard_link(&marin3r, &alone)
+        .or_else(|_| std::fs::copy(&marin3r, &alone).map(|_| ()))
+        .unwrap();
+    assert_eq!(shutdown_manager_exe(&alone), alone);
+}
+
 const BROKEN_CONFIG: &str = r#"
 apiVersion: marin3r.3scale.net/v1alpha1
 kind: EnvoyConfig
