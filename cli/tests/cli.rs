@@ -320,15 +320,7 @@ fn webhook_process_serves_probes_and_stops_on_sigterm() {
     let metrics_text = http_get_raw(metrics, "/metrics").unwrap();
     assert!(metrics_text.contains("marin3r_webhook_requests_total{result=\"injected\"} 0"));
 
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = wait_for(Duration::from_secs(10), || child.try_wait());
+    let status = child.terminate(Duration::from_secs(10));
     let status = status.expect("no exit after SIGTERM");
     assert!(status.success(), "graceful exit, got {status}");
     let mut logs = String::new();
@@ -360,15 +352,7 @@ fn shutdown_manager_exe(binary: &std::path::Path) -> std::path::PathBuf {
         binary.display()
     );
     let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).unwrap();
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = wait_for(Duration::from_secs(10), || child.try_wait());
+    let status = child.terminate(Duration::from_secs(10));
     assert!(status.expect("no exit after SIGTERM").success());
     exe
 }

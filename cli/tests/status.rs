@@ -206,16 +206,8 @@ fn status_prints_envoyconfigs_like_kubectl_get_ec() {
     );
 
     // --state-dir: the revisions survive a restart (SIGTERM, then start again).
-    let pid = process.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
     let mut process = process;
-    assert!(wait_for(Duration::from_secs(10), || process.try_wait()).is_some());
+    assert!(process.terminate(Duration::from_secs(10)).is_some());
     assert!(dir.path().join("state/default_kuard.json").is_file());
     let (_process, metrics) = start_discovery_service(dir.path());
     let after = status(metrics, &["--revisions"]);

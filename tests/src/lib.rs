@@ -115,6 +115,19 @@ impl KillOnDrop {
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
+
+    /// Sends SIGTERM (with `kill`) and waits up to `timeout` for the exit; `None` when the
+    /// signal could not be sent or the process is still running.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !sent {
+            return None;
+        }
+        wait_for(timeout, || self.try_wait())
+    }
 }
 
 impl Drop for KillOnDrop {
