@@ -350,7 +350,7 @@ pub fn bootstrap(opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
     };
     let rtds = opts.rtds_resource_name.as_str();
 
-    let mut bootstrap = json!({
+    let bootstrap = json!({
         "node": {
             "id": opts.node_id,
             "cluster": opts.cluster_id,
@@ -398,6 +398,10 @@ pub fn bootstrap(opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
                     "name": "envoy.transport_sockets.tls",
                     "typed_config": {
                         "@type": UPSTREAM_TLS_TYPE_URL,
+                        // SPEC §2: SNI = xdss-host, also for an IP address. RFC 6066
+                        // allows only DNS names there; Envoy sends it anyway and our
+                        // discovery service (rustls) ignores an IP SNI with a warning.
+                        "sni": v.xdss_host,
                         "common_tls_context": {
                             "tls_certificate_sds_secret_configs": [{
                                 "name": SDS_SECRET_NAME,
@@ -437,15 +441,6 @@ pub fn bootstrap(opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
             }],
         },
     });
-    // SNI must be a DNS name (RFC 6066): an IP address there is illegal and servers
-    // ignore or reject it, so it is only set for host names.
-    if v.xdss_host.parse::<std::net::IpAddr>().is_err()
-        && let Some(tls) =
-            bootstrap.pointer_mut("/static_resources/clusters/0/transport_socket/typed_config")
-        && let Some(obj) = tls.as_object_mut()
-    {
-        obj.insert("sni".into(), Value::from(v.xdss_host));
-    }
     Ok(bootstrap)
 }
 
@@ -785,7 +780,7 @@ mod tests {
             ..opts()
         })
         .unwrap();
-        assert!(tls(&b).get("sni").is_none(), "no SNI for IP addresses");
+        assert_eq!(tls(&b)["sni"], "fd00::1", "SNI = xdss-host, also for an IP");
         assert_eq!(
             cluster(&b)["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
                 ["socket_address"]["address"],
