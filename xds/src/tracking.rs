@@ -301,15 +301,18 @@ mod tests {
         let mut nack = NackState::default();
         assert_eq!(nack.retry_at(), None);
         assert!(!nack.holds("v1", t0));
+        let reject = |nack: &mut NackState, version: &str| {
+            nack.answer(
+                &node,
+                ResourceType::Listener,
+                version.into(),
+                Some(&rejected("bad")),
+                t0,
+                &config,
+            )
+        };
 
-        let event = nack.answer(
-            &node,
-            ResourceType::Listener,
-            "v1".into(),
-            Some(&rejected("bad")),
-            t0,
-            &config,
-        );
+        let event = reject(&mut nack, "v1");
         assert_eq!(
             event,
             StreamEvent::Nack {
@@ -331,35 +334,14 @@ mod tests {
         nack.on_sent("v1");
         assert_eq!(nack.retry_at(), None);
         assert!(!nack.retry_due("v1", t0 + ms(1000)));
-        nack.answer(
-            &node,
-            ResourceType::Listener,
-            "v1".into(),
-            Some(&rejected("bad")),
-            t0,
-            &config,
-        );
+        reject(&mut nack, "v1");
         assert_eq!(nack.retry_at(), Some(t0 + ms(200)), "second NACK doubles");
         nack.on_sent("v1");
-        nack.answer(
-            &node,
-            ResourceType::Listener,
-            "v1".into(),
-            Some(&rejected("bad")),
-            t0,
-            &config,
-        );
+        reject(&mut nack, "v1");
         assert_eq!(nack.retry_at(), Some(t0 + ms(350)), "capped");
 
         // A NACK of another version starts over.
-        nack.answer(
-            &node,
-            ResourceType::Listener,
-            "v2".into(),
-            Some(&rejected("bad")),
-            t0,
-            &config,
-        );
+        reject(&mut nack, "v2");
         assert_eq!(nack.retry_at(), Some(t0 + ms(100)));
 
         // An ACK ends it.
