@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use marin3r_xds::NodeInfo;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
@@ -75,16 +75,13 @@ pub struct Swarm {
 }
 
 fn node(node_id: &str, index: usize) -> Node {
-    let pod_name = Value {
-        kind: Some(Kind::StringValue(format!("{node_id}-pod-{index}"))),
-    };
     Node {
-        id: node_id.to_string(),
         cluster: node_id.to_string(),
-        metadata: Some(Struct {
-            fields: [("pod_name".to_string(), pod_name)].into(),
-        }),
-        ..Default::default()
+        ..NodeInfo {
+            id: node_id.to_string(),
+            pod_name: format!("{node_id}-pod-{index}"),
+        }
+        .to_node()
     }
 }
 

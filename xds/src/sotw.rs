@@ -443,24 +443,16 @@ mod tests {
     use ResourceType::*;
     use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterPb;
     use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerPb;
-    use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+    use envoy_types::pb::google::protobuf::Any;
     use envoy_types::pb::google::rpc::Status;
     use prost::Message;
 
     fn node() -> Node {
-        Node {
+        crate::NodeInfo {
             id: "node1".into(),
-            metadata: Some(Struct {
-                fields: [(
-                    "pod_name".to_string(),
-                    Value {
-                        kind: Some(Kind::StringValue("pod-a".into())),
-                    },
-                )]
-                .into(),
-            }),
-            ..Default::default()
+            pod_name: "pod-a".into(),
         }
+        .to_node()
     }
 
     fn req(t: ResourceType, names: &[&str], version: &str, nonce: &str) -> DiscoveryRequest {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -60,6 +60,22 @@ impl NodeInfo {
             id: node.id.clone(),
             pod_name,
         })
+    }
+
+    /// The `Node` an Envoy bootstrapped by `marin3r init-manager` sends: this id, and the
+    /// pod name as metadata [`POD_NAME_METADATA_KEY`]. The inverse of [`Self::from_node`]
+    /// (for ADS clients: tests, the benchmark swarm).
+    pub fn to_node(&self) -> Node {
+        let pod_name = Value {
+            kind: Some(Kind::StringValue(self.pod_name.clone())),
+        };
+        Node {
+            id: self.id.clone(),
+            metadata: Some(Struct {
+                fields: [(POD_NAME_METADATA_KEY.to_string(), pod_name)].into(),
+            }),
+            ..Default::default()
+        }
     }
 }
 
@@ -826,6 +842,24 @@ mod tests {
         });
         assert_eq!(NodeInfo::from_node(&node).unwrap().pod_name, "");
         assert_eq!(NodeInfo::from_node(&Node::default()), None);
+    }
+
+    #[test]
+    fn to_node_is_the_inverse_of_from_node() {
+        let info = NodeInfo {
+            id: "n1".into(),
+            pod_name: "envoy-abc".into(),
+        };
+        let node = info.to_node();
+        assert_eq!(node.id, "n1");
+        assert!(
+            node.metadata
+                .as_ref()
+                .unwrap()
+                .fields
+                .contains_key("pod_name")
+        );
+        assert_eq!(NodeInfo::from_node(&node), Some(info));
     }
 
     #[test]

@@ -197,7 +197,6 @@ impl<V> TypeMap<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
     use std::time::Duration;
 
     fn config() -> AdsConfig {
@@ -209,19 +208,11 @@ mod tests {
     }
 
     fn envoy(id: &str, pod: &str) -> Node {
-        Node {
+        NodeInfo {
             id: id.into(),
-            metadata: Some(Struct {
-                fields: [(
-                    "pod_name".to_string(),
-                    Value {
-                        kind: Some(Kind::StringValue(pod.into())),
-                    },
-                )]
-                .into(),
-            }),
-            ..Default::default()
+            pod_name: pod.into(),
         }
+        .to_node()
     }
 
     fn rejected(msg: &str) -> Status {

@@ -7,28 +7,20 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status;
 use marin3r_xds::resource::fnv1a64;
 use marin3r_xds::{
-    AdsConfig, Api, DeltaStream, Resource, ResourceType, SharedStats, Snapshot, SnapshotCache,
-    SotwStream,
+    AdsConfig, Api, DeltaStream, NodeInfo, Resource, ResourceType, SharedStats, Snapshot,
+    SnapshotCache, SotwStream,
 };
 
 fn node(pod: &str) -> Node {
-    Node {
+    NodeInfo {
         id: "gateway".into(),
-        metadata: Some(Struct {
-            fields: [(
-                "pod_name".to_string(),
-                Value {
-                    kind: Some(Kind::StringValue(pod.into())),
-                },
-            )]
-            .into(),
-        }),
-        ..Default::default()
+        pod_name: pod.into(),
     }
+    .to_node()
 }
 
 fn listener(content: &str) -> Snapshot {

@@ -23,11 +23,11 @@ use std::time::{Duration, Instant, SystemTime};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use marin3r_xds::resource::fnv1a64;
 use marin3r_xds::{
-    AdsConfig, Backend, Config, Context, Listeners, Resource, ResourceType, Snapshot,
+    AdsConfig, Backend, Config, Context, Listeners, NodeInfo, Resource, ResourceType, Snapshot,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -246,19 +246,11 @@ async fn channel(addr: SocketAddr, ca: &str, identity: Option<&Pem>) -> Result<C
 }
 
 fn node(pod: &str) -> Node {
-    Node {
+    NodeInfo {
         id: NODE.into(),
-        metadata: Some(Struct {
-            fields: [(
-                "pod_name".to_string(),
-                Value {
-                    kind: Some(Kind::StringValue(pod.into())),
-                },
-            )]
-            .into(),
-        }),
-        ..Default::default()
+        pod_name: pod.into(),
     }
+    .to_node()
 }
 
 fn subscribe(pod: &str) -> DiscoveryRequest {
