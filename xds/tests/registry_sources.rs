@@ -1,0 +1,122 @@
+//! The committed Envoy type registry (`registry/envoy.descriptor.bin`, written by
+//! `scripts/gen-registry`) matches what it claims to be built from: the `envoy-types`
+//! version in `Cargo.lock` and that version's `.proto` files. Fails after an
+//! `envoy-types` upgrade until `scripts/gen-registry` is run again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ring::digest::{SHA256, digest};
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `key = value` lines of `registry/SOURCES` (comments skipped).
+fn recorded() -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(crate_dir().join("registry/SOURCES")).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (k, v) = l.split_once(" = ").unwrap_or_else(|| panic!("bad line {l:?}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `envoy-types` version `Cargo.lock` resolves.
+fn locked_envoy_types() -> String {
+    let lock = std::fs::read_to_string(crate_dir().join("../Cargo.lock")).unwrap();
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == "name = \"envoy-types\"" {
+            let version = lines.next().unwrap();
+            return version
+                .strip_prefix("version = \"")
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap()
+                .to_string();
+        }
+    }
+    panic!("envoy-types is not in Cargo.lock");
+}
+
+/// envoy-types' `proto/` folder: `$MARIN3R_ENVOY_PROTO_DIR`, else cargo's registry sources
+/// (`$CARGO_HOME` or `~/.cargo`), where building this test put the crate.
+fn envoy_types_proto_dir(version: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("MARIN3R_ENVOY_PROTO_DIR") {
+        return dir.into();
+    }
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .unwrap();
+    let src = cargo_home.join("registry/src");
+    for index in std::fs::read_dir(&src).unwrap() {
+        let dir = index.unwrap().path().join(format!("envoy-types-{version}/proto"));
+        if dir.is_dir() {
+            return dir;
+        }
+    }
+    panic!(
+        "envoy-types {version} sources not found under {} (set MARIN3R_ENVOY_PROTO_DIR to its proto/ folder)",
+        src.display()
+    );
+}
+
+/// What `scripts/gen-registry` records: SHA-256 of the sorted lines
+/// "relative path NUL sha256(content) LF" of every `.proto` under `dir`.
+fn protos_digest(dir: &Path) -> (String, usize) {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if path.extension().is_some_and(|e| e == "proto") {
+                let rel = path.strip_prefix(root).unwrap().to_str().unwrap();
+                let content = std::fs::read(&path).unwrap();
+                let mut line = rel.as_bytes().to_vec();
+                line.push(0);
+                line.extend(hex(digest(&SHA256, &content).as_ref()).as_bytes());
+                line.push(b'\n');
+                out.push(line);
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    walk(dir, dir, &mut lines);
+    lines.sort();
+    (hex(digest(&SHA256, &lines.concat()).as_ref()), lines.len())
+}
+
+#[test]
+fn registry_matches_the_locked_envoy_types() {
+    let recorded = recorded();
+    let locked = locked_envoy_types();
+    assert_eq!(
+        recorded["envoy-types"], locked,
+        "the registry was generated from envoy-types {} but Cargo.lock has {locked}: run scripts/gen-registry",
+        recorded["envoy-types"]
+    );
+    let (protos, count) = protos_digest(&envoy_types_proto_dir(&locked));
+    assert!(count > 450, "only {count} .proto files found");
+    assert_eq!(
+        recorded["envoy-types-protos-sha256"], protos,
+        "envoy-types {locked}'s .proto files differ from the ones the registry was generated from: run scripts/gen-registry"
+    );
+}
+
+#[test]
+fn embedded_registry_is_the_generated_file() {
+    let recorded = recorded();
+    assert_eq!(
+        hex(digest(&SHA256, marin3r_xds::registry::DESCRIPTOR_SET).as_ref()),
+        recorded["descriptor-set-sha256"],
+        "registry/envoy.descriptor.bin was changed by hand: run scripts/gen-registry"
+    );
+}
