@@ -11,11 +11,11 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use marin3r_bench::cores::{hundred_resource_spec, listener};
 use marin3r_bench::webhook::{realistic_pod, realistic_review};
+use marin3r_envoyconfig::decode::decode_resource;
+use marin3r_envoyconfig::envoyconfig::{NoSecrets, resolve};
+use marin3r_envoyconfig::resource::ResourceType;
 use marin3r_sidecar::{Defaults, mutate_pod};
 use marin3r_webhook::admission::mutate;
-use marin3r_xds::decode::decode_resource;
-use marin3r_xds::envoyconfig::{NoSecrets, resolve};
-use marin3r_xds::resource::ResourceType;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
 
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, NoSecrets, resolve};
 use marin3r_sidecar::{Defaults, Mutation, mutate_pod};
-use marin3r_xds::envoyconfig::{EnvoyConfigSpec, NoSecrets, resolve};
 
 use crate::webhook::{realistic_pod, realistic_review};
 

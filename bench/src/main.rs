@@ -890,7 +890,7 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
          converged and 1 s after each edit; per idle stream = (idle − before) / N. A fresh \
          discovery service per row.\n",
         args.runs,
-        marin3r_xds::local::POLL_INTERVAL.as_millis()
+        marin3r_control_plane::local::POLL_INTERVAL.as_millis()
     );
     let _ = writeln!(
         o,

@@ -280,7 +280,7 @@ pub struct DiscoveryServiceArgs {
     pub health_probe_bind_address: SocketAddr,
     /// Self-healing: NACKs from every subscribed Envoy of a node (each) that taint the
     /// published revision and roll back to the previous one.
-    #[arg(long, env = "MARIN3R_NACK_THRESHOLD", default_value_t = marin3r_xds::revisions::DEFAULT_NACK_THRESHOLD, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "MARIN3R_NACK_THRESHOLD", default_value_t = marin3r_control_plane::revisions::DEFAULT_NACK_THRESHOLD, value_parser = clap::value_parser!(u64).range(1..))]
     pub nack_threshold: u64,
     /// Local mode: persist the revisions of every EnvoyConfig in this folder (JSON, one
     /// file each, replaced atomically) so taints and rollbacks survive restarts.

@@ -4,8 +4,7 @@ use std::io::Read as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result, bail};
-use serde_json::Value;
+use anyhow::{Context as _, Result};
 
 use crate::args::{
     CertsArgs, Command, DiscoveryServiceArgs, InitManagerArgs, InjectArgs, ShutdownManagerArgs,
@@ -33,7 +32,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
 /// `WATCH_NAMESPACE` (every namespace when empty or unset) through the in-cluster config
 /// or the current kubeconfig context.
 async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
-    let config = marin3r_xds::Config {
+    let config = marin3r_control_plane::Config {
         xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
         server_cert: a.server_certificate_path.join("tls.crt"),
         server_key: a.server_certificate_path.join("tls.key"),
@@ -44,7 +43,7 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
     };
     match a.config_dir {
         Some(config_dir) => {
-            let mut backend = marin3r_xds::local::LocalBackend::new(config_dir)
+            let mut backend = marin3r_control_plane::local::LocalBackend::new(config_dir)
                 .with_nack_threshold(a.nack_threshold);
             if let Some(dir) = a.state_dir {
                 backend = backend.with_state_dir(dir);
@@ -53,7 +52,7 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
         }
         None => {
             let namespace = std::env::var("WATCH_NAMESPACE").unwrap_or_default();
-            let backend = marin3r_xds::kubernetes::KubernetesBackend::try_default(
+            let backend = marin3r_control_plane::kubernetes::KubernetesBackend::try_default(
                 namespace,
                 a.nack_threshold,
             )
@@ -65,10 +64,10 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
 }
 
 async fn run_discovery_service(
-    config: marin3r_xds::Config,
-    backend: impl marin3r_xds::Backend,
+    config: marin3r_control_plane::Config,
+    backend: impl marin3r_control_plane::Backend,
 ) -> Result<ExitCode> {
-    marin3r_xds::run(config, backend, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_control_plane::run(config, backend, marin3r_shutdown_manager::shutdown_signal())
         .await
         .context("discovery service failed")?;
     Ok(ExitCode::SUCCESS)
@@ -85,12 +84,12 @@ fn crds() -> Result<ExitCode> {
 
 /// `marin3r status`: `GET /status` of a local-mode discovery service, as a table or JSON.
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let report = marin3r_xds::status::fetch(&a.url, std::time::Duration::from_secs(10))
+    let report = marin3r_control_plane::status::fetch(&a.url, std::time::Duration::from_secs(10))
         .with_context(|| format!("cannot get the status from {}", a.url))?;
     match a.output {
         StatusOutput::Table => print!(
             "{}",
-            marin3r_xds::status::render_table(&report, a.revisions)
+            marin3r_control_plane::status::render_table(&report, a.revisions)
         ),
         StatusOutput::Json => println!(
             "{}",
@@ -114,7 +113,7 @@ fn read_input(file: &std::path::Path) -> Result<String> {
 
 fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let text = read_input(&a.file)?;
-    match marin3r_xds::envoyconfig::validate_file(&text) {
+    match marin3r_envoyconfig::envoyconfig::validate_file(&text) {
         Ok(n) => {
             println!("{}: {n} EnvoyConfig(s) valid", a.file.display());
             Ok(ExitCode::SUCCESS)
@@ -262,19 +261,6 @@ fn certs(a: CertsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Splits a `kind: List` into its items; any other document is itself.
-fn objects(doc: Value) -> Vec<Value> {
-    match doc {
-        Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => m
-            .get("items")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-        Value::Null => Vec::new(),
-        other => vec![other],
-    }
-}
-
 fn inject(a: InjectArgs) -> Result<ExitCode> {
     let text = if a.file.as_os_str() == "-" {
         let mut s = String::new();
@@ -286,30 +272,11 @@ fn inject(a: InjectArgs) -> Result<ExitCode> {
         std::fs::read_to_string(&a.file)
             .with_context(|| format!("cannot read {}", a.file.display()))?
     };
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-        .with_context(|| format!("{} is not valid YAML", a.file.display()))?;
+    let docs = marin3r_envoyconfig::manifest::documents(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
     let defaults: marin3r_sidecar::Defaults = a.defaults.into();
-    let mut out = Vec::new();
-    let mut errors = Vec::new();
-    for obj in docs.into_iter().flat_map(objects) {
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("<unnamed>");
-        // Objects without a pod template (Services, ConfigMaps, ...) pass through unchanged.
-        if marin3r_sidecar::workload::pod_template_pointer(kind).is_none() {
-            out.push(obj);
-            continue;
-        }
-        match marin3r_sidecar::workload::inject_workload(&obj, &defaults) {
-            Ok(v) => out.push(v),
-            Err(e) => errors.push(format!("{kind}/{name}: {e}")),
-        }
-    }
-    if !errors.is_empty() {
-        bail!("{}", errors.join("\n"));
-    }
+    let out = marin3r_sidecar::workload::inject_documents(docs, &defaults)
+        .map_err(|errors| anyhow::anyhow!("{}", errors.join("\n")))?;
     let mut rendered = String::new();
     for (i, obj) in out.iter().enumerate() {
         if i > 0 {

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use marin3r_xds::envoyconfig::validate_file;
-use marin3r_xds::{ResourceType, Serialization, decode_str};
+use marin3r_envoyconfig::envoyconfig::validate_file;
+use marin3r_envoyconfig::{ResourceType, Serialization, decode_str};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {

@@ -14,8 +14,8 @@ pub mod kustomize;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
-use marin3r_xds::envoyconfig::EnvoyConfig;
-use marin3r_xds::envoyconfigrevision::EnvoyConfigRevision;
+use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
+use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
 /// Errors of manifest generation.
 #[derive(Debug, thiserror::Error)]

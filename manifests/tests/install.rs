@@ -9,7 +9,7 @@
 //!   configurations reach the webhook through a Service, a named port and the
 //!   container's `--webhook-port`, with a cert-manager CA matching the Service name;
 //! - the Deployments are hardened, their probes, ports and volumes agree with their
-//!   flags; the discovery-service Role grants exactly `marin3r_xds::kubernetes::RBAC`;
+//!   flags; the discovery-service Role grants exactly `marin3r_control_plane::kubernetes::RBAC`;
 //! - the example Deployments get the expected sidecar from `inject_workload`, and their
 //!   EnvoyConfigs match their annotations.
 //!
@@ -397,7 +397,7 @@ fn check_object(obj: &Value) -> Result<(), String> {
         }
         ("cert-manager.io/v1", _) => check_cert_manager(obj),
         ("marin3r.3scale.net/v1alpha1", "EnvoyConfig") => {
-            strict::<marin3r_xds::envoyconfig::EnvoyConfig>(obj)?;
+            strict::<marin3r_envoyconfig::envoyconfig::EnvoyConfig>(obj)?;
             validate_envoyconfig(obj)
         }
         _ => Err(format!("unexpected object kind {api_version} {kind}")),
@@ -407,7 +407,7 @@ fn check_object(obj: &Value) -> Result<(), String> {
 /// What `marin3r validate -f` says about one EnvoyConfig.
 fn validate_envoyconfig(obj: &Value) -> Result<(), String> {
     let text = serde_json::to_string(obj).unwrap();
-    match marin3r_xds::envoyconfig::validate_file(&text) {
+    match marin3r_envoyconfig::envoyconfig::validate_file(&text) {
         Ok(1) => Ok(()),
         Ok(n) => Err(format!("validate saw {n} EnvoyConfigs")),
         Err(errors) => Err(errors.join("; ")),
@@ -927,7 +927,7 @@ fn role_access(role: &Value) -> BTreeSet<(String, String, String)> {
 fn the_discovery_service_role_grants_exactly_what_the_controllers_use() {
     let objs = objects("discovery-service");
     let granted = role_access(find(objs, "Role", "marin3r-discoveryservice"));
-    let needed: BTreeSet<(String, String, String)> = marin3r_xds::kubernetes::RBAC
+    let needed: BTreeSet<(String, String, String)> = marin3r_control_plane::kubernetes::RBAC
         .iter()
         .flat_map(|a| {
             a.verbs
@@ -939,7 +939,7 @@ fn the_discovery_service_role_grants_exactly_what_the_controllers_use() {
     let extra: Vec<_> = granted.difference(&needed).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "Role vs marin3r_xds::kubernetes::RBAC\nmissing: {missing:?}\nextra: {extra:?}"
+        "Role vs marin3r_control_plane::kubernetes::RBAC\nmissing: {missing:?}\nextra: {extra:?}"
     );
     for kind in ["ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(of_kind(objs, kind).count(), 0, "namespace-scoped only");
@@ -1149,7 +1149,7 @@ fn example_envoyconfigs_decode_and_match_their_deployments() {
     ] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
         assert_eq!(
-            marin3r_xds::envoyconfig::validate_file(&text),
+            marin3r_envoyconfig::envoyconfig::validate_file(&text),
             Ok(1),
             "manifests/examples/{file}"
         );

@@ -46,3 +46,32 @@ pub fn inject_workload(object: &Value, defaults: &Defaults) -> Result<Value, Err
         }
     }
 }
+/// `marin3r inject` over the documents of a file: workloads (and Pods) get the sidecar,
+/// every other object (Services, ConfigMaps, …) passes through unchanged, in order.
+/// Every workload that cannot be injected is reported, as `<kind>/<name>: <error>`.
+pub fn inject_documents(docs: Vec<Value>, defaults: &Defaults) -> Result<Vec<Value>, Vec<String>> {
+    let mut out = Vec::with_capacity(docs.len());
+    let mut errors = Vec::new();
+    for obj in docs.into_iter().filter(|d| !d.is_null()) {
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if pod_template_pointer(kind).is_none() {
+            out.push(obj);
+            continue;
+        }
+        match inject_workload(&obj, defaults) {
+            Ok(v) => out.push(v),
+            Err(e) => {
+                let name = obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("<unnamed>");
+                errors.push(format!("{kind}/{name}: {e}"));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
+}

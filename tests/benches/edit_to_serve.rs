@@ -8,7 +8,7 @@
 //! Envoy's listener every [`PROBE_INTERVAL`] until it answers with that body (at most
 //! [`DEADLINE`]); the time from the rename to the first such answer is one sample.
 //!
-//! The folder is re-scanned every `marin3r_xds::local::POLL_INTERVAL`, so a sample is
+//! The folder is re-scanned every `marin3r_control_plane::local::POLL_INTERVAL`, so a sample is
 //! dominated by where in that period the write lands. Answering the previous edit right
 //! after a scan and then editing at once would put every edit at the same phase (and
 //! every sample near one full period), so each edit first waits a different fraction of
@@ -24,12 +24,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use marin3r_control_plane::local::POLL_INTERVAL;
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, direct_response_yaml, get, localhost, write_atomic,
 };
 use marin3r_tests::{find_envoy, free_port};
-use marin3r_xds::local::POLL_INTERVAL;
 
 /// Edits per API flavour.
 const EDITS: u32 = 30;

@@ -1,5 +1,5 @@
 //! Harness for driving the discovery service against a real Envoy: the service
-//! in-process ([`Xds`]: `marin3r_xds::serve_with` and the local backend on 127.0.0.1:0 listeners, a
+//! in-process ([`Xds`]: `marin3r_control_plane::serve_with` and the local backend on 127.0.0.1:0 listeners, a
 //! config folder in a temp dir, certificates from `marin3r_certs::issue`), an Envoy child
 //! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
 //! edits, and plain/TLS HTTP GETs with polling until a deadline.
@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use marin3r_certs::{Bundle, IssueOptions, issue};
+use marin3r_control_plane::{Config, Listeners};
 use marin3r_sidecar::bootstrap::{ApiType, BootstrapOptions, write_files};
-use marin3r_xds::{AdsConfig, Config, Listeners};
+use marin3r_xds::AdsConfig;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -93,7 +94,7 @@ pub struct Xds {
     pub certs_dir: PathBuf,
     pub bundle: Bundle,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), marin3r_xds::Error>>>,
+    task: Option<JoinHandle<Result<(), marin3r_control_plane::Error>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -102,7 +103,7 @@ impl Xds {
     /// mode.
     pub async fn start(files: &[(&str, String)]) -> Result<Self, String> {
         Self::start_with(files, |dir: &Path| {
-            marin3r_xds::local::LocalBackend::new(dir)
+            marin3r_control_plane::local::LocalBackend::new(dir)
         })
         .await
     }
@@ -408,7 +409,7 @@ impl Xds {
     /// builds from its path (e.g. `LocalBackend::new(dir).with_nack_threshold(3)`).
     pub async fn start_with<B, F>(files: &[(&str, String)], backend: F) -> Result<Self, String>
     where
-        B: marin3r_xds::Backend,
+        B: marin3r_control_plane::Backend,
         F: FnOnce(&Path) -> B,
     {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -450,7 +451,7 @@ impl Xds {
         };
         let backend = backend(&config_dir);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(marin3r_xds::serve_with(
+        let task = tokio::spawn(marin3r_control_plane::serve_with(
             config,
             listeners,
             backend,
@@ -589,7 +590,7 @@ impl Xds {
         backend: F,
     ) -> Result<Duration, String>
     where
-        B: marin3r_xds::Backend,
+        B: marin3r_control_plane::Backend,
         F: FnOnce(&Path) -> B,
     {
         if let Some(stop) = self.stop.take() {
@@ -634,7 +635,7 @@ impl Xds {
         };
         let backend = backend(&self.config_dir);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        self.task = Some(tokio::spawn(marin3r_xds::serve_with(
+        self.task = Some(tokio::spawn(marin3r_control_plane::serve_with(
             config,
             listeners,
             backend,

@@ -85,7 +85,7 @@ async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
     };
     let (stopped_in, ()) = tokio::join!(
         xds.restart_with(downtime, |dir: &std::path::Path| {
-            marin3r_xds::local::LocalBackend::new(dir)
+            marin3r_control_plane::local::LocalBackend::new(dir)
         }),
         edit
     );

@@ -1,6 +1,6 @@
 //! Self-healing in local mode (SPEC §4, walkthrough 2) against a real Envoy 1.40.
 //!
-//! The discovery service runs in-process (`marin3r_xds::serve_with` with a
+//! The discovery service runs in-process (`marin3r_control_plane::serve_with` with a
 //! `LocalBackend` and an explicit `--nack-threshold`, listeners on 127.0.0.1:0); Envoys are
 //! child processes bootstrapped like `marin3r init-manager` does it, killed on drop. Every
 //! wait polls with a deadline. Covered:
@@ -23,15 +23,15 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use marin3r_control_plane::local::LocalBackend;
+use marin3r_control_plane::status::{EnvoyConfigReport, StatusReport};
+use marin3r_envoyconfig::envoyconfig::CacheState;
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_tests::Must;
 use marin3r_tests::free_port;
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, get, init_tracing, localhost, metric_sum, pod_name, request, write_atomic,
 };
-use marin3r_xds::envoyconfig::CacheState;
-use marin3r_xds::local::LocalBackend;
-use marin3r_xds::status::{EnvoyConfigReport, StatusReport};
 use serde_json::{Value, json};
 
 /// How often the tests re-probe.

@@ -1,6 +1,6 @@
 //! End-to-end tests of the discovery service (SPEC §2–§4) against a real Envoy 1.40.
 //!
-//! Every test runs the discovery service in-process (`marin3r_xds::serve_with` and the local backend on
+//! Every test runs the discovery service in-process (`marin3r_control_plane::serve_with` and the local backend on
 //! listeners bound to 127.0.0.1:0, config folder in a temp dir, certificates from
 //! `marin3r_certs::issue`) and starts its own Envoy as a child process with the bootstrap
 //! `marin3r init-manager` writes (`marin3r_sidecar::bootstrap::write_files`), so Envoy

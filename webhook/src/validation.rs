@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use marin3r_xds::envoyconfig::{NoSecrets, validate_envoy_config};
+use marin3r_envoyconfig::envoyconfig::{NoSecrets, validate_envoy_config};
 
 use crate::admission::{BadRequest, ReviewOut, parse};
 

@@ -48,11 +48,11 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as DeltaResource,
 };
 
-use crate::resource::{ResourceType, version_string};
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
 use crate::sotw::{AdsConfig, Outcome, Subscription, WILDCARD, supports_wildcard};
 use crate::stats::{NodeInfo, StreamEvent};
 use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
+use marin3r_envoyconfig::resource::{ResourceType, version_string};
 
 /// Outcome of a [`DeltaStream`] call.
 pub type DeltaOutcome = Outcome<DeltaDiscoveryResponse>;
@@ -306,7 +306,7 @@ impl DeltaStream {
                 resources.push(DeltaResource {
                     name: r.name.clone(),
                     version,
-                    resource: Some(r.body.clone()),
+                    resource: Some(crate::snapshot::wire_any(r)),
                     ..Default::default()
                 });
             }
@@ -439,9 +439,9 @@ mod tests {
     use crate::snapshot::tests::{res, snap};
     use ResourceType::*;
     use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerPb;
-    use envoy_types::pb::google::protobuf::Any;
     use envoy_types::pb::google::rpc::Status;
     use prost::Message;
+    use prost_types::Any;
     use std::time::Duration;
 
     fn node() -> Node {

@@ -24,7 +24,7 @@ use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::server::AdsService;
+use crate::service::AdsService;
 
 /// Largest request accepted (an Envoy's request with a big node or many names).
 pub const MAX_DECODING_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
@@ -219,12 +219,11 @@ mod tests {
     use crate::{SharedStats, SnapshotCache};
 
     fn server() -> AdsServer {
-        AdsService::new(
+        AdsServer::new(AdsService::new(
             SnapshotCache::new(),
             SharedStats::new(),
             AdsConfig::default(),
-        )
-        .into_server()
+        ))
     }
 
     #[tokio::test]

@@ -20,7 +20,16 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::resource::{Resource, ResourceType, fnv1a64, version_string};
+use marin3r_envoyconfig::resource::{Resource, ResourceType, fnv1a64, version_string};
+
+/// A resource as the `Any` of a discovery response (envoy-types' own protobuf `Any`; the
+/// config model encodes into prost's, which has the same two fields).
+pub fn wire_any(resource: &Resource) -> envoy_types::pb::google::protobuf::Any {
+    envoy_types::pb::google::protobuf::Any {
+        type_url: resource.body.type_url.clone(),
+        value: resource.body.value.clone(),
+    }
+}
 
 /// Version of a type that holds no resources: the FNV-1a 64 hash of zero bytes.
 pub const EMPTY_VERSION: &str = "cbf29ce484222325";
@@ -333,7 +342,7 @@ fn prune(map: &mut HashMap<String, Entry>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use envoy_types::pb::google::protobuf::Any;
+    use prost_types::Any;
 
     /// A synthetic resource: the body is arbitrary bytes, the digest is derived from
     /// `content` so equal content gives equal digests.

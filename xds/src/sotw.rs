@@ -48,70 +48,16 @@
 //!   without a type URL are ignored.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 
-use crate::resource::ResourceType;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
 use crate::stats::{NodeInfo, StreamEvent};
+pub use crate::tracking::AdsConfig;
 use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
-
-/// Tunables of the ADS state machines (SotW and Delta).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdsConfig {
-    /// Delay before re-sending a version after its first NACK (default 100 ms).
-    pub nack_backoff_initial: Duration,
-    /// Upper bound of the doubling delay (default 30 s).
-    pub nack_backoff_max: Duration,
-    /// `control_plane.identifier` put on every response (e.g. the pod name), if any.
-    pub control_plane_id: Option<String>,
-    /// A response the client has not taken within this long ends its stream (default
-    /// 30 s): a client that stops reading must not pin the stream task, its buffered
-    /// responses and its pod's subscription (which self-healing counts) forever.
-    pub stream_send_timeout: Duration,
-    /// After the shutdown signal (which ends every stream), how long the server waits
-    /// for clients to close their connections before it returns anyway (default 10 s).
-    pub shutdown_grace: Duration,
-    /// After its TLS handshake, a client must send the 24-byte HTTP/2 connection preface
-    /// within this long (default 10 s), or its connection is closed: the HTTP/2 server
-    /// itself waits for it forever, so a client that connects and stays silent would
-    /// hold a connection (and its buffers) until it goes away.
-    pub preface_timeout: Duration,
-}
-
-impl Default for AdsConfig {
-    fn default() -> Self {
-        Self {
-            nack_backoff_initial: Duration::from_millis(100),
-            nack_backoff_max: Duration::from_secs(30),
-            control_plane_id: None,
-            stream_send_timeout: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(10),
-            preface_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-impl AdsConfig {
-    /// Delay after the `consecutive`-th consecutive NACK (1-based) of a version:
-    /// `initial · 2^(consecutive-1)`, capped at `max`.
-    pub fn nack_backoff(&self, consecutive: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(consecutive.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.nack_backoff_initial
-            .saturating_mul(factor)
-            .min(self.nack_backoff_max)
-    }
-
-    pub(crate) fn control_plane(&self) -> Option<ControlPlane> {
-        self.control_plane_id.as_ref().map(|id| ControlPlane {
-            identifier: id.clone(),
-        })
-    }
-}
+use marin3r_envoyconfig::resource::ResourceType;
 
 /// What one call of a stream state machine produced: responses to send in order, and
 /// events for the stats.
@@ -414,7 +360,7 @@ impl SotwStream {
                 .subscription
                 .select(ts)
                 .into_iter()
-                .map(|r| r.body.clone())
+                .map(crate::snapshot::wire_any)
                 .collect();
             state.sent = Some(Sent {
                 nonce: nonce.clone(),
@@ -443,9 +389,10 @@ mod tests {
     use ResourceType::*;
     use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterPb;
     use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerPb;
-    use envoy_types::pb::google::protobuf::Any;
     use envoy_types::pb::google::rpc::Status;
     use prost::Message;
+    use prost_types::Any;
+    use std::time::Duration;
 
     fn node() -> Node {
         crate::NodeInfo {

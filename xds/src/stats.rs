@@ -25,7 +25,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::resource::ResourceType;
+use marin3r_envoyconfig::resource::ResourceType;
 
 /// Node metadata key holding the Envoy pod's name (set by the injected bootstrap).
 pub const POD_NAME_METADATA_KEY: &str = "pod_name";

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status;
-use marin3r_xds::resource::fnv1a64;
+use marin3r_envoyconfig::resource::fnv1a64;
 use marin3r_xds::{
     AdsConfig, Api, DeltaStream, NodeInfo, Resource, ResourceType, SharedStats, Snapshot,
     SnapshotCache, SotwStream,
 };
+use prost_types::Any;
 
 fn node(pod: &str) -> Node {
     NodeInfo {

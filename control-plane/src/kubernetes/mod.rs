@@ -9,7 +9,7 @@
 //! - [`controller`]: the two kube-runtime reconcilers carrying the plans out;
 //! - [`lenient`]: the watched-type wrapper that lets one malformed object be logged and
 //!   skipped;
-//! - [`source`]: Secrets and EndpointSlices for [`crate::envoyconfig::resolve`] from the
+//! - [`source`]: Secrets and EndpointSlices for [`marin3r_envoyconfig::envoyconfig::resolve`] from the
 //!   watch caches;
 //! - this module: [`KubernetesBackend`], one reflector per kind shared by both
 //!   controllers, the triggers between them, the periodic NACK check and the Pod watch.
@@ -50,8 +50,8 @@ pub use controller::{
 pub use lenient::Lenient;
 pub use rbac::{ApiAccess, RBAC};
 
-use crate::envoyconfig::EnvoyConfig;
-use crate::envoyconfigrevision::EnvoyConfigRevision;
+use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
+use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
 /// How often published revisions are checked against the NACK statistics.
 pub const DEFAULT_EVALUATE_INTERVAL: Duration = Duration::from_secs(1);

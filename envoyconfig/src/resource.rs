@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use envoy_types::pb::google::protobuf::Any;
+use prost_types::Any;
 
 /// The xDS resource types MARIN3R serves (SPEC §3), in ADS push order:
 /// cluster → endpoint → listener → route → the rest.

@@ -19,12 +19,12 @@
 
 use std::fmt;
 
-use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
 use prost_reflect::{
     DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, ReflectMessage, SerializeOptions,
 };
+use prost_types::Any;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_path_to_error::Segment;
@@ -161,6 +161,12 @@ pub enum DecodeError {
     /// The embedded Envoy descriptor set is unusable (a broken build, not user input).
     #[error("Envoy type registry: {0}")]
     Registry(String),
+}
+
+impl From<registry::RegistryError> for DecodeError {
+    fn from(e: registry::RegistryError) -> Self {
+        DecodeError::Registry(e.0)
+    }
 }
 
 impl DecodeError {

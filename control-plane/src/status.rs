@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::envoyconfig::CacheState;
 use crate::revisions::Revisions;
+use marin3r_envoyconfig::envoyconfig::CacheState;
 
 /// Condition type: the desired version is not the one being served.
 pub const CACHE_OUT_OF_SYNC: &str = "CacheOutOfSync";
@@ -511,7 +511,7 @@ pub fn delete_revision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoyconfig::EnvoyConfigSpec;
+    use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
@@ -585,7 +585,10 @@ mod tests {
         let v1 = r.apply(&spec(1), t(10));
         r.mark_published(
             &v1,
-            BTreeMap::from([(crate::ResourceType::Listener, "L1".to_string())]),
+            BTreeMap::from([(
+                marin3r_envoyconfig::ResourceType::Listener,
+                "L1".to_string(),
+            )]),
             t(11),
         );
         let v2 = r.apply(&spec(2), t(20));

@@ -40,14 +40,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::envoyconfig::{
-    CacheState, EnvoyConfig, EnvoyConfigSpec, SecretData, SecretSource, parse_envoy_config,
-    parse_secret, resolve,
-};
 use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions, Taint};
-use crate::snapshot::Snapshot;
-use crate::stats::SharedStats;
 use crate::status::{EnvoyConfigReport, StatusReport, conditions, envoy_config_report};
+use marin3r_envoyconfig::envoyconfig::{
+    CacheState, EnvoyConfig, EnvoyConfigSpec, SecretSource, parse_envoy_config, parse_secret,
+    resolve,
+};
+use marin3r_envoyconfig::manifest::ManifestSecrets;
+use marin3r_xds::snapshot::Snapshot;
+use marin3r_xds::stats::SharedStats;
 
 /// How often the folder is re-scanned. A scan only lists the folder and `stat`s its
 /// manifests (files are re-read only when their fingerprint changes), a few tens of µs
@@ -137,14 +138,7 @@ impl LocalSource {
             }
             let parsed = std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|text| {
-                    // Errors are logged: no source snippet, it may quote Secret data.
-                    serde_saphyr::from_multiple_with_options::<Value>(
-                        &text,
-                        crate::decode::yaml_options(),
-                    )
-                    .map_err(|e| e.to_string())
-                });
+                .and_then(|text| marin3r_envoyconfig::manifest::documents(&text));
             match parsed {
                 Ok(docs) => {
                     let docs = docs.into_iter().filter(|d| !d.is_null()).collect();
@@ -206,7 +200,7 @@ impl LocalSource {
                     }
                 },
                 Some("Secret") => match parse_secret(doc) {
-                    Ok((ns, name, data)) => out.secrets.push((ns, name, data)),
+                    Ok(secret) => out.secrets.0.push(secret),
                     Err(e) => out.errors.push(format!("{}: Secret: {e}", path.display())),
                 },
                 _ => {}
@@ -220,33 +214,12 @@ impl LocalSource {
 #[derive(Debug, Default)]
 pub struct Manifests {
     pub configs: Vec<EnvoyConfig>,
-    pub secrets: Vec<(Option<String>, String, SecretData)>,
+    pub secrets: ManifestSecrets,
     /// Documents that could not be read (logged; they do not stop the others).
     pub errors: Vec<String>,
     /// `(namespace, name)` of `kind: EnvoyConfig` documents that are not valid
     /// EnvoyConfigs: their last good state is kept rather than treated as deleted.
     pub invalid_configs: Vec<Key>,
-}
-
-/// Secrets of the folder visible to one EnvoyConfig: same namespace, or no namespace.
-struct FolderSecrets<'a> {
-    namespace: Option<&'a str>,
-    secrets: &'a [(Option<String>, String, SecretData)],
-}
-
-impl SecretSource for FolderSecrets<'_> {
-    fn get(&self, name: &str) -> Option<SecretData> {
-        self.secrets
-            .iter()
-            .find(|(ns, n, _)| {
-                n == name
-                    && match (ns.as_deref(), self.namespace) {
-                        (Some(a), Some(b)) => a == b,
-                        _ => true,
-                    }
-            })
-            .map(|(_, _, d)| d.clone())
-    }
 }
 
 /// The RTDS layer every injected Envoy asks for (`init-manager --rtds-resource-name`).
@@ -255,13 +228,18 @@ pub const DEFAULT_RTDS_LAYER: &str = "runtime";
 /// Adds an empty runtime layer named [`DEFAULT_RTDS_LAYER`] unless the config has one:
 /// Envoy's RTDS init target waits for that named resource (15 s `initial_fetch_timeout`)
 /// before it even asks for clusters and listeners.
-pub fn with_default_runtime(mut resources: Vec<crate::Resource>) -> Vec<crate::Resource> {
-    let has_layer = resources
-        .iter()
-        .any(|r| r.kind == crate::ResourceType::Runtime && r.name == DEFAULT_RTDS_LAYER);
+pub fn with_default_runtime(
+    mut resources: Vec<marin3r_envoyconfig::Resource>,
+) -> Vec<marin3r_envoyconfig::Resource> {
+    let has_layer = resources.iter().any(|r| {
+        r.kind == marin3r_envoyconfig::ResourceType::Runtime && r.name == DEFAULT_RTDS_LAYER
+    });
     if !has_layer {
         let empty = serde_json::json!({"name": DEFAULT_RTDS_LAYER, "layer": {}});
-        match crate::decode::decode_resource(crate::ResourceType::Runtime, &empty) {
+        match marin3r_envoyconfig::decode::decode_resource(
+            marin3r_envoyconfig::ResourceType::Runtime,
+            &empty,
+        ) {
             Ok(r) => resources.push(r),
             Err(e) => tracing::error!(error = %e, "cannot build the default runtime layer"),
         }
@@ -445,7 +423,7 @@ pub enum RemoveError {
 pub struct Engine {
     options: Options,
     /// The folder's Secrets, as of the last [`reconcile`](Self::reconcile).
-    secrets: Vec<(Option<String>, String, SecretData)>,
+    secrets: ManifestSecrets,
     configs: BTreeMap<Key, Tracked>,
     /// Loaded from the state dir, taken when their EnvoyConfig shows up.
     restored: BTreeMap<Key, StateFile>,
@@ -529,7 +507,7 @@ impl Engine {
                 nack_threshold: options.nack_threshold.max(1),
                 ..options
             },
-            secrets: Vec::new(),
+            secrets: ManifestSecrets::default(),
             configs: BTreeMap::new(),
             restored: BTreeMap::new(),
         }
@@ -814,16 +792,13 @@ fn report_of(key: &Key, t: &Tracked) -> EnvoyConfigReport {
 fn sync(
     t: &mut Tracked,
     key: &Key,
-    secrets: &[(Option<String>, String, SecretData)],
+    secrets: &ManifestSecrets,
     ctx: &crate::Context,
     now: SystemTime,
 ) {
     let envoyconfig = source(key);
     let node_id = t.revisions.node_id.clone();
-    let folder = FolderSecrets {
-        namespace: t.namespace.as_deref(),
-        secrets,
-    };
+    let folder = secrets.for_namespace(t.namespace.as_deref());
     let decision = decide(&mut t.revisions, t.served.as_deref(), |spec| {
         resolve_snapshot(spec, &folder)
     });
@@ -1056,8 +1031,10 @@ impl crate::Backend for LocalBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{Api, NodeInfo, StreamEvent};
-    use crate::{Context, ResourceType, SnapshotCache};
+    use crate::Context;
+    use marin3r_envoyconfig::envoyconfig::SecretData;
+    use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
+    use marin3r_xds::{ResourceType, SnapshotCache};
     use serde_json::json;
     use std::future::IntoFuture as _;
     use std::time::Duration;
@@ -1164,7 +1141,7 @@ mod tests {
         let v1 = r.apply(&spec_of(vec![cluster("a")]), t(1));
         let v2 = r.apply(&spec_of(vec![broken()]), t(2));
         let d = decide(&mut r, None, |s| {
-            resolve_snapshot(s, &crate::envoyconfig::NoSecrets)
+            resolve_snapshot(s, &marin3r_envoyconfig::envoyconfig::NoSecrets)
         });
         assert_eq!(d.tainted.len(), 1);
         assert_eq!(d.tainted[0].version, v2);
@@ -1182,7 +1159,7 @@ mod tests {
         // Already served and published before: not newly published.
         r.mark_published(&v1, p.snapshot.versions(), t(3));
         let d = decide(&mut r, Some(&v1), |s| {
-            resolve_snapshot(s, &crate::envoyconfig::NoSecrets)
+            resolve_snapshot(s, &marin3r_envoyconfig::envoyconfig::NoSecrets)
         });
         assert!(d.tainted.is_empty());
         assert!(!d.publish.unwrap().newly_published);
@@ -1203,7 +1180,7 @@ mod tests {
         r.remove(&v1);
         r.apply(&spec_of(vec![cluster("a")]), t(2));
         let d = decide(&mut r, Some(&v1), |s| {
-            resolve_snapshot(s, &crate::envoyconfig::NoSecrets)
+            resolve_snapshot(s, &marin3r_envoyconfig::envoyconfig::NoSecrets)
         });
         assert!(
             d.publish.unwrap().newly_published,
@@ -1431,7 +1408,7 @@ mod tests {
         let ec = || envoy_config("kuard", "kuard", vec![tls_secret_resource()]);
         let with_secret = |cert: &str| Manifests {
             configs: vec![ec()],
-            secrets: vec![tls_secret(cert)],
+            secrets: ManifestSecrets(vec![tls_secret(cert)]),
             ..Manifests::default()
         };
         e.reconcile(&with_secret("one"), &ctx, t(1));

@@ -1,4 +1,4 @@
-//! The ADS server (`marin3r_xds::serve_with`, mTLS on 127.0.0.1) against hostile or
+//! The ADS server (`marin3r_control_plane::serve_with`, mTLS on 127.0.0.1) against hostile or
 //! broken clients, in-process with tonic clients (docs/reliability.md):
 //!
 //! - mTLS matrix: no client certificate, one from another CA, an expired one and one
@@ -23,12 +23,11 @@ use std::time::{Duration, Instant, SystemTime};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use marin3r_xds::resource::fnv1a64;
-use marin3r_xds::{
-    AdsConfig, Backend, Config, Context, Listeners, NodeInfo, Resource, ResourceType, Snapshot,
-};
+use marin3r_control_plane::{Backend, Config, Context, Listeners};
+use marin3r_envoyconfig::resource::fnv1a64;
+use marin3r_xds::{AdsConfig, NodeInfo, Resource, ResourceType, Snapshot};
+use prost_types::Any;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -124,14 +123,14 @@ fn pki() -> Pki {
 struct TestBackend(Option<tokio::sync::oneshot::Sender<Context>>);
 
 impl Backend for TestBackend {
-    async fn start(&mut self, ctx: &Context) -> Result<(), marin3r_xds::Error> {
+    async fn start(&mut self, ctx: &Context) -> Result<(), marin3r_control_plane::Error> {
         if let Some(tx) = self.0.take() {
             let _ = tx.send(ctx.clone());
         }
         Ok(())
     }
 
-    async fn run(self, _ctx: Context, shutdown: marin3r_xds::Shutdown) {
+    async fn run(self, _ctx: Context, shutdown: marin3r_control_plane::Shutdown) {
         shutdown.await;
     }
 }
@@ -140,7 +139,7 @@ struct Server {
     addr: SocketAddr,
     ctx: Context,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), marin3r_xds::Error>>,
+    task: tokio::task::JoinHandle<Result<(), marin3r_control_plane::Error>>,
 }
 
 impl Server {
@@ -188,7 +187,7 @@ async fn start_on(xdss: tokio::net::TcpListener, dir: &Path, pki: &Pki, ads: Ads
     };
     let (ctx_tx, ctx_rx) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(marin3r_xds::serve_with(
+    let task = tokio::spawn(marin3r_control_plane::serve_with(
         config,
         listeners,
         TestBackend(Some(ctx_tx)),

@@ -26,6 +26,19 @@ use serde_json::{Value, json};
 use crate::decode::{DecodeError, Location, Serialization, decode_resource, join_path, parse_text};
 use crate::resource::{Resource, ResourceType};
 
+/// The config version of a spec: a stable hash of its resources (both forms), which is
+/// what names an EnvoyConfigRevision. Secret *contents* are not part of it (like
+/// upstream): a Secret change is re-published within the same revision.
+pub fn config_version(spec: &EnvoyConfigSpec) -> String {
+    let canonical = serde_json::json!({
+        "resources": spec.resources,
+        "envoyResources": spec.envoy_resources,
+        "serialization": spec.serialization,
+    });
+    // serde_json maps are sorted, so the text is canonical.
+    crate::resource::version_string(crate::resource::fnv1a64(canonical.to_string().as_bytes()))
+}
+
 /// Desired state of an EnvoyConfig: the Envoy resources for one node id.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -797,47 +810,6 @@ pub fn parse_envoy_config(doc: &Value) -> Result<EnvoyConfig, DecodeError> {
     })
 }
 
-/// Splits a manifest file into its documents: multi-document YAML (`---`), or JSON; a
-/// `kind: List` (what `kubectl get -o yaml` prints) is replaced by its `items`.
-pub fn split_documents(text: &str) -> Result<Vec<Value>, String> {
-    let docs: Vec<Value> = match serde_saphyr::from_multiple(text) {
-        Ok(docs) => docs,
-        // JSON that the YAML parser refuses (e.g. tab indentation).
-        Err(yaml) => match serde_json::from_str::<Value>(text) {
-            Ok(doc) => vec![doc],
-            Err(_) => return Err(format!("invalid YAML/JSON: {yaml}")),
-        },
-    };
-    Ok(docs
-        .into_iter()
-        .flat_map(|doc| match (doc["kind"].as_str(), doc.get("items")) {
-            (Some("List"), Some(Value::Array(items))) => items.clone(),
-            _ => vec![doc],
-        })
-        .collect())
-}
-
-/// Secrets defined in a file, matched by name (and namespace when both sides have one).
-struct FileSecrets {
-    namespace: Option<String>,
-    secrets: Vec<(Option<String>, String, SecretData)>,
-}
-
-impl SecretSource for FileSecrets {
-    fn get(&self, name: &str) -> Option<SecretData> {
-        self.secrets
-            .iter()
-            .find(|(ns, n, _)| {
-                n == name
-                    && match (ns, &self.namespace) {
-                        (Some(a), Some(b)) => a == b,
-                        _ => true,
-                    }
-            })
-            .map(|(_, _, data)| data.clone())
-    }
-}
-
 /// Checks one EnvoyConfig manifest without a cluster, as `marin3r validate` and the
 /// validating admission webhook do: [`parse_envoy_config`], then [`resolve`] against
 /// `secrets`. A Secret that `secrets` does not have is **not** an error (it normally
@@ -880,13 +852,13 @@ pub fn validate_envoy_config(
 /// Documents of other kinds are ignored; empty documents are skipped; document numbers
 /// count the items of a `kind: List` as documents.
 pub fn validate_file(text: &str) -> Result<usize, Vec<String>> {
-    let docs = split_documents(text).map_err(|e| vec![e])?;
+    let docs = crate::manifest::documents(text).map_err(|e| vec![e])?;
     let mut errors = Vec::new();
-    let mut secrets = Vec::new();
+    let mut secrets = crate::manifest::ManifestSecrets::default();
     for (i, doc) in docs.iter().enumerate() {
         if doc["kind"].as_str() == Some("Secret") {
             match parse_secret(doc) {
-                Ok(secret) => secrets.push(secret),
+                Ok(secret) => secrets.0.push(secret),
                 Err(e) => errors.push(format!("[{}] Secret: {e}", i + 1)),
             }
         }
@@ -910,11 +882,7 @@ pub fn validate_file(text: &str) -> Result<usize, Vec<String>> {
             Some(ns) => format!("[{}] EnvoyConfig {ns}/{name}", i + 1),
             None => format!("[{}] EnvoyConfig {name}", i + 1),
         };
-        let source = FileSecrets {
-            namespace: namespace.map(str::to_string),
-            secrets: secrets.clone(),
-        };
-        if let Err(errs) = validate_envoy_config(doc, &source) {
+        if let Err(errs) = validate_envoy_config(doc, &secrets.for_namespace(namespace)) {
             errors.extend(errs.into_iter().map(|e| format!("{id}: {e}")));
         }
     }

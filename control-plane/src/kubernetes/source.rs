@@ -8,7 +8,7 @@ use kube::ResourceExt as _;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::plan::selector_matches;
-use crate::envoyconfig::{SecretData, SecretSource};
+use marin3r_envoyconfig::envoyconfig::{SecretData, SecretSource};
 
 /// Secrets and EndpointSlices of one namespace, from the watch caches.
 pub struct StoreSource<'a> {

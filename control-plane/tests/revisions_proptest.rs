@@ -1,4 +1,4 @@
-//! Property tests of the self-healing revision engine (`marin3r_xds::revisions`, SPEC §4):
+//! Property tests of the self-healing revision engine (`marin3r_control_plane::revisions`, SPEC §4):
 //! random sequences of apply / taint / remove / evaluate, checked after every step against
 //! the engine's invariants and against a small reference model of the rules:
 //!
@@ -16,9 +16,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use marin3r_control_plane::revisions::{MAX_REVISIONS, NackView, Revisions};
+use marin3r_envoyconfig::config_version;
+use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfigSpec};
 use marin3r_xds::ResourceType;
-use marin3r_xds::envoyconfig::{CacheState, EnvoyConfigSpec};
-use marin3r_xds::revisions::{MAX_REVISIONS, NackView, Revisions, config_version};
 use proptest::prelude::*;
 
 fn spec(n: u8) -> EnvoyConfigSpec {

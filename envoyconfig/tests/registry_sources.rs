@@ -19,7 +19,9 @@ fn recorded() -> BTreeMap<String, String> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
-            let (k, v) = l.split_once(" = ").unwrap_or_else(|| panic!("bad line {l:?}"));
+            let (k, v) = l
+                .split_once(" = ")
+                .unwrap_or_else(|| panic!("bad line {l:?}"));
             (k.to_string(), v.to_string())
         })
         .collect()
@@ -58,7 +60,10 @@ fn envoy_types_proto_dir(version: &str) -> PathBuf {
         .unwrap();
     let src = cargo_home.join("registry/src");
     for index in std::fs::read_dir(&src).unwrap() {
-        let dir = index.unwrap().path().join(format!("envoy-types-{version}/proto"));
+        let dir = index
+            .unwrap()
+            .path()
+            .join(format!("envoy-types-{version}/proto"));
         if dir.is_dir() {
             return dir;
         }
@@ -115,7 +120,7 @@ fn registry_matches_the_locked_envoy_types() {
 fn embedded_registry_is_the_generated_file() {
     let recorded = recorded();
     assert_eq!(
-        hex(digest(&SHA256, marin3r_xds::registry::DESCRIPTOR_SET).as_ref()),
+        hex(digest(&SHA256, marin3r_envoyconfig::registry::DESCRIPTOR_SET).as_ref()),
         recorded["descriptor-set-sha256"],
         "registry/envoy.descriptor.bin was changed by hand: run scripts/gen-registry"
     );

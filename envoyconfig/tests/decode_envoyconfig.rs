@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResourceExt;
-use marin3r_xds::decode::{DecodeError, to_json};
-use marin3r_xds::envoyconfig::{
+use marin3r_envoyconfig::decode::{DecodeError, to_json};
+use marin3r_envoyconfig::envoyconfig::{
     EnvoyConfig, EnvoyConfigSpec, NoSecrets, SecretData, SecretSource, parse_envoy_config, resolve,
     validate_file,
 };
-use marin3r_xds::resource::{Resource, ResourceType};
+use marin3r_envoyconfig::resource::{Resource, ResourceType};
 use prost::Message;
 use serde_json::{Value, json};
 

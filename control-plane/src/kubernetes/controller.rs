@@ -31,9 +31,9 @@ use super::plan::{
     plan_revision_status, siblings,
 };
 use super::source::StoreSource;
-use crate::envoyconfig::{EnvoyConfig, resolve};
-use crate::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
-use crate::snapshot::Snapshot;
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, resolve};
+use marin3r_envoyconfig::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
+use marin3r_xds::snapshot::Snapshot;
 
 /// Field manager of every write (server-side apply of the status subresources).
 pub const FIELD_MANAGER: &str = "marin3r";
@@ -230,7 +230,7 @@ pub async fn reconcile_envoyconfig(
     }
     if let Some((revision, applied_at)) = &plan.touch {
         let patch = json!({"metadata": {"annotations": {
-            crate::envoyconfigrevision::APPLIED_AT_ANNOTATION: applied_at
+            marin3r_envoyconfig::envoyconfigrevision::APPLIED_AT_ANNOTATION: applied_at
         }}});
         revisions
             .patch(revision, &PatchParams::default(), &Patch::Merge(&patch))
@@ -459,7 +459,7 @@ async fn publish(
 fn set_snapshot(xds: &crate::Context, node_id: &str, snapshot: Snapshot, revision: &str) {
     let changed = match xds.cache.get(node_id) {
         Some(previous) => snapshot.changed_types(&previous),
-        None => crate::ResourceType::ALL.to_vec(),
+        None => marin3r_envoyconfig::ResourceType::ALL.to_vec(),
     };
     let versions = snapshot.versions();
     if xds.cache.set(node_id, snapshot) {
@@ -475,7 +475,7 @@ fn set_snapshot(xds: &crate::Context, node_id: &str, snapshot: Snapshot, revisio
 /// The snapshot of a revision, or the outcome explaining why there is none.
 fn build_snapshot(
     ecr: &EnvoyConfigRevision,
-    source: &dyn crate::envoyconfig::SecretSource,
+    source: &dyn marin3r_envoyconfig::envoyconfig::SecretSource,
 ) -> Result<Snapshot, Outcome> {
     let resources = resolve(&ecr.spec.config_spec(), source).map_err(|errors| {
         let mut message: Vec<String> = errors
@@ -545,7 +545,7 @@ pub fn warm_start(ctx: &Shared) -> usize {
 
 /// Finalizer: when no live EnvoyConfig configures the revision's node any more (its
 /// EnvoyConfig was deleted, or its nodeID changed), the node's snapshot and NACK counts
-/// are dropped. Connected Envoys keep their config (see [`crate::SnapshotCache::remove`]).
+/// are dropped. Connected Envoys keep their config (see [`marin3r_xds::SnapshotCache::remove`]).
 async fn cleanup(ctx: &Shared, ecr: &EnvoyConfigRevision) -> Result<(), Error> {
     let node_id = &ecr.spec.node_id;
     let namespace = ecr.namespace().unwrap_or_default();

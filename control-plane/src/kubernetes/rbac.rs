@@ -93,12 +93,12 @@ mod tests {
 
     use super::*;
     use crate::Backend as _;
-    use crate::envoyconfig::EnvoyConfig;
-    use crate::envoyconfigrevision::EnvoyConfigRevision;
     use crate::kubernetes::{
         KubernetesBackend, Lenient, Shared, reconcile_envoyconfig, reconcile_revision,
     };
     use crate::{Context, SharedStats, SnapshotCache};
+    use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
+    use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
     /// (API group, resource[/subresource], verb).
     type Access = (String, String, String);

@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use kube::client::Body;
 use kube_mock::*;
-use marin3r_xds::envoyconfig::EnvoyConfigSpec;
-use marin3r_xds::kubernetes::KubernetesBackend;
-use marin3r_xds::revisions::config_version;
-use marin3r_xds::{
-    Backend as _, Context, NodeInfo, ResourceType, SharedStats, SnapshotCache, StreamEvent,
-};
+use marin3r_control_plane::kubernetes::KubernetesBackend;
+use marin3r_control_plane::{Backend as _, Context};
+use marin3r_envoyconfig::config_version;
+use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
+use marin3r_xds::{NodeInfo, ResourceType, SharedStats, SnapshotCache, StreamEvent};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -235,7 +234,7 @@ async fn backend_warm_starts_reconciles_and_forgets_deleted_pods() {
 async fn real_cluster_envoyconfig_becomes_in_sync() {
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{DeleteParams, PostParams};
-    use marin3r_xds::envoyconfig::{CacheState, EnvoyConfig};
+    use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfig};
     const NS: &str = "marin3r-it";
     const NODE: &str = "marin3r-rs-it";
     let client = kube::Client::try_default().await.unwrap();

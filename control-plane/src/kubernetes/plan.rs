@@ -19,15 +19,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::{Expression, Selector, SelectorExt as _};
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::decode::DecodeError;
-use crate::envoyconfig::{CacheState, ConfigRevisionRef, EnvoyApi, EnvoyConfig, EnvoyConfigStatus};
-use crate::envoyconfigrevision::{
+use crate::revisions::{NackView, Revision, Revisions, Taint};
+use marin3r_envoyconfig::config_version;
+use marin3r_envoyconfig::decode::DecodeError;
+use marin3r_envoyconfig::envoyconfig::{
+    CacheState, ConfigRevisionRef, EnvoyApi, EnvoyConfig, EnvoyConfigStatus,
+};
+use marin3r_envoyconfig::envoyconfigrevision::{
     APPLIED_AT_ANNOTATION, CONFIG_VERSION_LABEL, ENVOY_API_LABEL, EnvoyConfigRevision,
     EnvoyConfigRevisionSpec, EnvoyConfigRevisionStatus, FINALIZER, NODE_ID_LABEL,
     RESOURCES_IN_SYNC, REVISION_PUBLISHED, REVISION_TAINTED, VersionTracker,
 };
-use crate::resource::{ResourceType, fnv1a64};
-use crate::revisions::{NackView, Revision, Revisions, Taint, config_version};
+use marin3r_envoyconfig::resource::{ResourceType, fnv1a64};
 
 /// EnvoyConfig condition: the served config is not the desired one (rollback, or the
 /// published revision could not be loaded yet).
@@ -653,7 +656,7 @@ pub fn nack_verdict(
     let mut revisions = Revisions::new(node_id);
     revisions.revisions.push(Revision {
         version: version.to_string(),
-        spec: crate::envoyconfig::EnvoyConfigSpec {
+        spec: marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec {
             node_id: node_id.to_string(),
             envoy_api: None,
             serialization: None,
@@ -732,8 +735,8 @@ pub fn equality_selector(key: &str, value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoyconfig::EnvoyConfigSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
     use std::collections::BTreeSet;
 
     fn ts(secs: i64) -> Timestamp {
@@ -1233,8 +1236,8 @@ mod tests {
         }))
         .unwrap();
         struct NoPorts;
-        impl crate::envoyconfig::SecretSource for NoPorts {
-            fn get(&self, _: &str) -> Option<crate::envoyconfig::SecretData> {
+        impl marin3r_envoyconfig::envoyconfig::SecretSource for NoPorts {
+            fn get(&self, _: &str) -> Option<marin3r_envoyconfig::envoyconfig::SecretData> {
                 None
             }
             fn endpoint_slices(
@@ -1247,7 +1250,7 @@ mod tests {
                 }])
             }
         }
-        let errors = crate::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();
+        let errors = marin3r_envoyconfig::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();
         let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
         assert_eq!(verdicts, [true, false, false], "{errors:?}");
     }

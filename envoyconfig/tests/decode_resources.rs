@@ -2,8 +2,8 @@
 //! bytes and digests, and error paths.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use marin3r_xds::decode::{Serialization, decode_resource, decode_str, to_json};
-use marin3r_xds::resource::{Resource, ResourceType};
+use marin3r_envoyconfig::decode::{Serialization, decode_resource, decode_str, to_json};
+use marin3r_envoyconfig::resource::{Resource, ResourceType};
 use prost::Message;
 use serde_json::{Value, json};
 

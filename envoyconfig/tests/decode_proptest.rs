@@ -2,9 +2,9 @@
 //! whatever decodes round-trips to the same digest.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use marin3r_xds::decode::{Serialization, decode_resource, decode_str, to_json};
-use marin3r_xds::envoyconfig::{EnvoyConfigSpec, NoSecrets, resolve, validate_file};
-use marin3r_xds::resource::ResourceType;
+use marin3r_envoyconfig::decode::{Serialization, decode_resource, decode_str, to_json};
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, NoSecrets, resolve, validate_file};
+use marin3r_envoyconfig::resource::ResourceType;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -22,26 +22,14 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::envoyconfig::{CacheState, EnvoyConfigSpec};
-use crate::resource::{ResourceType, fnv1a64, version_string};
+use marin3r_envoyconfig::config_version;
+use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfigSpec};
+use marin3r_envoyconfig::resource::ResourceType;
 
 /// Revisions kept per EnvoyConfig.
 pub const MAX_REVISIONS: usize = 10;
 /// Default `--nack-threshold`: NACKs per pod before a version counts as rejected.
 pub const DEFAULT_NACK_THRESHOLD: u64 = 5;
-
-/// The config version of a spec: a stable hash of its resources (both forms), which is
-/// what names an EnvoyConfigRevision. Secret *contents* are not part of it (like
-/// upstream): a Secret change is re-published within the same revision.
-pub fn config_version(spec: &EnvoyConfigSpec) -> String {
-    let canonical = serde_json::json!({
-        "resources": spec.resources,
-        "envoyResources": spec.envoy_resources,
-        "serialization": spec.serialization,
-    });
-    // serde_json maps are sorted, so the text is canonical.
-    version_string(fnv1a64(canonical.to_string().as_bytes()))
-}
 
 /// What the NACK statistics can tell the engine.
 pub trait NackView {
@@ -56,7 +44,7 @@ pub trait NackView {
     ) -> bool;
 }
 
-impl NackView for crate::stats::SharedStats {
+impl NackView for marin3r_xds::stats::SharedStats {
     fn rejected_by_all_pods(
         &self,
         node_id: &str,
@@ -64,11 +52,11 @@ impl NackView for crate::stats::SharedStats {
         version: &str,
         threshold: u64,
     ) -> bool {
-        crate::stats::SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
+        marin3r_xds::stats::SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
     }
 }
 
-impl NackView for crate::stats::AckNackStats {
+impl NackView for marin3r_xds::stats::AckNackStats {
     fn rejected_by_all_pods(
         &self,
         node_id: &str,
@@ -76,7 +64,7 @@ impl NackView for crate::stats::AckNackStats {
         version: &str,
         threshold: u64,
     ) -> bool {
-        crate::stats::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
+        marin3r_xds::stats::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
     }
 }
 

@@ -16,10 +16,11 @@ use kube::Client;
 use kube::client::Body;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
-use marin3r_xds::envoyconfig::EnvoyConfig;
-use marin3r_xds::envoyconfigrevision::EnvoyConfigRevision;
-use marin3r_xds::kubernetes::{Lenient, Shared};
-use marin3r_xds::{Context, SharedStats, SnapshotCache};
+use marin3r_control_plane::Context;
+use marin3r_control_plane::kubernetes::{Lenient, Shared};
+use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
+use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
+use marin3r_xds::{SharedStats, SnapshotCache};
 use serde_json::{Value, json};
 
 pub type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;

@@ -1,6 +1,6 @@
 //! The `EnvoyConfigRevision` custom resource (`marin3r.3scale.net/v1alpha1`, short name
 //! `ecr`, SPEC §4): one immutable version of an EnvoyConfig's resources. The EnvoyConfig
-//! controller creates one per distinct [`config_version`](crate::revisions::config_version)
+//! controller creates one per distinct [`config_version`](crate::envoyconfig::config_version)
 //! and deletes the oldest beyond ten; the revision controller publishes the elected one
 //! into the xDS cache and reports `published`, `tainted` and the per-type versions.
 //!
@@ -296,8 +296,8 @@ mod tests {
         let back = rev.config_spec();
         assert_eq!(back.envoy_resources, spec.envoy_resources);
         assert_eq!(
-            crate::revisions::config_version(&back),
-            crate::revisions::config_version(&spec)
+            crate::envoyconfig::config_version(&back),
+            crate::envoyconfig::config_version(&spec)
         );
     }
 

@@ -105,7 +105,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoyconfig::EnvoyConfig;
+    use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 
     #[test]
     fn one_malformed_item_does_not_fail_the_list() {

@@ -15,8 +15,12 @@ use std::sync::LazyLock;
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 
-use crate::decode::DecodeError;
 use crate::resource::ResourceType;
+
+/// The embedded descriptor set is unusable (a broken build, never user input).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Envoy type registry: {0}")]
+pub struct RegistryError(pub String);
 
 /// The encoded `FileDescriptorSet` written by `scripts/gen-registry`.
 pub static DESCRIPTOR_SET: &[u8] = include_bytes!("../registry/envoy.descriptor.bin");
@@ -36,16 +40,16 @@ static POOL: LazyLock<Result<DescriptorPool, String>> = LazyLock::new(|| {
 ///
 /// Fails only if the embedded descriptor set is corrupt (a broken build), never because
 /// of user input.
-pub fn pool() -> Result<&'static DescriptorPool, DecodeError> {
+pub fn pool() -> Result<&'static DescriptorPool, RegistryError> {
     POOL.as_ref()
-        .map_err(|e| DecodeError::Registry(format!("embedded Envoy descriptor set: {e}")))
+        .map_err(|e| RegistryError(format!("embedded Envoy descriptor set: {e}")))
 }
 
 /// The message descriptor of a resource type.
-pub fn message_descriptor(kind: ResourceType) -> Result<MessageDescriptor, DecodeError> {
+pub fn message_descriptor(kind: ResourceType) -> Result<MessageDescriptor, RegistryError> {
     pool()?
         .get_message_by_name(kind.message_name())
-        .ok_or_else(|| DecodeError::Registry(format!("message {} is missing", kind.message_name())))
+        .ok_or_else(|| RegistryError(format!("message {} is missing", kind.message_name())))
 }
 
 /// Resolves an `Any` type URL (`type.googleapis.com/<full message name>`; any host part

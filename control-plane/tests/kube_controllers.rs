@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube_mock::*;
-use marin3r_xds::envoyconfig::{EnvoyConfig, EnvoyConfigSpec};
-use marin3r_xds::envoyconfigrevision::EnvoyConfigRevision;
-use marin3r_xds::kubernetes::{
+use marin3r_control_plane::kubernetes::{
     Lenient, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
 };
-use marin3r_xds::revisions::config_version;
+use marin3r_envoyconfig::config_version;
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, EnvoyConfigSpec};
+use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 use marin3r_xds::{NodeInfo, ResourceType, StreamEvent};
 use prost::Message as _;
 use serde_json::{Value, json};
@@ -488,7 +488,7 @@ async fn secret_change_is_republished_without_any_envoyconfig_change() {
     world.put_secret(&renewed);
     let secret: Secret = serde_json::from_value(renewed).unwrap();
     assert_eq!(
-        marin3r_xds::kubernetes::secret_readers(&world.shared.revisions, &secret),
+        marin3r_control_plane::kubernetes::secret_readers(&world.shared.revisions, &secret),
         [ObjectRef::new(&name).within("default")]
     );
     let second = reconcile_revision_with_status(&mut world, &mut api, &name).await;
@@ -608,7 +608,7 @@ async fn endpoint_slices_become_a_cluster_load_assignment() {
     let changed: k8s_openapi::api::discovery::v1::EndpointSlice =
         serde_json::from_value(scaled).unwrap();
     assert_eq!(
-        marin3r_xds::kubernetes::slice_readers(&world.shared.revisions, &changed),
+        marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changed),
         [ObjectRef::new(&name).within("default")]
     );
     reconcile_revision_with_status(&mut world, &mut api, &name).await;

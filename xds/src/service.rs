@@ -1,0 +1,270 @@
+//! The thin async shell over the ADS state machines: [`AdsService`], a tonic
+//! `AggregatedDiscoveryService` (SotW and Delta) whose stream tasks only `select!` between
+//! "request arrived", "snapshot changed" and "a NACK backoff expired"; every protocol
+//! decision is in [`crate::sotw`] and [`crate::delta`]. [`crate::grpc`] routes requests to
+//! it and [`crate::server`] serves it over mTLS.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use futures::{Stream, StreamExt as _};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::snapshot::{Snapshot, SnapshotCache};
+use crate::sotw::{AdsConfig, Outcome};
+use crate::stats::{Api, NodeInfo, SharedStats, StreamCounters};
+use crate::{DeltaStream, SotwStream};
+use marin3r_envoyconfig::resource::ResourceType;
+
+/// Responses buffered per stream before the stream task waits for the client.
+const STREAM_BUFFER: usize = 16;
+
+/// What the stream task hands to tonic. Boxed: tokio's `mpsc` allocates its slots in
+/// blocks of 32 when the channel is created, so an unboxed `Result<DiscoveryResponse,
+/// Status>` (≈ 150 bytes) cost every idle stream ≈ 4.8 KiB; boxed it is 32 pointers.
+type Item<R> = Box<Result<R, Status>>;
+
+/// One ADS flavour (SotW or Delta) as the shell sees it.
+trait Protocol: Send + 'static {
+    type Req: Send + 'static;
+    type Resp: Send + 'static;
+    const API: Api;
+    fn node_of(req: &Self::Req) -> Option<&Node>;
+    fn type_of(resp: &Self::Resp) -> Option<ResourceType>;
+    fn observe_node(&mut self, node: Option<&Node>) -> Option<NodeInfo>;
+    fn handle_request(&mut self, req: Self::Req, s: &Snapshot, now: Instant)
+    -> Outcome<Self::Resp>;
+    fn handle_snapshot(&mut self, s: &Snapshot, now: Instant) -> Outcome<Self::Resp>;
+    fn poll_timers(&mut self, s: &Snapshot, now: Instant) -> Outcome<Self::Resp>;
+    fn next_timer(&self) -> Option<Instant>;
+}
+
+impl Protocol for SotwStream {
+    type Req = DiscoveryRequest;
+    type Resp = DiscoveryResponse;
+    const API: Api = Api::Sotw;
+    fn node_of(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_of(resp: &DiscoveryResponse) -> Option<ResourceType> {
+        ResourceType::from_type_url(&resp.type_url)
+    }
+    fn observe_node(&mut self, node: Option<&Node>) -> Option<NodeInfo> {
+        SotwStream::observe_node(self, node).cloned()
+    }
+    fn handle_request(
+        &mut self,
+        req: DiscoveryRequest,
+        s: &Snapshot,
+        now: Instant,
+    ) -> Outcome<DiscoveryResponse> {
+        SotwStream::handle_request(self, req, s, now)
+    }
+    fn handle_snapshot(&mut self, s: &Snapshot, now: Instant) -> Outcome<DiscoveryResponse> {
+        SotwStream::handle_snapshot(self, s, now)
+    }
+    fn poll_timers(&mut self, s: &Snapshot, now: Instant) -> Outcome<DiscoveryResponse> {
+        SotwStream::poll_timers(self, s, now)
+    }
+    fn next_timer(&self) -> Option<Instant> {
+        SotwStream::next_timer(self)
+    }
+}
+
+impl Protocol for DeltaStream {
+    type Req = DeltaDiscoveryRequest;
+    type Resp = DeltaDiscoveryResponse;
+    const API: Api = Api::Delta;
+    fn node_of(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_of(resp: &DeltaDiscoveryResponse) -> Option<ResourceType> {
+        ResourceType::from_type_url(&resp.type_url)
+    }
+    fn observe_node(&mut self, node: Option<&Node>) -> Option<NodeInfo> {
+        DeltaStream::observe_node(self, node).cloned()
+    }
+    fn handle_request(
+        &mut self,
+        req: DeltaDiscoveryRequest,
+        s: &Snapshot,
+        now: Instant,
+    ) -> Outcome<DeltaDiscoveryResponse> {
+        DeltaStream::handle_request(self, req, s, now)
+    }
+    fn handle_snapshot(&mut self, s: &Snapshot, now: Instant) -> Outcome<DeltaDiscoveryResponse> {
+        DeltaStream::handle_snapshot(self, s, now)
+    }
+    fn poll_timers(&mut self, s: &Snapshot, now: Instant) -> Outcome<DeltaDiscoveryResponse> {
+        DeltaStream::poll_timers(self, s, now)
+    }
+    fn next_timer(&self) -> Option<Instant> {
+        DeltaStream::next_timer(self)
+    }
+}
+
+/// The ADS service: snapshots come from the cache, ACK/NACKs go to the stats.
+#[derive(Debug, Clone)]
+pub struct AdsService {
+    cache: SnapshotCache,
+    stats: SharedStats,
+    pub(crate) config: AdsConfig,
+    /// Becomes `true` when the server shuts down: every stream then ends, so the
+    /// graceful stop does not wait forever for streams that never end by themselves.
+    pub(crate) stopping: watch::Receiver<bool>,
+}
+
+impl AdsService {
+    pub fn new(cache: SnapshotCache, stats: SharedStats, config: AdsConfig) -> Self {
+        Self {
+            cache,
+            stats,
+            config,
+            stopping: watch::channel(false).1,
+        }
+    }
+
+    fn spawn_stream<P: Protocol>(
+        &self,
+        mut proto: P,
+        mut inbound: Streaming<P::Req>,
+    ) -> BoxStream<P::Resp> {
+        let (tx, rx) = mpsc::channel::<Item<P::Resp>>(STREAM_BUFFER);
+        let cache = self.cache.clone();
+        let stats = self.stats.clone();
+        let send_timeout = self.config.stream_send_timeout;
+        let mut stopping = self.stopping.clone();
+        tokio::spawn(async move {
+            let mut node: Option<NodeInfo> = None;
+            let mut counters = StreamCounters::default();
+            let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
+            let empty = Arc::new(Snapshot::empty());
+            let current = |rx: &Option<watch::Receiver<Arc<Snapshot>>>| {
+                rx.as_ref()
+                    .map_or_else(|| empty.clone(), |r| r.borrow().clone())
+            };
+            'stream: loop {
+                let timer = proto.next_timer();
+                let outcome = tokio::select! {
+                    () = shutting_down(&mut stopping) => {
+                        let _ = tx.try_send(Box::new(Err(Status::unavailable("the discovery service is shutting down"))));
+                        break;
+                    }
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => {
+                            if node.is_none()
+                                && let Some(info) = proto.observe_node(P::node_of(&req))
+                            {
+                                stats.stream_opened(&info, P::API);
+                                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream opened");
+                                snapshots = Some(cache.subscribe(&info.id));
+                                node = Some(info);
+                            }
+                            let snap = current(&snapshots);
+                            proto.handle_request(req, &snap, Instant::now())
+                        }
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::debug!(code = ?status.code(), message = status.message(), "stream ended with error");
+                            break;
+                        }
+                    },
+                    changed = async {
+                        match snapshots.as_mut() {
+                            Some(rx) => rx.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        if !changed {
+                            break;
+                        }
+                        let snap = snapshots.as_mut().map_or_else(|| empty.clone(), |rx| rx.borrow_and_update().clone());
+                        let out = proto.handle_snapshot(&snap, Instant::now());
+                        if let Some(published) = snap.published_at() {
+                            let latency = published.elapsed();
+                            for r in &out.responses {
+                                if let Some(t) = P::type_of(r) {
+                                    stats.observe_push_latency(t, latency);
+                                }
+                            }
+                        }
+                        out
+                    },
+                    () = sleep_until_opt(timer) => {
+                        let snap = current(&snapshots);
+                        proto.poll_timers(&snap, Instant::now())
+                    },
+                };
+                stats.record_stream(node.as_ref(), &mut counters, &outcome.events);
+                for response in outcome.responses {
+                    let sent = tokio::select! {
+                        sent = tx.send_timeout(Box::new(Ok(response)), send_timeout) => sent,
+                        () = shutting_down(&mut stopping) => break 'stream,
+                    };
+                    match sent {
+                        Ok(()) => {}
+                        Err(mpsc::error::SendTimeoutError::Closed(_)) => break 'stream,
+                        Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                            let (node_id, pod_name) = node
+                                .as_ref()
+                                .map_or(("", ""), |n| (n.id.as_str(), n.pod_name.as_str()));
+                            tracing::warn!(%node_id, %pod_name, api = P::API.as_str(), timeout = ?send_timeout, "client does not read its stream; closing it");
+                            break 'stream;
+                        }
+                    }
+                }
+            }
+            if let Some(info) = &node {
+                stats.stream_closed(info, P::API);
+                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream closed");
+            }
+        });
+        Box::pin(ReceiverStream::new(rx).map(|item| *item))
+    }
+}
+
+/// Completes once `stopping` is `true`; never if its sender is gone before that.
+pub(crate) async fn shutting_down(stopping: &mut watch::Receiver<bool>) {
+    if stopping.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsService {
+    type StreamAggregatedResourcesStream = BoxStream<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = BoxStream<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let stream = self.spawn_stream(SotwStream::new(self.config.clone()), request.into_inner());
+        Ok(Response::new(stream))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let stream = self.spawn_stream(DeltaStream::new(self.config.clone()), request.into_inner());
+        Ok(Response::new(stream))
+    }
+}
