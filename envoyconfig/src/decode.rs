@@ -254,9 +254,22 @@ pub fn decode_str(
 /// the line and column but does not quote the input. (serde-saphyr's default source
 /// snippet prints the offending lines, which may hold a Secret's data or an inline
 /// private key; see docs/reliability.md.)
+///
+/// Comments: serde-saphyr (with its `comments` feature, which kube-client turns on for the
+/// whole build anyway) buffers the comments it meets while looking ahead for the next
+/// list item, 32 by default, and refuses the file beyond that ("too many buffered
+/// comments"); Envoy's own example configs have more. The cap is raised to
+/// [`MAX_BUFFERED_COMMENTS`]; their total size stays bounded by the parser's 64 MiB
+/// comment budget.
 pub fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! { with_snippet: false }
+    serde_saphyr::options! {
+        with_snippet: false,
+        budget: serde_saphyr::budget! { max_buffered_comment_events: MAX_BUFFERED_COMMENTS },
+    }
 }
+
+/// Comment lines allowed in a row where the YAML parser looks ahead (see [`yaml_options`]).
+pub const MAX_BUFFERED_COMMENTS: usize = 100_000;
 
 /// Parses JSON or YAML text into a JSON value (YAML: one document).
 pub fn parse_text(text: &str, serialization: Serialization) -> Result<Value, DecodeError> {
