@@ -40,15 +40,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions, Taint};
+use crate::publisher;
+use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions};
 use crate::status::{EnvoyConfigReport, StatusReport, conditions, envoy_config_report};
 use marin3r_envoyconfig::envoyconfig::{
-    CacheState, EnvoyConfig, EnvoyConfigSpec, SecretSource, parse_envoy_config, parse_secret,
-    resolve,
+    CacheState, EnvoyConfig, EnvoyConfigSpec, parse_envoy_config, parse_secret,
 };
 use marin3r_envoyconfig::manifest::ManifestSecrets;
-use marin3r_xds::snapshot::Snapshot;
-use marin3r_xds::stats::SharedStats;
 
 /// How often the folder is re-scanned. A scan only lists the folder and `stat`s its
 /// manifests (files are re-read only when their fingerprint changes), a few tens of µs
@@ -222,105 +220,6 @@ pub struct Manifests {
     pub invalid_configs: Vec<Key>,
 }
 
-/// The RTDS layer every injected Envoy asks for (`init-manager --rtds-resource-name`).
-pub const DEFAULT_RTDS_LAYER: &str = "runtime";
-
-/// Adds an empty runtime layer named [`DEFAULT_RTDS_LAYER`] unless the config has one:
-/// Envoy's RTDS init target waits for that named resource (15 s `initial_fetch_timeout`)
-/// before it even asks for clusters and listeners.
-pub fn with_default_runtime(
-    mut resources: Vec<marin3r_envoyconfig::Resource>,
-) -> Vec<marin3r_envoyconfig::Resource> {
-    let has_layer = resources.iter().any(|r| {
-        r.kind == marin3r_envoyconfig::ResourceType::Runtime && r.name == DEFAULT_RTDS_LAYER
-    });
-    if !has_layer {
-        let empty = serde_json::json!({"name": DEFAULT_RTDS_LAYER, "layer": {}});
-        match marin3r_envoyconfig::decode::decode_resource(
-            marin3r_envoyconfig::ResourceType::Runtime,
-            &empty,
-        ) {
-            Ok(r) => resources.push(r),
-            Err(e) => tracing::error!(error = %e, "cannot build the default runtime layer"),
-        }
-    }
-    resources
-}
-
-/// Resolves a spec with `secrets` into the snapshot to serve (plus the default runtime
-/// layer), or every error as text.
-pub fn resolve_snapshot(
-    spec: &EnvoyConfigSpec,
-    secrets: &dyn SecretSource,
-) -> Result<Snapshot, Vec<String>> {
-    match resolve(spec, secrets) {
-        Ok(resources) => {
-            Snapshot::new(with_default_runtime(resources)).map_err(|e| vec![e.to_string()])
-        }
-        Err(errors) => Err(errors.iter().map(ToString::to_string).collect()),
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Deciding what to publish (pure).
-
-/// The revision [`decide`] picked and its snapshot.
-#[derive(Debug)]
-pub struct Publish {
-    pub version: String,
-    pub snapshot: Snapshot,
-    /// It is not the revision whose snapshot the cache holds, or it was never published
-    /// since it was created: the NACK counts of its versions must be reset first, so old
-    /// NACKs (of a deleted twin, of an earlier push of the same content) do not judge it.
-    pub newly_published: bool,
-}
-
-/// What to do for one EnvoyConfig.
-#[derive(Debug)]
-pub struct Decision {
-    /// Revisions tainted on the way because their resources do not resolve.
-    pub tainted: Vec<Taint>,
-    /// `None` when every revision is tainted: the cache keeps the last good snapshot.
-    pub publish: Option<Publish>,
-}
-
-/// Picks the revision to serve: the topmost untainted one whose resources `resolve`;
-/// one that fails is tainted (the errors are the reason) and the next is tried. `served`
-/// is the revision whose snapshot the cache holds now.
-pub fn decide(
-    revisions: &mut Revisions,
-    served: Option<&str>,
-    mut resolve: impl FnMut(&EnvoyConfigSpec) -> Result<Snapshot, Vec<String>>,
-) -> Decision {
-    let mut tainted = Vec::new();
-    while let Some(candidate) = revisions.published() {
-        let version = candidate.version.clone();
-        let fresh = candidate.last_published_at.is_none();
-        match resolve(&candidate.spec) {
-            Ok(snapshot) => {
-                let newly_published = fresh || served != Some(version.as_str());
-                return Decision {
-                    tainted,
-                    publish: Some(Publish {
-                        version,
-                        snapshot,
-                        newly_published,
-                    }),
-                };
-            }
-            Err(errors) => {
-                let reason = format!("resources do not decode: {}", errors.join("; "));
-                revisions.taint(&version, reason.clone());
-                tainted.push(Taint { version, reason });
-            }
-        }
-    }
-    Decision {
-        tainted,
-        publish: None,
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The engine: revisions of every EnvoyConfig, fed by the folder and the NACK statistics.
 
@@ -358,6 +257,8 @@ struct Tracked {
     /// Restored from `--state-dir`: the revision served before the restart and its spec,
     /// served again if nothing untainted is left (so `RollbackFailed` survives a restart).
     restore: Option<(String, EnvoyConfigSpec)>,
+    /// The elected revision cannot be served yet (a Secret is missing or unusable).
+    waiting: Option<publisher::Waiting>,
     state: Option<CacheState>,
     conditions: Vec<Condition>,
     /// The JSON last written to the state dir.
@@ -374,6 +275,7 @@ impl Tracked {
             served: None,
             served_spec: None,
             restore: None,
+            waiting: None,
             state: None,
             conditions: Vec::new(),
             saved: None,
@@ -479,27 +381,6 @@ fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// The NACK message of one pod for the first version of `revision` that every pod
-/// rejected (for the taint reason; truncated).
-fn nack_message(
-    stats: &SharedStats,
-    node_id: &str,
-    provides: &BTreeMap<String, String>,
-    threshold: u64,
-) -> Option<String> {
-    provides.iter().find_map(|(type_name, version)| {
-        let t = type_name.parse().ok()?;
-        if !stats.rejected_by_all_pods(node_id, t, version, threshold) {
-            return None;
-        }
-        let message = stats
-            .counts(node_id, t, version)
-            .into_values()
-            .find_map(|c| c.last_nack_message)?;
-        Some(message.chars().take(500).collect())
-    })
-}
-
 impl Engine {
     pub fn new(options: Options) -> Self {
         Self {
@@ -564,29 +445,39 @@ impl Engine {
             .iter()
             .filter(|k| self.configs.contains_key(*k))
             .collect();
-        let mut claimed: BTreeMap<String, Key> = kept
-            .iter()
-            .filter_map(|k| {
-                let t = self.configs.get(*k)?;
-                Some((t.revisions.node_id.clone(), (*k).clone()))
-            })
-            .collect();
-        let mut configs: Vec<&EnvoyConfig> = manifests.configs.iter().collect();
-        configs.sort_by_key(|ec| key_of(ec));
-        let mut winners: BTreeMap<Key, &EnvoyConfig> = BTreeMap::new();
-        for ec in configs {
+        // One definition per EnvoyConfig (the first in file order), then one EnvoyConfig
+        // per node id (publisher::node_owners, as in Kubernetes mode). An invalid document
+        // of a known EnvoyConfig keeps its last good state, node id included.
+        let mut defined: BTreeMap<Key, &EnvoyConfig> = BTreeMap::new();
+        for ec in &manifests.configs {
             let key = key_of(ec);
-            let node_id = &ec.spec.node_id;
-            if winners.contains_key(&key) || kept.contains(&key) {
+            if defined.contains_key(&key) || kept.contains(&key) {
                 tracing::error!(envoyconfig = %source(&key), "EnvoyConfig defined more than once; the first one is used");
                 continue;
             }
-            if let Some(owner) = claimed.get(node_id) {
-                tracing::error!(envoyconfig = %source(&key), node_id = %node_id, claimed_by = %source(owner), "node id already configured by another EnvoyConfig; ignored");
-                continue;
+            defined.insert(key, ec);
+        }
+        let kept_nodes: Vec<(&Key, &str)> = kept
+            .iter()
+            .filter_map(|k| Some((*k, self.configs.get(*k)?.revisions.node_id.as_str())))
+            .collect();
+        let claimed = publisher::node_owners(
+            kept_nodes
+                .iter()
+                .copied()
+                .chain(defined.iter().map(|(k, ec)| (k, ec.spec.node_id.as_str()))),
+        );
+        let mut winners: BTreeMap<Key, &EnvoyConfig> = BTreeMap::new();
+        for (key, ec) in defined {
+            let node_id = &ec.spec.node_id;
+            match claimed.get(node_id) {
+                Some(owner) if *owner != key => {
+                    tracing::error!(envoyconfig = %source(&key), node_id = %node_id, claimed_by = %source(owner), "node id already configured by another EnvoyConfig; ignored");
+                }
+                _ => {
+                    winners.insert(key, ec);
+                }
             }
-            claimed.insert(node_id.clone(), key.clone());
-            winners.insert(key, ec);
         }
 
         // Removed EnvoyConfigs, and those whose node id changed (they start over).
@@ -637,13 +528,21 @@ impl Engine {
                 .unwrap_or_else(|| "v3".to_string());
             t.spec = ec.spec.clone();
             t.revisions.apply(&ec.spec, now);
-            sync(t, &key, &self.secrets, ctx, now);
+            sync(
+                t,
+                &key,
+                &self.secrets,
+                self.options.nack_threshold,
+                ctx,
+                now,
+            );
         }
         self.persist();
     }
 
-    /// Checks the NACK statistics of every published revision; a revision every
-    /// subscribed Envoy rejected is tainted and the next untainted one published.
+    /// Checks the NACK statistics of every served revision
+    /// ([`publisher::nack_verdict`]): a revision every subscribed Envoy rejected is
+    /// tainted and the next untainted one published.
     pub fn evaluate(&mut self, ctx: &crate::Context, now: SystemTime) {
         let threshold = self.options.nack_threshold;
         let mut changed = false;
@@ -651,24 +550,12 @@ impl Engine {
             let Some(published) = t.revisions.published() else {
                 continue;
             };
-            if t.served.as_deref() != Some(published.version.as_str()) {
+            if t.served.as_deref() != Some(published.version.as_str())
+                || t.revisions.evaluate(&ctx.stats, threshold).is_none()
+            {
                 continue;
             }
-            let Some(taint) = t.revisions.evaluate(&ctx.stats, threshold) else {
-                continue;
-            };
-            let mut reason = taint.reason;
-            if let Some(message) = nack_message(
-                &ctx.stats,
-                &t.revisions.node_id,
-                &published.provides_versions,
-                threshold,
-            ) {
-                reason.push_str(&format!("; Envoy: {message}"));
-            }
-            tracing::warn!(envoyconfig = %source(key), node_id = %t.revisions.node_id, version = %taint.version, reason = %reason, "revision tainted: every Envoy of the node rejected it");
-            t.revisions.taint(&taint.version, reason);
-            sync(t, key, &self.secrets, ctx, now);
+            sync(t, key, &self.secrets, threshold, ctx, now);
             changed = true;
         }
         if changed {
@@ -704,7 +591,14 @@ impl Engine {
         tracing::info!(envoyconfig = %source(&key), node_id = %t.revisions.node_id, version = %version, "revision deleted");
         let spec = t.spec.clone();
         t.revisions.apply(&spec, now);
-        sync(t, &key, &self.secrets, ctx, now);
+        sync(
+            t,
+            &key,
+            &self.secrets,
+            self.options.nack_threshold,
+            ctx,
+            now,
+        );
         let report = report_of(&key, t);
         self.persist();
         Ok(report)
@@ -786,36 +680,49 @@ fn report_of(key: &Key, t: &Tracked) -> EnvoyConfigReport {
     )
 }
 
-/// Brings the cache in line with one EnvoyConfig's revisions: [`decide`], then publish
-/// (resetting NACK counts of a newly published revision first) or keep the last good
-/// snapshot; logs state transitions and updates the conditions.
+/// Brings the cache in line with one EnvoyConfig's revisions: applies what
+/// [`publisher::decide`] decides (taints, publish with NACK counts reset for a newly
+/// served revision, or keep the last good snapshot while waiting or with nothing
+/// untainted), logs state transitions and updates the conditions.
 fn sync(
     t: &mut Tracked,
     key: &Key,
     secrets: &ManifestSecrets,
+    threshold: u64,
     ctx: &crate::Context,
     now: SystemTime,
 ) {
     let envoyconfig = source(key);
     let node_id = t.revisions.node_id.clone();
     let folder = secrets.for_namespace(t.namespace.as_deref());
-    let decision = decide(&mut t.revisions, t.served.as_deref(), |spec| {
-        resolve_snapshot(spec, &folder)
-    });
-    for taint in &decision.tainted {
-        tracing::error!(envoyconfig = %envoyconfig, node_id = %node_id, version = %taint.version, reason = %taint.reason, "revision tainted: invalid EnvoyConfig");
+    let decision = publisher::decide(
+        &t.revisions,
+        t.served.as_deref(),
+        |rev| publisher::resolution(&rev.spec, &folder),
+        &ctx.stats,
+        threshold,
+    );
+    for taint in &decision.taints {
+        tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %taint.version, reason = %taint.reason, "revision tainted");
+        t.revisions.taint(&taint.version, taint.reason.clone());
     }
+    if let Some(w) = &decision.waiting
+        && t.waiting.as_ref() != Some(w)
+    {
+        tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %w.version, reason = %w.reason, "revision waits for its Secrets; the node keeps its current config");
+    }
+    t.waiting = decision.waiting;
     let mut publish = decision.publish;
-    if publish.is_none() && t.served.is_none() {
+    if publish.is_none() && t.served.is_none() && t.waiting.is_none() {
         // Right after a restart in RollbackFailed: serve what was served before.
         if let Some((version, spec)) = t.restore.take()
-            && let Ok(snapshot) = resolve_snapshot(&spec, &folder)
+            && let publisher::Resolution::Ready(snapshot) = publisher::resolution(&spec, &folder)
         {
             tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %version, "every revision is tainted; serving the snapshot served before the restart");
-            publish = Some(Publish {
+            publish = Some(publisher::Publish {
                 version,
-                snapshot,
-                newly_published: false,
+                snapshot: *snapshot,
+                reset_nacks: false,
             });
             t.served_spec = Some(spec);
         }
@@ -823,7 +730,7 @@ fn sync(
     t.restore = None;
     if let Some(p) = publish {
         let versions = p.snapshot.versions();
-        if p.newly_published {
+        if p.reset_nacks {
             for (ty, version) in &versions {
                 ctx.stats.reset_version(&node_id, *ty, version);
             }
@@ -831,7 +738,7 @@ fn sync(
         if ctx.cache.set(&node_id, p.snapshot) {
             tracing::info!(envoyconfig = %envoyconfig, node_id = %node_id, version = %p.version, "published new snapshot");
         }
-        if p.newly_published {
+        if p.reset_nacks {
             t.revisions.mark_newly_published(&p.version, versions, now);
         } else {
             t.revisions.mark_published(&p.version, versions, now);
@@ -869,6 +776,7 @@ fn sync(
         state,
         desired.as_deref(),
         t.served.as_deref(),
+        t.waiting.as_ref().map(|w| w.reason.as_str()),
         &t.conditions,
         now,
     );
@@ -1033,6 +941,7 @@ mod tests {
     use super::*;
     use crate::Context;
     use marin3r_envoyconfig::envoyconfig::SecretData;
+    use marin3r_xds::SharedStats;
     use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
     use marin3r_xds::{ResourceType, SnapshotCache};
     use serde_json::json;
@@ -1094,10 +1003,6 @@ mod tests {
         )
     }
 
-    fn spec_of(resources: Vec<Value>) -> EnvoyConfigSpec {
-        envoy_config("kuard", "kuard", resources).spec
-    }
-
     fn report(engine: &Engine) -> EnvoyConfigReport {
         engine.report().envoy_configs.remove(0)
     }
@@ -1131,61 +1036,6 @@ mod tests {
             .unwrap()
             .version(ResourceType::Cluster)
             .to_string()
-    }
-
-    // -- decide ------------------------------------------------------------------------
-
-    #[test]
-    fn decide_publishes_the_topmost_untainted_revision_that_resolves() {
-        let mut r = Revisions::new("kuard");
-        let v1 = r.apply(&spec_of(vec![cluster("a")]), t(1));
-        let v2 = r.apply(&spec_of(vec![broken()]), t(2));
-        let d = decide(&mut r, None, |s| {
-            resolve_snapshot(s, &marin3r_envoyconfig::envoyconfig::NoSecrets)
-        });
-        assert_eq!(d.tainted.len(), 1);
-        assert_eq!(d.tainted[0].version, v2);
-        assert!(d.tainted[0].reason.starts_with("resources do not decode: "));
-        assert!(
-            d.tainted[0].reason.contains("bogus_field"),
-            "{}",
-            d.tainted[0].reason
-        );
-        let p = d.publish.unwrap();
-        assert_eq!(p.version, v1);
-        assert!(p.newly_published);
-        assert_eq!(r.cache_state(), Some(CacheState::Rollback));
-
-        // Already served and published before: not newly published.
-        r.mark_published(&v1, p.snapshot.versions(), t(3));
-        let d = decide(&mut r, Some(&v1), |s| {
-            resolve_snapshot(s, &marin3r_envoyconfig::envoyconfig::NoSecrets)
-        });
-        assert!(d.tainted.is_empty());
-        assert!(!d.publish.unwrap().newly_published);
-
-        // Every revision tainted: nothing to publish.
-        r.taint(&v1, "rejected");
-        let d = decide(&mut r, Some(&v1), |_| {
-            unreachable!("tainted revisions are not resolved")
-        });
-        assert!(d.publish.is_none());
-        assert_eq!(r.cache_state(), Some(CacheState::RollbackFailed));
-    }
-
-    #[test]
-    fn decide_treats_a_recreated_revision_as_newly_published() {
-        let mut r = Revisions::new("kuard");
-        let v1 = r.apply(&spec_of(vec![cluster("a")]), t(1));
-        r.remove(&v1);
-        r.apply(&spec_of(vec![cluster("a")]), t(2));
-        let d = decide(&mut r, Some(&v1), |s| {
-            resolve_snapshot(s, &marin3r_envoyconfig::envoyconfig::NoSecrets)
-        });
-        assert!(
-            d.publish.unwrap().newly_published,
-            "same version as the served one, but never published since it was re-created"
-        );
     }
 
     // -- engine ------------------------------------------------------------------------
@@ -1435,21 +1285,40 @@ mod tests {
             Some("1970-01-01T00:00:02Z")
         );
 
-        // The Secret disappears: the revision no longer resolves and is tainted; the
-        // cache keeps the last good snapshot.
+        // The Secret disappears: the revision waits (never a taint, SPEC §4); the cache
+        // keeps the last good snapshot and the status names the Secret.
         e.reconcile(&manifests(vec![ec()]), &ctx, t(3));
         let r = report(&e);
-        assert_eq!(r.cache_state, Some(CacheState::RollbackFailed));
+        assert_eq!(r.cache_state, Some(CacheState::InSync));
+        assert!(!r.revisions[0].tainted, "a missing Secret is a wait");
+        let out_of_sync = &r.conditions[0];
+        assert_eq!(
+            (
+                out_of_sync.type_.as_str(),
+                out_of_sync.status.as_str(),
+                out_of_sync.reason.as_str()
+            ),
+            ("CacheOutOfSync", "True", "ResourcesOutOfSync")
+        );
         assert!(
-            r.revisions[0]
-                .taint_reason
-                .as_deref()
-                .unwrap()
-                .contains("cert")
+            out_of_sync.message.contains("cert"),
+            "{}",
+            out_of_sync.message
         );
         assert_eq!(
             secret_version(&ctx),
             after.revisions[0].provides_versions["secret"]
+        );
+
+        // It comes back: published at once, the same revision, in sync again.
+        e.reconcile(&with_secret("three"), &ctx, t(4));
+        let r = report(&e);
+        assert_eq!(r.revisions.len(), 1, "same revision");
+        assert_eq!(r.conditions[0].status, "False");
+        assert_ne!(
+            secret_version(&ctx),
+            after.revisions[0].provides_versions["secret"],
+            "the new Secret is served"
         );
     }
 

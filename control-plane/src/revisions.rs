@@ -31,42 +31,7 @@ pub const MAX_REVISIONS: usize = 10;
 /// Default `--nack-threshold`: NACKs per pod before a version counts as rejected.
 pub const DEFAULT_NACK_THRESHOLD: u64 = 5;
 
-/// What the NACK statistics can tell the engine.
-pub trait NackView {
-    /// True when every pod currently subscribed for `node_id` NACKed `version` of `t` at
-    /// least `threshold` times (false when no pod is subscribed).
-    fn rejected_by_all_pods(
-        &self,
-        node_id: &str,
-        t: ResourceType,
-        version: &str,
-        threshold: u64,
-    ) -> bool;
-}
-
-impl NackView for marin3r_xds::stats::SharedStats {
-    fn rejected_by_all_pods(
-        &self,
-        node_id: &str,
-        t: ResourceType,
-        version: &str,
-        threshold: u64,
-    ) -> bool {
-        marin3r_xds::stats::SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
-    }
-}
-
-impl NackView for marin3r_xds::stats::AckNackStats {
-    fn rejected_by_all_pods(
-        &self,
-        node_id: &str,
-        t: ResourceType,
-        version: &str,
-        threshold: u64,
-    ) -> bool {
-        marin3r_xds::stats::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
-    }
-}
+pub use crate::publisher::NackView;
 
 /// One revision of an EnvoyConfig.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +55,26 @@ pub struct Revision {
 pub struct Taint {
     pub version: String,
     pub reason: String,
+    pub cause: TaintCause,
+}
+
+/// Why a revision is tainted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaintCause {
+    /// Every subscribed Envoy of the node rejected it.
+    RejectedByEnvoy,
+    /// Its resources do not decode.
+    ResourcesFailedToDecode,
+}
+
+impl TaintCause {
+    /// The reason of the `RevisionTainted` condition.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintCause::RejectedByEnvoy => "RejectedByEnvoy",
+            TaintCause::ResourcesFailedToDecode => "ResourcesFailedToDecode",
+        }
+    }
 }
 
 /// The revisions of one EnvoyConfig, oldest first.
@@ -226,27 +211,18 @@ impl Revisions {
         self.mark_published(version, provides, now);
     }
 
-    /// The taint verdict for the published revision given the NACK statistics: tainted
-    /// when, for one of the versions it provides, every subscribed pod has at least
-    /// `threshold` NACKs. Types whose version equals an untainted older revision's are
-    /// still judged: Envoy rejected what is served now.
+    /// The taint verdict for the published revision given the NACK statistics
+    /// ([`crate::publisher::nack_verdict`]): tainted when, for one of the versions it
+    /// provides, every subscribed pod has at least `threshold` NACKs.
     pub fn evaluate(&self, stats: &dyn NackView, threshold: u64) -> Option<Taint> {
         let published = self.published()?;
-        for (type_name, version) in &published.provides_versions {
-            let Ok(t) = type_name.parse::<ResourceType>() else {
-                continue;
-            };
-            if stats.rejected_by_all_pods(&self.node_id, t, version, threshold) {
-                return Some(Taint {
-                    version: published.version.clone(),
-                    reason: format!(
-                        "every Envoy of node {} rejected {} version {version} at least {threshold} times",
-                        self.node_id, type_name
-                    ),
-                });
-            }
-        }
-        None
+        crate::publisher::nack_verdict(
+            &self.node_id,
+            &published.version,
+            &crate::publisher::provided_versions(published),
+            stats,
+            threshold,
+        )
     }
 }
 

@@ -102,14 +102,23 @@ fn timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or(bound)
 }
 
-/// The conditions for `state`, keeping each condition's `lastTransitionTime` from
-/// `previous` when its status did not change (like `meta.SetStatusCondition`). Both
-/// conditions are always present once there is a state: `CacheOutOfSync` is `True` in
-/// `Rollback` and `RollbackFailed`, `RollbackFailed` only in `RollbackFailed`.
+/// The conditions of an EnvoyConfig (both modes: `GET /status` in local mode, the
+/// EnvoyConfig status in Kubernetes mode), keeping each condition's `lastTransitionTime`
+/// from `previous` when its status did not change (like `meta.SetStatusCondition`). Both
+/// are present once there is a state:
+///
+/// - `CacheOutOfSync` is `True` when what is served is not the desired version:
+///   `CantPublishDesiredVersion` in `Rollback` and `RollbackFailed`; `ResourcesOutOfSync`
+///   while the elected revision waits for a Secret (`waiting`, the message names it);
+///   `PublishPending` while the desired revision is not served yet; else `False`,
+///   `DesiredVersionPublished`.
+/// - `RollbackFailed` is `True` (`AllRevisionsTainted`) only in `RollbackFailed`, else
+///   `False` (`UntaintedRevisionPublished`).
 pub fn conditions(
     state: Option<CacheState>,
     desired: Option<&str>,
     published: Option<&str>,
+    waiting: Option<&str>,
     previous: &[Condition],
     now: SystemTime,
 ) -> Vec<Condition> {
@@ -117,13 +126,8 @@ pub fn conditions(
         return Vec::new();
     };
     let desired = desired.unwrap_or_default();
-    let out_of_sync = match state {
-        CacheState::InSync => (
-            false,
-            "DesiredVersionPublished",
-            format!("version {desired} is published"),
-        ),
-        CacheState::Rollback => (
+    let out_of_sync = match (state, waiting) {
+        (CacheState::Rollback, _) => (
             true,
             "CantPublishDesiredVersion",
             format!(
@@ -131,10 +135,25 @@ pub fn conditions(
                 published.unwrap_or_default()
             ),
         ),
-        CacheState::RollbackFailed => (
+        (CacheState::RollbackFailed, _) => (
             true,
             "CantPublishDesiredVersion",
             format!("version {desired} is tainted and no untainted revision is left"),
+        ),
+        (CacheState::InSync, Some(reason)) => (
+            true,
+            "ResourcesOutOfSync",
+            format!("version {desired} waits for its dependencies: {reason}"),
+        ),
+        (CacheState::InSync, None) if published != Some(desired) => (
+            true,
+            "PublishPending",
+            format!("version {desired} is being published"),
+        ),
+        (CacheState::InSync, None) => (
+            false,
+            "DesiredVersionPublished",
+            format!("version {desired} is published"),
         ),
     };
     let rollback_failed = match state {
@@ -536,8 +555,15 @@ mod tests {
 
     #[test]
     fn conditions_follow_the_cache_state_and_keep_transition_times() {
-        assert!(conditions(None, None, None, &[], t(1)).is_empty());
-        let in_sync = conditions(Some(CacheState::InSync), Some("a"), Some("a"), &[], t(1));
+        assert!(conditions(None, None, None, None, &[], t(1)).is_empty());
+        let in_sync = conditions(
+            Some(CacheState::InSync),
+            Some("a"),
+            Some("a"),
+            None,
+            &[],
+            t(1),
+        );
         let types: Vec<(&str, &str)> = in_sync
             .iter()
             .map(|c| (c.type_.as_str(), c.status.as_str()))
@@ -551,6 +577,7 @@ mod tests {
             Some(CacheState::Rollback),
             Some("b"),
             Some("a"),
+            None,
             &in_sync,
             t(5),
         );
@@ -568,6 +595,7 @@ mod tests {
             Some(CacheState::RollbackFailed),
             Some("b"),
             Some("a"),
+            None,
             &rollback,
             t(9),
         );
@@ -577,6 +605,34 @@ mod tests {
             ("True", "AllRevisionsTainted")
         );
         assert_eq!(failed[1].last_transition_time, Time(timestamp(t(9))));
+
+        // In sync by the revisions, but the desired one waits for a Secret, or is not
+        // served yet.
+        let waiting = conditions(
+            Some(CacheState::InSync),
+            Some("b"),
+            Some("a"),
+            Some("secret \"cert\" not found"),
+            &[],
+            t(10),
+        );
+        assert_eq!(
+            (waiting[0].status.as_str(), waiting[0].reason.as_str()),
+            ("True", "ResourcesOutOfSync")
+        );
+        assert!(waiting[0].message.contains("secret \"cert\" not found"));
+        let pending = conditions(
+            Some(CacheState::InSync),
+            Some("b"),
+            Some("a"),
+            None,
+            &[],
+            t(10),
+        );
+        assert_eq!(
+            (pending[0].status.as_str(), pending[0].reason.as_str()),
+            ("True", "PublishPending")
+        );
     }
 
     #[test]
@@ -593,7 +649,7 @@ mod tests {
         );
         let v2 = r.apply(&spec(2), t(20));
         r.taint(&v2, "rejected");
-        let conds = conditions(r.cache_state(), Some(&v2), Some(&v1), &[], t(21));
+        let conds = conditions(r.cache_state(), Some(&v2), Some(&v1), None, &[], t(21));
         let report = StatusReport {
             envoy_configs: vec![envoy_config_report(
                 "default",

@@ -195,7 +195,10 @@ async fn envoyconfig_created_gets_an_owned_revision_that_is_published_and_in_syn
     let s = &status["status"];
     assert_eq!(s["cacheState"], "InSync");
     assert_eq!(s["desiredVersion"], version);
-    assert_eq!(s["publishedVersion"], version);
+    assert!(
+        s["publishedVersion"].is_null(),
+        "publishedVersion is what is served: nothing yet"
+    );
     assert_eq!(s["revisions"][0]["ref"]["name"], revision_name(&spec(8080)));
     assert_eq!(condition(s, "CacheOutOfSync")["reason"], "PublishPending");
     assert_eq!(condition(s, "RollbackFailed")["status"], "False");
@@ -232,7 +235,7 @@ async fn envoyconfig_created_gets_an_owned_revision_that_is_published_and_in_syn
     );
     assert_eq!(
         condition(&status["status"], "CacheOutOfSync")["reason"],
-        "InSync"
+        "DesiredVersionPublished"
     );
 
     // Converged: reconciling again writes nothing.
@@ -279,7 +282,12 @@ async fn spec_change_creates_a_new_revision_that_supersedes_the_old_one() {
     let status = change_spec(&mut world, &mut api, 9090, "uid-rev2").await;
     let s = &status["status"];
     assert_eq!(s["desiredVersion"], version_of(&spec(9090)));
-    assert_eq!(s["publishedVersion"], version_of(&spec(9090)));
+    assert_eq!(
+        s["publishedVersion"],
+        version_of(&spec(8080)),
+        "still serving the old one until the new revision is published"
+    );
+    assert_eq!(condition(s, "CacheOutOfSync")["reason"], "PublishPending");
     assert_eq!(s["cacheState"], "InSync");
     let order: Vec<&str> = s["revisions"]
         .as_array()
@@ -401,7 +409,10 @@ async fn version_rejected_by_every_pod_is_tainted_and_the_envoyconfig_rolls_back
     assert_eq!(s["desiredVersion"], version_of(&spec(9090)));
     assert_eq!(s["publishedVersion"], version_of(&spec(8080)));
     assert_eq!(condition(s, "CacheOutOfSync")["status"], "True");
-    assert_eq!(condition(s, "CacheOutOfSync")["reason"], "Rollback");
+    assert_eq!(
+        condition(s, "CacheOutOfSync")["reason"],
+        "CantPublishDesiredVersion"
+    );
 
     // … which the revision controller serves again.
     let good =

@@ -89,7 +89,7 @@ fn run() -> Result<(), String> {
         );
     }
     println!(
-        "note: the config folder is polled every {} ms (xds/src/local.rs POLL_INTERVAL), which bounds these figures: an edit waits 0–{} ms for the next scan, then the push to Envoy and its apply.",
+        "note: the config folder is polled every {} ms (control-plane/src/local.rs POLL_INTERVAL), which bounds these figures: an edit waits 0–{} ms for the next scan, then the push to Envoy and its apply.",
         POLL_INTERVAL.as_millis(),
         POLL_INTERVAL.as_millis()
     );

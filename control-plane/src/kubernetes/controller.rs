@@ -27,11 +27,11 @@ use serde_json::json;
 
 use super::lenient::Lenient;
 use super::plan::{
-    self, Outcome, controller_uid, elected, is_config_error, nack_verdict, plan_envoyconfig,
-    plan_revision_status, siblings,
+    self, Outcome, controller_uid, elected, plan_envoyconfig, plan_revision_status, siblings,
 };
 use super::source::StoreSource;
-use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, resolve};
+use crate::publisher;
+use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
 use marin3r_xds::snapshot::Snapshot;
 
@@ -43,8 +43,6 @@ const WAIT_FOR_DELETION: Duration = Duration::from_secs(2);
 const RETRY_OUT_OF_SYNC: Duration = Duration::from_secs(30);
 /// Retry delay while the owner of a revision is not in the cache yet.
 const RETRY_OWNER: Duration = Duration::from_secs(5);
-/// At most this many resolve errors are quoted in a condition message.
-const MAX_QUOTED_ERRORS: usize = 10;
 
 /// Errors of one reconcile; the controller retries the object with a backoff.
 #[derive(Debug, thiserror::Error)]
@@ -110,21 +108,20 @@ impl Shared {
         })
     }
 
-    /// Another live EnvoyConfig that holds `ec`'s node id first (by namespace/name).
+    /// Another live EnvoyConfig that holds `ec`'s node id ([`publisher::node_owners`]:
+    /// the first by namespace/name, as in local mode).
     fn node_claimed_by_other(&self, ec: &EnvoyConfig) -> Option<String> {
         let key = |c: &EnvoyConfig| (c.namespace().unwrap_or_default(), c.name_any());
-        let mine = key(ec);
-        self.configs
-            .state()
+        let configs = self.configs.state();
+        let live: Vec<((String, String), &str)> = configs
             .iter()
             .filter_map(|c| c.valid().ok())
-            .filter(|c| {
-                c.spec.node_id == ec.spec.node_id
-                    && c.metadata.deletion_timestamp.is_none()
-                    && key(c) < mine
-            })
-            .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()))
-            .min()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| (key(c), c.spec.node_id.as_str()))
+            .collect();
+        let owners = publisher::node_owners(live.iter().map(|(k, n)| (k, *n)));
+        let owner = owners.get(&ec.spec.node_id)?;
+        (*owner != key(ec)).then(|| format!("{}/{}", owner.0, owner.1))
     }
 
     /// The name of the elected revision of the EnvoyConfig `uid` in `namespace`.
@@ -363,9 +360,7 @@ pub async fn reconcile_revision(
         return Ok(Action::requeue(RETRY_OWNER));
     };
     let status = ecr.status.clone().unwrap_or_default();
-    let is_elected = owner.metadata.deletion_timestamp.is_none()
-        && ctx.elected_name(&namespace, owner_uid).as_deref() == Some(name.as_str());
-    let outcome = if !is_elected || status.is_tainted() {
+    let outcome = if owner.metadata.deletion_timestamp.is_some() || status.is_tainted() {
         Outcome::NotElected
     } else if let Some(other) = ctx.node_claimed_by_other(&owner) {
         Outcome::OutOfSync {
@@ -415,7 +410,10 @@ fn log_outcome(namespace: &str, name: &str, node_id: &str, outcome: &Outcome) {
     }
 }
 
-/// Resolves the elected revision and sets it in the cache, unless it must be tainted.
+/// Applies what [`publisher::decide`] decides for the EnvoyConfig of `ecr` to `ecr`: it
+/// is tainted, published (the cache is set), waiting for a Secret or EndpointSlice, or
+/// not the elected revision. The other revisions of the EnvoyConfig apply their part in
+/// their own reconciles (every revision change triggers them).
 async fn publish(
     ctx: &Shared,
     namespace: &str,
@@ -423,86 +421,71 @@ async fn publish(
     ecr: &EnvoyConfigRevision,
 ) -> Outcome {
     let node_id = &ecr.spec.node_id;
+    let all = ctx.revisions_in(namespace);
+    let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
+    let ordered = siblings(valid, owner_uid);
+    let revisions = plan::engine(node_id, &ordered);
+    let served = plan::served(&ordered, ecr);
     let source = StoreSource {
         namespace,
         secrets: &ctx.secrets,
         slices: &ctx.slices,
     };
-    let snapshot = match build_snapshot(ecr, &source) {
-        Ok(snapshot) => snapshot,
-        Err(outcome) => return outcome,
-    };
-    let versions = snapshot.versions();
-    if let Some(taint) = nack_verdict(
-        node_id,
-        &ecr.spec.version,
-        &versions,
+    let decision = publisher::decide(
+        &revisions,
+        served.as_deref(),
+        |rev| publisher::resolution(&rev.spec, &source),
         &ctx.xds.stats,
         ctx.nack_threshold,
-    ) {
+    );
+    let version = &ecr.spec.version;
+    if let Some(taint) = decision.taints.into_iter().find(|t| t.version == *version) {
         return Outcome::Tainted {
-            reason: "RejectedByEnvoy",
+            reason: taint.cause.as_str(),
             message: taint.reason,
         };
     }
+    if let Some(w) = decision.waiting.filter(|w| w.version == *version) {
+        return Outcome::OutOfSync {
+            reason: "DependenciesNotReady",
+            message: w.reason,
+        };
+    }
+    let Some(p) = decision.publish.filter(|p| p.version == *version) else {
+        return Outcome::NotElected;
+    };
     let _guard = ctx.publish_lock.lock().await;
     if ctx.elected_name(namespace, owner_uid).as_deref() != ecr.metadata.name.as_deref() {
         return Outcome::NotElected;
     }
-    set_snapshot(&ctx.xds, node_id, snapshot, &ecr.name_any());
+    let versions = p.snapshot.versions();
+    set_snapshot(
+        &ctx.xds,
+        node_id,
+        p.snapshot,
+        p.reset_nacks,
+        &ecr.name_any(),
+    );
     Outcome::Published { versions }
 }
 
-/// Stores `snapshot` for the node. Types whose version changes start with fresh NACK
-/// counts (a version published again, e.g. after its tainted revision was deleted, is
-/// judged on new NACKs only).
-fn set_snapshot(xds: &crate::Context, node_id: &str, snapshot: Snapshot, revision: &str) {
-    let changed = match xds.cache.get(node_id) {
-        Some(previous) => snapshot.changed_types(&previous),
-        None => marin3r_envoyconfig::ResourceType::ALL.to_vec(),
-    };
-    let versions = snapshot.versions();
-    if xds.cache.set(node_id, snapshot) {
-        for t in changed {
-            if let Some(v) = versions.get(&t) {
-                xds.stats.reset_version(node_id, t, v);
-            }
+/// Stores `snapshot` for the node; with `reset_nacks` (the revision becomes the served
+/// one) the NACK counts of every version it provides start afresh.
+fn set_snapshot(
+    xds: &crate::Context,
+    node_id: &str,
+    snapshot: Snapshot,
+    reset_nacks: bool,
+    revision: &str,
+) {
+    if reset_nacks {
+        for (t, v) in snapshot.versions() {
+            xds.stats.reset_version(node_id, t, &v);
         }
+    }
+    if xds.cache.set(node_id, snapshot) {
         tracing::info!(node_id, revision, "published snapshot");
     }
-}
-
-/// The snapshot of a revision, or the outcome explaining why there is none.
-fn build_snapshot(
-    ecr: &EnvoyConfigRevision,
-    source: &dyn marin3r_envoyconfig::envoyconfig::SecretSource,
-) -> Result<Snapshot, Outcome> {
-    let resources = resolve(&ecr.spec.config_spec(), source).map_err(|errors| {
-        let mut message: Vec<String> = errors
-            .iter()
-            .take(MAX_QUOTED_ERRORS)
-            .map(ToString::to_string)
-            .collect();
-        if errors.len() > MAX_QUOTED_ERRORS {
-            message.push(format!("and {} more", errors.len() - MAX_QUOTED_ERRORS));
-        }
-        let message = message.join("; ");
-        if errors.iter().any(is_config_error) {
-            Outcome::Tainted {
-                reason: "ResourcesFailedToDecode",
-                message,
-            }
-        } else {
-            Outcome::OutOfSync {
-                reason: "DependenciesNotReady",
-                message,
-            }
-        }
-    })?;
-    Snapshot::new(crate::local::with_default_runtime(resources)).map_err(|e| Outcome::Tainted {
-        reason: "ResourcesFailedToDecode",
-        message: e.to_string(),
-    })
 }
 
 /// Loads the elected, already published revisions into the cache without writing
@@ -532,12 +515,26 @@ pub fn warm_start(ctx: &Shared) -> usize {
             secrets: &ctx.secrets,
             slices: &ctx.slices,
         };
-        match build_snapshot(ecr, &source) {
-            Ok(snapshot) => {
-                set_snapshot(&ctx.xds, &ecr.spec.node_id, snapshot, &ecr.name_any());
+        match publisher::resolution(&ecr.spec.config_spec(), &source) {
+            publisher::Resolution::Ready(snapshot) => {
+                set_snapshot(
+                    &ctx.xds,
+                    &ecr.spec.node_id,
+                    *snapshot,
+                    false,
+                    &ecr.name_any(),
+                );
                 loaded += 1;
             }
-            Err(outcome) => log_outcome(&namespace, &ecr.name_any(), &ecr.spec.node_id, &outcome),
+            publisher::Resolution::Invalid(message) | publisher::Resolution::Waiting(message) => {
+                tracing::warn!(
+                    namespace,
+                    revision = ecr.name_any(),
+                    node_id = ecr.spec.node_id,
+                    message,
+                    "cannot load the published revision at start"
+                );
+            }
         }
     }
     loaded

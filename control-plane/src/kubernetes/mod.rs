@@ -495,7 +495,7 @@ pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
                 return None;
             }
             let versions = status.provides_versions.as_ref()?.to_versions();
-            plan::nack_verdict(
+            crate::publisher::nack_verdict(
                 &r.spec.node_id,
                 &r.spec.version,
                 &versions,

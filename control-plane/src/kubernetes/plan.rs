@@ -19,11 +19,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::{Expression, Selector, SelectorExt as _};
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::revisions::{NackView, Revision, Revisions, Taint};
+use crate::revisions::{Revision, Revisions};
 use marin3r_envoyconfig::config_version;
-use marin3r_envoyconfig::decode::DecodeError;
 use marin3r_envoyconfig::envoyconfig::{
-    CacheState, ConfigRevisionRef, EnvoyApi, EnvoyConfig, EnvoyConfigStatus,
+    ConfigRevisionRef, EnvoyApi, EnvoyConfig, EnvoyConfigStatus,
 };
 use marin3r_envoyconfig::envoyconfigrevision::{
     APPLIED_AT_ANNOTATION, CONFIG_VERSION_LABEL, ENVOY_API_LABEL, EnvoyConfigRevision,
@@ -32,11 +31,7 @@ use marin3r_envoyconfig::envoyconfigrevision::{
 };
 use marin3r_envoyconfig::resource::{ResourceType, fnv1a64};
 
-/// EnvoyConfig condition: the served config is not the desired one (rollback, or the
-/// published revision could not be loaded yet).
-pub const CACHE_OUT_OF_SYNC: &str = "CacheOutOfSync";
-/// EnvoyConfig condition: every revision is tainted; the last good snapshot is served.
-pub const ROLLBACK_FAILED: &str = "RollbackFailed";
+pub use crate::status::{CACHE_OUT_OF_SYNC, ROLLBACK_FAILED};
 
 /// Why a plan could not be made (the object is logged and skipped).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -223,13 +218,33 @@ fn tainted_reason(status: &EnvoyConfigRevisionStatus) -> String {
 }
 
 /// Which of the ordered revisions of one EnvoyConfig must be served: the topmost
-/// untainted one (by name).
+/// untainted one ([`Revisions::published`], the one rule of both modes).
 pub fn elected<'a>(ordered: &[&'a EnvoyConfigRevision]) -> Option<&'a EnvoyConfigRevision> {
+    let node_id = ordered
+        .first()
+        .map(|e| e.spec.node_id.as_str())
+        .unwrap_or_default();
+    let revisions = engine(node_id, ordered);
+    let version = &revisions.published()?.version;
     ordered
         .iter()
         .rev()
-        .find(|e| !e.status.as_ref().is_some_and(|s| s.is_tainted()))
+        .find(|e| e.spec.version == *version)
         .copied()
+}
+
+/// The version whose snapshot the cache holds for the node of `ecr`, as far as the
+/// statuses tell: `ecr`'s own when it is published, else the newest published sibling.
+pub fn served(ordered: &[&EnvoyConfigRevision], ecr: &EnvoyConfigRevision) -> Option<String> {
+    let published = |e: &EnvoyConfigRevision| e.status.as_ref().is_some_and(|s| s.is_published());
+    if published(ecr) {
+        return Some(ecr.spec.version.clone());
+    }
+    ordered
+        .iter()
+        .rev()
+        .find(|e| published(e))
+        .map(|e| e.spec.version.clone())
 }
 
 /// What the EnvoyConfig controller must do for one EnvoyConfig.
@@ -413,73 +428,31 @@ pub fn plan_envoyconfig<'a>(
 
     let previous = ec.status.clone().unwrap_or_default();
     let state = revisions.cache_state();
-    let published = revisions.published();
-    let published_ecr =
-        published.and_then(|p| current.iter().find(|e| e.spec.version == p.version));
-    let generation = ec.metadata.generation;
-    let mut conditions = previous.conditions.clone();
-    let (out_of_sync, reason, message) = match state {
-        Some(CacheState::Rollback) => (
-            true,
-            "Rollback",
-            format!(
-                "the desired version {desired} is tainted; serving version {}",
-                published.map(|p| p.version.as_str()).unwrap_or_default()
-            ),
-        ),
-        Some(CacheState::RollbackFailed) => (
-            true,
-            "RollbackFailed",
-            "every revision is tainted; the last good config keeps being served".to_string(),
-        ),
-        _ => match published_ecr.and_then(|e| e.status.as_ref()) {
-            Some(s)
-                if s.condition(RESOURCES_IN_SYNC)
-                    .is_some_and(|c| c.status == "False") =>
-            {
-                (
-                    true,
-                    "ResourcesOutOfSync",
-                    s.condition(RESOURCES_IN_SYNC)
-                        .map(|c| c.message.clone())
-                        .unwrap_or_default(),
-                )
-            }
-            Some(s) if s.is_published() => (false, "InSync", String::new()),
-            _ => (
-                true,
-                "PublishPending",
-                format!("revision {desired_name} is being published"),
-            ),
-        },
-    };
-    set_condition(
-        &mut conditions,
-        CACHE_OUT_OF_SYNC,
-        out_of_sync,
-        reason,
-        message,
-        generation,
-        now,
+    // What is served, and whether the elected revision waits, as the revision statuses
+    // tell (the revision controller writes them).
+    let served = current
+        .iter()
+        .rev()
+        .find(|e| e.status.as_ref().is_some_and(|s| s.is_published()))
+        .map(|e| e.spec.version.clone());
+    let waiting = revisions
+        .published()
+        .and_then(|p| current.iter().find(|e| e.spec.version == p.version))
+        .and_then(|e| e.status.as_ref())
+        .and_then(|s| s.condition(RESOURCES_IN_SYNC))
+        .filter(|c| c.status == "False")
+        .map(|c| c.message.clone());
+    let mut conditions = crate::status::conditions(
+        state,
+        Some(desired.as_str()),
+        served.as_deref(),
+        waiting.as_deref(),
+        &previous.conditions,
+        SystemTime::from(now),
     );
-    let failed = state == Some(CacheState::RollbackFailed);
-    set_condition(
-        &mut conditions,
-        ROLLBACK_FAILED,
-        failed,
-        if failed {
-            "AllRevisionsTainted"
-        } else {
-            "RevisionAvailable"
-        },
-        if failed {
-            "every revision is tainted: fix the config, or delete a tainted revision to retry it"
-        } else {
-            ""
-        },
-        generation,
-        now,
-    );
+    for c in &mut conditions {
+        c.observed_generation = ec.metadata.generation;
+    }
     let revision_refs = revisions
         .revisions
         .iter()
@@ -495,9 +468,7 @@ pub fn plan_envoyconfig<'a>(
         .collect();
     plan.status = Some(EnvoyConfigStatus {
         cache_state: state,
-        published_version: published
-            .map(|p| p.version.clone())
-            .or(previous.published_version),
+        published_version: served.or(previous.published_version),
         desired_version: Some(desired),
         conditions,
         revisions: revision_refs,
@@ -629,51 +600,6 @@ pub fn plan_revision_status(
     s
 }
 
-/// Whether a resolve error is the config's own fault (taint: retrying cannot help)
-/// rather than a Secret or EndpointSlice that is missing or not ready yet (wait: it may
-/// appear, e.g. cert-manager issuing the certificate after the EnvoyConfig is applied).
-pub fn is_config_error(e: &DecodeError) -> bool {
-    match e {
-        DecodeError::MissingSecret { .. }
-        | DecodeError::MissingSecretKey { .. }
-        | DecodeError::SecretType { .. }
-        | DecodeError::NeedsKubernetes { .. }
-        | DecodeError::Registry(_) => false,
-        DecodeError::Invalid { at, .. } => !at.path.contains("generateFromEndpointSlices"),
-        _ => true,
-    }
-}
-
-/// The NACK verdict for a revision served with `versions`: tainted when every pod of the
-/// node rejected one of them at least `threshold` times.
-pub fn nack_verdict(
-    node_id: &str,
-    version: &str,
-    versions: &BTreeMap<ResourceType, String>,
-    stats: &dyn NackView,
-    threshold: u64,
-) -> Option<Taint> {
-    let mut revisions = Revisions::new(node_id);
-    revisions.revisions.push(Revision {
-        version: version.to_string(),
-        spec: marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec {
-            node_id: node_id.to_string(),
-            envoy_api: None,
-            serialization: None,
-            resources: None,
-            envoy_resources: None,
-        },
-        created_at: SystemTime::UNIX_EPOCH,
-        last_published_at: None,
-        tainted: None,
-        provides_versions: versions
-            .iter()
-            .map(|(t, v)| (t.as_str().to_string(), v.clone()))
-            .collect(),
-    });
-    revisions.evaluate(stats, threshold)
-}
-
 /// Names of the Secrets a revision reads.
 pub fn referenced_secrets(spec: &EnvoyConfigRevisionSpec) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
@@ -736,8 +662,8 @@ pub fn equality_selector(key: &str, value: &str) -> String {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use marin3r_envoyconfig::envoyconfig::CacheState;
     use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
-    use std::collections::BTreeSet;
 
     fn ts(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()
@@ -854,7 +780,10 @@ mod tests {
         let status = plan.status.unwrap();
         assert_eq!(status.cache_state, Some(CacheState::InSync));
         assert_eq!(status.desired_version.as_deref(), Some(version.as_str()));
-        assert_eq!(status.published_version.as_deref(), Some(version.as_str()));
+        assert_eq!(
+            status.published_version, None,
+            "publishedVersion is what is served: nothing yet"
+        );
         assert_eq!(status.revisions.len(), 1);
         assert_eq!(
             condition(&status, CACHE_OUT_OF_SYNC).reason,
@@ -865,7 +794,8 @@ mod tests {
     }
 
     /// (case, existing revisions as (port, applied-at, status), desired port) →
-    /// (created?, touched port, deleted ports, state, published port, CacheOutOfSync)
+    /// (created?, touched port, deleted ports, state, served port (the revision whose
+    /// status says published; 0: none), CacheOutOfSync)
     #[test]
     fn envoyconfig_plans() {
         type Row = (
@@ -899,7 +829,7 @@ mod tests {
                 None,
                 vec![],
                 CacheState::InSync,
-                2,
+                1,
                 true,
             ),
             (
@@ -932,7 +862,7 @@ mod tests {
                 Some(1),
                 vec![],
                 CacheState::InSync,
-                1,
+                2,
                 true,
             ),
             (
@@ -1222,61 +1152,6 @@ mod tests {
             let again = plan_revision_status(&s, Some(1), &outcome, ts(60));
             assert_eq!(again, s, "{case}: idempotent");
         }
-    }
-
-    #[test]
-    fn config_errors_taint_missing_objects_wait() {
-        let bad: EnvoyConfigSpec = serde_json::from_value(serde_json::json!({
-            "nodeID": "n",
-            "resources": [
-                {"type": "listener", "value": {"name": "l", "bogus": 1}},
-                {"type": "secret", "generateFromTlsSecret": "missing"},
-                {"type": "endpoint", "generateFromEndpointSlices": {"clusterName": "c", "targetPort": "http", "selector": {}}}
-            ]
-        }))
-        .unwrap();
-        struct NoPorts;
-        impl marin3r_envoyconfig::envoyconfig::SecretSource for NoPorts {
-            fn get(&self, _: &str) -> Option<marin3r_envoyconfig::envoyconfig::SecretData> {
-                None
-            }
-            fn endpoint_slices(
-                &self,
-                _: Option<&LabelSelector>,
-            ) -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointSlice>> {
-                Some(vec![k8s_openapi::api::discovery::v1::EndpointSlice {
-                    address_type: "IPv4".into(),
-                    ..Default::default()
-                }])
-            }
-        }
-        let errors = marin3r_envoyconfig::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();
-        let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
-        assert_eq!(verdicts, [true, false, false], "{errors:?}");
-    }
-
-    #[test]
-    fn nack_verdict_uses_the_engine() {
-        struct Rejected(BTreeSet<String>);
-        impl NackView for Rejected {
-            fn rejected_by_all_pods(&self, _: &str, _: ResourceType, v: &str, _: u64) -> bool {
-                self.0.contains(v)
-            }
-        }
-        let versions = BTreeMap::from([(ResourceType::Listener, "L2".to_string())]);
-        assert_eq!(
-            nack_verdict("n", "v2", &versions, &Rejected(BTreeSet::new()), 5),
-            None
-        );
-        let taint = nack_verdict(
-            "n",
-            "v2",
-            &versions,
-            &Rejected(BTreeSet::from(["L2".into()])),
-            5,
-        )
-        .unwrap();
-        assert_eq!(taint.version, "v2");
     }
 
     #[test]

@@ -1,0 +1,669 @@
+//! The one publisher (SPEC §4): what to serve for one EnvoyConfig, which revisions to
+//! taint, when to wait and whose NACK counts start afresh — every self-healing rule in
+//! one pure function, [`decide`], that both sources apply: local mode
+//! ([`crate::local`]) and the Kubernetes controllers ([`crate::kubernetes`]).
+//!
+//! Inputs: the revisions (oldest → newest, with their taints), the version whose snapshot
+//! the cache holds for the node, a way to resolve a revision's spec
+//! ([`Resolution`]), and the NACK statistics ([`NackView`]). Outputs ([`Decision`]):
+//!
+//! - **NACK verdict**: the served revision, when it is the published one (topmost
+//!   untainted), is tainted once every subscribed Envoy of the node rejected one of the
+//!   versions it provides at least `threshold` times; the reason quotes Envoy's own
+//!   message. Partial rejection never taints.
+//! - **Candidate**: the topmost untainted revision is resolved. Resources that do not
+//!   decode (the config's own fault) taint it, and the next one is tried. A Secret or
+//!   EndpointSlice that is missing or unusable is **not** a taint: the revision **waits**
+//!   (reason naming what is missing), nothing else is published meanwhile, the cache keeps
+//!   what it serves, and it is published as soon as the dependency is there.
+//! - **Publish**: a revision that becomes the served one (first publication, rollback,
+//!   retry after its tainted twin was deleted) starts from fresh NACK counts for every
+//!   version it provides; re-publishing the served revision (a Secret rotated) keeps them.
+//! - Nothing untainted left: nothing is published; the cache keeps the last good
+//!   snapshot (`RollbackFailed`).
+
+use std::collections::BTreeMap;
+
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretSource, resolve};
+use marin3r_envoyconfig::{DecodeError, Resource, ResourceType};
+use marin3r_xds::{SharedStats, Snapshot};
+
+use crate::revisions::{Revision, Revisions, Taint, TaintCause};
+
+/// The RTDS layer every injected Envoy asks for (`init-manager --rtds-resource-name`).
+pub const DEFAULT_RTDS_LAYER: &str = "runtime";
+/// Resolve errors quoted in a taint or wait reason (the rest are counted).
+const MAX_QUOTED_ERRORS: usize = 10;
+/// Characters of Envoy's NACK message quoted in a taint reason.
+const MAX_NACK_MESSAGE: usize = 500;
+
+/// What the NACK statistics tell the publisher.
+pub trait NackView {
+    /// True when every pod currently subscribed for `node_id` NACKed `version` of `t` at
+    /// least `threshold` times (false when no pod is subscribed).
+    fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool;
+
+    /// The error message of one of those NACKs, if any.
+    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
+        let _ = (node_id, t, version);
+        None
+    }
+}
+
+impl NackView for SharedStats {
+    fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool {
+        SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
+    }
+
+    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
+        self.counts(node_id, t, version)
+            .into_values()
+            .find_map(|c| c.last_nack_message)
+    }
+}
+
+impl NackView for marin3r_xds::AckNackStats {
+    fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+    ) -> bool {
+        marin3r_xds::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
+    }
+
+    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
+        self.counts(node_id, t, version)
+            .into_values()
+            .find_map(|c| c.last_nack_message)
+    }
+}
+
+/// A revision's spec resolved against the Secrets (and EndpointSlices) it reads.
+#[derive(Debug)]
+pub enum Resolution {
+    /// The snapshot to serve (with the default runtime layer; boxed, it is large).
+    Ready(Box<Snapshot>),
+    /// The resources do not decode: the config's own fault, retrying cannot help (taint).
+    Invalid(String),
+    /// A Secret or EndpointSlice it needs is missing or not usable yet (wait).
+    Waiting(String),
+}
+
+/// Whether a resolve error is the config's own fault (taint: retrying cannot help)
+/// rather than a Secret or EndpointSlice that is missing or not ready yet (wait: it may
+/// appear, e.g. cert-manager issuing the certificate after the EnvoyConfig is applied).
+pub fn is_config_error(e: &DecodeError) -> bool {
+    match e {
+        DecodeError::MissingSecret { .. }
+        | DecodeError::MissingSecretKey { .. }
+        | DecodeError::SecretType { .. }
+        | DecodeError::NeedsKubernetes { .. }
+        | DecodeError::Registry(_) => false,
+        DecodeError::Invalid { at, .. } => !at.path.contains("generateFromEndpointSlices"),
+        _ => true,
+    }
+}
+
+/// Adds an empty runtime layer named [`DEFAULT_RTDS_LAYER`] unless the config has one:
+/// Envoy's RTDS init target waits for that named resource (15 s `initial_fetch_timeout`)
+/// before it even asks for clusters and listeners.
+pub fn with_default_runtime(mut resources: Vec<Resource>) -> Vec<Resource> {
+    let has_layer = resources
+        .iter()
+        .any(|r| r.kind == ResourceType::Runtime && r.name == DEFAULT_RTDS_LAYER);
+    if !has_layer {
+        let empty = serde_json::json!({"name": DEFAULT_RTDS_LAYER, "layer": {}});
+        match marin3r_envoyconfig::decode_resource(ResourceType::Runtime, &empty) {
+            Ok(r) => resources.push(r),
+            Err(e) => tracing::error!(error = %e, "cannot build the default runtime layer"),
+        }
+    }
+    resources
+}
+
+/// Resolves `spec` with `secrets` into what to serve, or the reason it cannot be served:
+/// [`Resolution::Invalid`] when any error is the config's own ([`is_config_error`]),
+/// else [`Resolution::Waiting`]. At most [`MAX_QUOTED_ERRORS`] errors are quoted.
+pub fn resolution(spec: &EnvoyConfigSpec, secrets: &dyn SecretSource) -> Resolution {
+    match resolve(spec, secrets) {
+        Ok(resources) => match Snapshot::new(with_default_runtime(resources)) {
+            Ok(snapshot) => Resolution::Ready(Box::new(snapshot)),
+            Err(e) => Resolution::Invalid(e.to_string()),
+        },
+        Err(errors) => {
+            let mut quoted: Vec<String> = errors
+                .iter()
+                .take(MAX_QUOTED_ERRORS)
+                .map(ToString::to_string)
+                .collect();
+            if errors.len() > MAX_QUOTED_ERRORS {
+                quoted.push(format!("and {} more", errors.len() - MAX_QUOTED_ERRORS));
+            }
+            let text = quoted.join("; ");
+            if errors.iter().any(is_config_error) {
+                Resolution::Invalid(text)
+            } else {
+                Resolution::Waiting(text)
+            }
+        }
+    }
+}
+
+/// The taint reason of a revision whose resources do not decode.
+pub fn invalid_reason(errors: &str) -> String {
+    format!("resources do not decode: {errors}")
+}
+
+/// The NACK verdict for a revision that provides `versions` to `node_id`: a taint when
+/// every subscribed pod rejected one of them at least `threshold` times, with Envoy's
+/// message (truncated) in the reason.
+pub fn nack_verdict(
+    node_id: &str,
+    revision: &str,
+    versions: &BTreeMap<ResourceType, String>,
+    nacks: &dyn NackView,
+    threshold: u64,
+) -> Option<Taint> {
+    versions.iter().find_map(|(t, version)| {
+        if !nacks.rejected_by_all_pods(node_id, *t, version, threshold) {
+            return None;
+        }
+        let mut reason = format!(
+            "every Envoy of node {node_id} rejected {t} version {version} at least {threshold} times"
+        );
+        if let Some(message) = nacks.nack_message(node_id, *t, version) {
+            let message: String = message.chars().take(MAX_NACK_MESSAGE).collect();
+            reason.push_str(&format!("; Envoy: {message}"));
+        }
+        Some(Taint {
+            version: revision.to_string(),
+            reason,
+            cause: TaintCause::RejectedByEnvoy,
+        })
+    })
+}
+
+/// The per-type versions a revision provides (`providesVersions`), typed.
+pub fn provided_versions(revision: &Revision) -> BTreeMap<ResourceType, String> {
+    revision
+        .provides_versions
+        .iter()
+        .filter_map(|(t, v)| Some((t.parse().ok()?, v.clone())))
+        .collect()
+}
+
+/// The revision to serve and its snapshot.
+#[derive(Debug)]
+pub struct Publish {
+    pub version: String,
+    pub snapshot: Snapshot,
+    /// It becomes the served revision (or was never published since it was created): the
+    /// NACK counts of every version it provides start afresh, so old NACKs (of a deleted
+    /// twin, of an earlier push of the same content) do not judge it.
+    pub reset_nacks: bool,
+}
+
+/// A revision that cannot be served yet: it is kept, untainted, and retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub version: String,
+    /// What it waits for (the resolve errors, naming the Secret).
+    pub reason: String,
+}
+
+/// What [`decide`] decided for one EnvoyConfig.
+#[derive(Debug, Default)]
+pub struct Decision {
+    /// Revisions to taint, in order (rejected by every Envoy, or not decodable).
+    pub taints: Vec<Taint>,
+    /// What to serve; `None`: the cache keeps what it has (waiting, or nothing untainted).
+    pub publish: Option<Publish>,
+    /// The elected revision waits for a Secret or EndpointSlice.
+    pub waiting: Option<Waiting>,
+}
+
+/// Decides what to serve for one EnvoyConfig (see the module docs). `served` is the
+/// version whose snapshot the cache holds for its node; `resolve` is called for the
+/// candidates only, topmost first.
+pub fn decide(
+    revisions: &Revisions,
+    served: Option<&str>,
+    mut resolve: impl FnMut(&Revision) -> Resolution,
+    nacks: &dyn NackView,
+    threshold: u64,
+) -> Decision {
+    let mut decision = Decision::default();
+    let tainted = |d: &Decision, r: &Revision| {
+        r.tainted.is_some() || d.taints.iter().any(|t| t.version == r.version)
+    };
+    if let Some(published) = revisions.published()
+        && served == Some(published.version.as_str())
+        && let Some(taint) = nack_verdict(
+            &revisions.node_id,
+            &published.version,
+            &provided_versions(published),
+            nacks,
+            threshold,
+        )
+    {
+        decision.taints.push(taint);
+    }
+    for candidate in revisions.revisions.iter().rev() {
+        if tainted(&decision, candidate) {
+            continue;
+        }
+        match resolve(candidate) {
+            Resolution::Ready(snapshot) => {
+                decision.publish = Some(Publish {
+                    version: candidate.version.clone(),
+                    snapshot: *snapshot,
+                    reset_nacks: candidate.last_published_at.is_none()
+                        || served != Some(candidate.version.as_str()),
+                });
+                break;
+            }
+            Resolution::Waiting(reason) => {
+                decision.waiting = Some(Waiting {
+                    version: candidate.version.clone(),
+                    reason,
+                });
+                break;
+            }
+            Resolution::Invalid(errors) => decision.taints.push(Taint {
+                version: candidate.version.clone(),
+                reason: invalid_reason(&errors),
+                cause: TaintCause::ResourcesFailedToDecode,
+            }),
+        }
+    }
+    decision
+}
+
+/// Which EnvoyConfig serves each node id when several name the same one: the first by
+/// `(namespace, name)`. The others are reported and serve nothing.
+pub fn node_owners<'a, K: Ord + Clone + 'a>(
+    configs: impl IntoIterator<Item = (&'a K, &'a str)>,
+) -> BTreeMap<String, K> {
+    let mut owners: BTreeMap<String, K> = BTreeMap::new();
+    for (key, node_id) in configs {
+        match owners.get_mut(node_id) {
+            Some(owner) if *owner <= *key => {}
+            Some(owner) => *owner = key.clone(),
+            None => {
+                owners.insert(node_id.to_string(), key.clone());
+            }
+        }
+    }
+    owners
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use marin3r_envoyconfig::envoyconfig::CacheState;
+    use std::collections::BTreeSet;
+    use std::time::{Duration, SystemTime};
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn spec(port: u64) -> EnvoyConfigSpec {
+        serde_json::from_value(serde_json::json!({
+            "nodeID": "kuard",
+            "resources": [{"type": "cluster", "value": {"name": format!("c{port}"), "connect_timeout": "1s"}}]
+        }))
+        .unwrap()
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot::new(Vec::new()).unwrap()
+    }
+
+    /// Rejected (type, version)s, and the message of their NACKs.
+    struct Nacks(BTreeSet<(ResourceType, String)>);
+    impl NackView for Nacks {
+        fn rejected_by_all_pods(&self, _: &str, t: ResourceType, v: &str, _: u64) -> bool {
+            self.0.contains(&(t, v.to_string()))
+        }
+        fn nack_message(&self, _: &str, _: ResourceType, _: &str) -> Option<String> {
+            Some("unknown cluster 'nope'".into())
+        }
+    }
+
+    fn none() -> Nacks {
+        Nacks(BTreeSet::new())
+    }
+
+    #[test]
+    fn publishes_the_topmost_untainted_revision_with_fresh_nacks_once() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        let d = decide(
+            &r,
+            None,
+            |_| Resolution::Ready(Box::new(snapshot())),
+            &none(),
+            5,
+        );
+        let p = d.publish.unwrap();
+        assert_eq!((p.version.as_str(), p.reset_nacks), (v1.as_str(), true));
+        assert!(d.taints.is_empty() && d.waiting.is_none());
+
+        r.mark_published(&v1, BTreeMap::new(), t(2));
+        let d = decide(
+            &r,
+            Some(&v1),
+            |_| Resolution::Ready(Box::new(snapshot())),
+            &none(),
+            5,
+        );
+        assert!(
+            !d.publish.unwrap().reset_nacks,
+            "a re-publish keeps the counts"
+        );
+    }
+
+    #[test]
+    fn an_invalid_revision_is_tainted_and_the_next_one_published() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        r.mark_published(&v1, BTreeMap::new(), t(1));
+        let v2 = r.apply(&spec(2), t(2));
+        let d = decide(
+            &r,
+            Some(&v1),
+            |rev| {
+                if rev.version == v2 {
+                    Resolution::Invalid("bad field".into())
+                } else {
+                    Resolution::Ready(Box::new(snapshot()))
+                }
+            },
+            &none(),
+            5,
+        );
+        assert_eq!(d.taints.len(), 1);
+        assert_eq!(d.taints[0].version, v2);
+        assert_eq!(d.taints[0].reason, "resources do not decode: bad field");
+        let p = d.publish.unwrap();
+        assert_eq!((p.version.as_str(), p.reset_nacks), (v1.as_str(), false));
+    }
+
+    #[test]
+    fn a_missing_secret_waits_and_keeps_what_is_served() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        r.mark_published(&v1, BTreeMap::new(), t(1));
+        let v2 = r.apply(&spec(2), t(2));
+        let mut resolved = Vec::new();
+        let d = decide(
+            &r,
+            Some(&v1),
+            |rev| {
+                resolved.push(rev.version.clone());
+                Resolution::Waiting("secret \"cert\" not found".into())
+            },
+            &none(),
+            5,
+        );
+        assert!(d.taints.is_empty(), "a wait is never a taint");
+        assert!(d.publish.is_none(), "no rollback while waiting");
+        assert_eq!(
+            d.waiting,
+            Some(Waiting {
+                version: v2.clone(),
+                reason: "secret \"cert\" not found".into()
+            })
+        );
+        assert_eq!(resolved, [v2], "older revisions are not tried");
+    }
+
+    #[test]
+    fn the_served_revision_rejected_by_every_envoy_is_tainted_with_envoys_message() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        r.mark_published(
+            &v1,
+            BTreeMap::from([(ResourceType::Cluster, "C1".to_string())]),
+            t(1),
+        );
+        let v2 = r.apply(&spec(2), t(2));
+        r.mark_published(
+            &v2,
+            BTreeMap::from([(ResourceType::Cluster, "C2".to_string())]),
+            t(2),
+        );
+        let rejected = Nacks(BTreeSet::from([(ResourceType::Cluster, "C2".to_string())]));
+        let d = decide(
+            &r,
+            Some(&v2),
+            |_| Resolution::Ready(Box::new(snapshot())),
+            &rejected,
+            3,
+        );
+        assert_eq!(d.taints.len(), 1);
+        assert_eq!(d.taints[0].version, v2);
+        assert_eq!(
+            d.taints[0].reason,
+            "every Envoy of node kuard rejected cluster version C2 at least 3 times; Envoy: unknown cluster 'nope'"
+        );
+        let p = d.publish.unwrap();
+        assert_eq!(
+            (p.version.as_str(), p.reset_nacks),
+            (v1.as_str(), true),
+            "rollback"
+        );
+
+        // Not judged while it is not what the cache serves.
+        let d = decide(
+            &r,
+            Some(&v1),
+            |_| Resolution::Ready(Box::new(snapshot())),
+            &rejected,
+            3,
+        );
+        assert!(d.taints.is_empty());
+    }
+
+    #[test]
+    fn nothing_untainted_publishes_nothing() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec(1), t(1));
+        r.taint(&v1, "bad");
+        let d = decide(
+            &r,
+            Some(&v1),
+            |_| Resolution::Ready(Box::new(snapshot())),
+            &none(),
+            5,
+        );
+        assert!(d.publish.is_none() && d.waiting.is_none() && d.taints.is_empty());
+    }
+
+    #[test]
+    fn resolve_errors_are_classified_taint_or_wait() {
+        let tls = serde_json::from_value::<EnvoyConfigSpec>(serde_json::json!({
+            "nodeID": "kuard",
+            "resources": [{"type": "secret", "generateFromTlsSecret": "cert", "blueprint": "tlsCertificate"}]
+        }))
+        .unwrap();
+        let secrets = marin3r_envoyconfig::envoyconfig::NoSecrets;
+        let Resolution::Waiting(reason) = resolution(&tls, &secrets) else {
+            panic!("a missing Secret is a wait");
+        };
+        assert!(reason.contains("cert"), "{reason}");
+        let broken = serde_json::from_value::<EnvoyConfigSpec>(serde_json::json!({
+            "nodeID": "kuard",
+            "resources": [{"type": "cluster", "value": {"name": "x", "bogus_field": 1}}]
+        }))
+        .unwrap();
+        assert!(matches!(
+            resolution(&broken, &secrets),
+            Resolution::Invalid(_)
+        ));
+        let Resolution::Ready(s) = resolution(&spec(1), &secrets) else {
+            panic!("valid");
+        };
+        assert!(
+            s.versions().contains_key(&ResourceType::Runtime),
+            "the default runtime layer is added"
+        );
+    }
+
+    #[test]
+    fn the_first_envoyconfig_by_namespace_and_name_owns_a_node_id() {
+        let a = ("default".to_string(), "a".to_string());
+        let b = ("default".to_string(), "b".to_string());
+        let c = ("other".to_string(), "c".to_string());
+        let owners = node_owners([(&b, "kuard"), (&a, "kuard"), (&c, "other")]);
+        assert_eq!(owners["kuard"], a);
+        assert_eq!(owners["other"], c);
+    }
+
+    fn cluster(name: &str) -> serde_json::Value {
+        serde_json::json!({"type": "cluster", "value": {"name": name, "connect_timeout": "1s"}})
+    }
+
+    fn spec_of(resources: Vec<serde_json::Value>) -> EnvoyConfigSpec {
+        serde_json::from_value(serde_json::json!({"nodeID": "kuard", "resources": resources}))
+            .unwrap()
+    }
+
+    fn resolve_without_secrets(rev: &Revision) -> Resolution {
+        resolution(&rev.spec, &marin3r_envoyconfig::envoyconfig::NoSecrets)
+    }
+
+    /// Applies the taints of a decision, as both sources do.
+    fn apply_taints(r: &mut Revisions, d: &Decision) {
+        for taint in &d.taints {
+            r.taint(&taint.version, taint.reason.clone());
+        }
+    }
+
+    #[test]
+    fn decide_publishes_the_topmost_untainted_revision_that_resolves() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec_of(vec![cluster("a")]), t(1));
+        let v2 = r.apply(
+            &spec_of(vec![
+                serde_json::json!({"type": "cluster", "value": {"name": "x", "bogus_field": 1}}),
+            ]),
+            t(2),
+        );
+        let d = decide(&r, None, resolve_without_secrets, &none(), 5);
+        assert_eq!(d.taints.len(), 1);
+        assert_eq!(d.taints[0].version, v2);
+        assert!(d.taints[0].reason.starts_with("resources do not decode: "));
+        assert!(
+            d.taints[0].reason.contains("bogus_field"),
+            "{}",
+            d.taints[0].reason
+        );
+        apply_taints(&mut r, &d);
+        let p = d.publish.unwrap();
+        assert_eq!(p.version, v1);
+        assert!(p.reset_nacks);
+        assert_eq!(r.cache_state(), Some(CacheState::Rollback));
+
+        // Already served and published before: not newly published.
+        r.mark_published(&v1, p.snapshot.versions(), t(3));
+        let d = decide(&r, Some(&v1), resolve_without_secrets, &none(), 5);
+        assert!(d.taints.is_empty());
+        assert!(!d.publish.unwrap().reset_nacks);
+
+        // Every revision tainted: nothing to publish.
+        r.taint(&v1, "rejected");
+        let d = decide(
+            &r,
+            Some(&v1),
+            |_| unreachable!("tainted revisions are not resolved"),
+            &none(),
+            5,
+        );
+        assert!(d.publish.is_none());
+        assert_eq!(r.cache_state(), Some(CacheState::RollbackFailed));
+    }
+
+    #[test]
+    fn decide_treats_a_recreated_revision_as_newly_published() {
+        let mut r = Revisions::new("kuard");
+        let v1 = r.apply(&spec_of(vec![cluster("a")]), t(1));
+        r.remove(&v1);
+        r.apply(&spec_of(vec![cluster("a")]), t(2));
+        let d = decide(&r, Some(&v1), resolve_without_secrets, &none(), 5);
+        assert!(
+            d.publish.unwrap().reset_nacks,
+            "same version as the served one, but never published since it was re-created"
+        );
+    }
+
+    #[test]
+    fn config_errors_taint_missing_objects_wait() {
+        let bad: EnvoyConfigSpec = serde_json::from_value(serde_json::json!({
+            "nodeID": "n",
+            "resources": [
+                {"type": "listener", "value": {"name": "l", "bogus": 1}},
+                {"type": "secret", "generateFromTlsSecret": "missing"},
+                {"type": "endpoint", "generateFromEndpointSlices": {"clusterName": "c", "targetPort": "http", "selector": {}}}
+            ]
+        }))
+        .unwrap();
+        struct NoPorts;
+        impl marin3r_envoyconfig::envoyconfig::SecretSource for NoPorts {
+            fn get(&self, _: &str) -> Option<marin3r_envoyconfig::envoyconfig::SecretData> {
+                None
+            }
+            fn endpoint_slices(
+                &self,
+                _: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+            ) -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointSlice>> {
+                Some(vec![k8s_openapi::api::discovery::v1::EndpointSlice {
+                    address_type: "IPv4".into(),
+                    ..Default::default()
+                }])
+            }
+        }
+        let errors = marin3r_envoyconfig::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();
+        let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
+        assert_eq!(verdicts, [true, false, false], "{errors:?}");
+    }
+
+    #[test]
+    fn nack_verdict_uses_the_engine() {
+        struct Rejected(BTreeSet<String>);
+        impl NackView for Rejected {
+            fn rejected_by_all_pods(&self, _: &str, _: ResourceType, v: &str, _: u64) -> bool {
+                self.0.contains(v)
+            }
+        }
+        let versions = BTreeMap::from([(ResourceType::Listener, "L2".to_string())]);
+        assert_eq!(
+            nack_verdict("n", "v2", &versions, &Rejected(BTreeSet::new()), 5),
+            None
+        );
+        let taint = nack_verdict(
+            "n",
+            "v2",
+            &versions,
+            &Rejected(BTreeSet::from(["L2".into()])),
+            5,
+        )
+        .unwrap();
+        assert_eq!(taint.version, "v2");
+    }
+}
