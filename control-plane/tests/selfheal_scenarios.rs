@@ -251,12 +251,14 @@ async fn api_server(mut api: ApiServer, objects: Objects) {
                 uid += 1;
                 let obj = created(&got.body, &format!("uid-{kind}-{uid}"));
                 let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-                let key = (kind.to_string(), name);
-                if objects.contains_key(&key) {
-                    (409, status_failure(409, "AlreadyExists", "already exists"))
-                } else {
-                    objects.insert(key, obj.clone());
-                    (201, obj)
+                match objects.entry((kind.to_string(), name)) {
+                    std::collections::btree_map::Entry::Occupied(_) => {
+                        (409, status_failure(409, "AlreadyExists", "already exists"))
+                    }
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(obj.clone());
+                        (201, obj)
+                    }
                 }
             }
             ("PATCH", [kind, name, "status"]) => {
@@ -485,7 +487,8 @@ async fn one_scenario_table_through_both_backends() {
     let c = spec(8082, true, false);
     let broken = spec(8083, false, true);
     // (step, expected cache state, published spec, tainted specs, CacheOutOfSync reason)
-    let table: Vec<(Step, &str, Option<&Value>, Vec<&Value>, &str)> = vec![
+    type Row<'a> = (Step, &'a str, Option<&'a Value>, Vec<&'a Value>, &'a str);
+    let table: Vec<Row<'_>> = vec![
         (Step::PutSecret("cert-1"), "", None, vec![], ""),
         (
             Step::Apply(a.clone()),
