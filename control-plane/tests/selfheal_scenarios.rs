@@ -20,6 +20,7 @@ use kube::runtime::watcher;
 use kube_mock::*;
 use marin3r_control_plane::Context;
 use marin3r_control_plane::kubernetes::{Lenient, reconcile_envoyconfig, reconcile_revision};
+use marin3r_control_plane::local::backend::apply;
 use marin3r_control_plane::local::{Engine, Manifests, Options};
 use marin3r_envoyconfig::config_version;
 use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, parse_envoy_config};
@@ -190,20 +191,24 @@ impl Local {
             Step::Apply(spec) => self.spec = spec.clone(),
             Step::RejectListener => {
                 reject_listener(&self.ctx);
-                self.engine.evaluate(&self.ctx, now);
+                let effects = self.engine.evaluate(&self.ctx.stats, now);
+                apply(&mut self.engine, effects, &self.ctx);
                 return;
             }
             Step::PutSecret(cert) => self.secret = Some(cert),
             Step::DeleteSecret => self.secret = None,
             Step::DeleteRevision(spec) => {
-                self.engine
-                    .remove_revision("default", "kuard", &version(spec), &self.ctx, now)
+                let (_, effects) = self
+                    .engine
+                    .remove_revision("default", "kuard", &version(spec), &self.ctx.stats, now)
                     .unwrap();
+                apply(&mut self.engine, effects, &self.ctx);
                 return;
             }
         }
         let manifests = self.manifests();
-        self.engine.reconcile(&manifests, &self.ctx, now);
+        let effects = self.engine.reconcile(&manifests, &self.ctx.stats, now);
+        apply(&mut self.engine, effects, &self.ctx);
     }
 
     fn observe(&self) -> Observed {

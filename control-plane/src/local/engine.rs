@@ -1,227 +1,44 @@
-//! Local mode (`discovery-service --config-dir DIR`): EnvoyConfig and Secret manifests
-//! from a folder, no cluster needed, with the same self-healing as Kubernetes mode.
-//!
-//! Every `*.yaml`, `*.yml` and `*.json` file directly in the folder is read (multi-document;
-//! hidden files and sub-folders are skipped; symlinks are followed, so a mounted ConfigMap
-//! works). The folder is re-scanned every [`POLL_INTERVAL`]; a file is re-read when its
-//! size, inode or modification time changes (this also catches editors that write a new
-//! file and rename it). A file that does not parse is logged and its last good content
-//! keeps being used; so does an EnvoyConfig document that is not a valid EnvoyConfig.
-//!
-//! Self-healing (SPEC §4) runs through [`Engine`], one [`Revisions`] per EnvoyConfig
-//! (`namespace/name`):
-//! - every folder change applies each EnvoyConfig's spec (a new spec is a new desired
-//!   revision, a known one moves to the top) and publishes the topmost untainted revision
-//!   whose resources resolve with the folder's Secrets ([`decide`]); a revision whose
-//!   resources do not decode is tainted on the way;
-//! - every [`EVALUATE_INTERVAL`] the NACK statistics are checked: when every subscribed
-//!   Envoy of the node rejected a version of the published revision `--nack-threshold`
-//!   times, that revision is tainted and the next untainted one is published (rollback);
-//!   with none left the state is `RollbackFailed` and the cache keeps the last good
-//!   snapshot;
-//! - a Secret change re-publishes the same revision with a new snapshot;
-//! - a revision that becomes the published one (first time or again) has the NACK counts
-//!   of its versions reset, so only fresh NACKs judge it;
-//! - `GET /status` shows the state, `DELETE /status/revisions/{namespace}/{name}/{version}`
-//!   deletes a revision (the current spec's revision is then re-created afresh and tried
-//!   again, as the Kubernetes controller does);
-//! - with `--state-dir` the revisions survive restarts (one JSON file per EnvoyConfig,
-//!   replaced atomically on every change).
-//!
-//! Removing an EnvoyConfig drops its revisions and stops serving its node to new streams;
-//! connected Envoys keep what they have.
+//! Local mode's self-healing engine, sans-I/O: the revisions of every EnvoyConfig of the
+//! folder, brought in line by [`crate::publisher::decide`]. It never touches the snapshot
+//! cache, the NACK statistics or the disk: every method returns the [`Effect`]s for the
+//! shell ([`super::backend`]) to carry out, and reads the NACK statistics through
+//! [`NackView`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::path::PathBuf;
+use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use crate::publisher;
+use super::folder::{DEFAULT_NAMESPACE, Key, Manifests};
+use super::state::{StateFile, StateFileRef};
+use crate::publisher::{self, NackView};
 use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions};
 use crate::status::{EnvoyConfigReport, StatusReport, conditions, envoy_config_report};
-use marin3r_envoyconfig::envoyconfig::{
-    CacheState, EnvoyConfig, EnvoyConfigSpec, parse_envoy_config, parse_secret,
-};
+use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfig, EnvoyConfigSpec};
 use marin3r_envoyconfig::manifest::ManifestSecrets;
+use marin3r_xds::Snapshot;
 
-/// How often the folder is re-scanned. A scan only lists the folder and `stat`s its
-/// manifests (files are re-read only when their fingerprint changes), a few tens of µs
-/// for a typical folder, so it can run often: an edit waits 0–50 ms to be noticed
-/// (200 ms before; that wait was a fifth of the 10,000-stream fan-out budget).
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// How often the NACK statistics are checked for a taint verdict.
-pub const EVALUATE_INTERVAL: Duration = Duration::from_millis(250);
-/// Namespace of an EnvoyConfig manifest without `metadata.namespace`.
-pub const DEFAULT_NAMESPACE: &str = "default";
-
-/// Identity of an EnvoyConfig: `(namespace, name)`.
-pub type Key = (String, String);
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint {
-    len: u64,
-    modified: Option<SystemTime>,
-    inode: u64,
-}
-
-fn fingerprint(m: &std::fs::Metadata) -> Fingerprint {
-    use std::os::unix::fs::MetadataExt as _;
-    Fingerprint {
-        len: m.len(),
-        modified: m.modified().ok(),
-        inode: m.ino(),
-    }
-}
-
+/// What the engine asks its shell to do.
 #[derive(Debug)]
-struct FileState {
-    fingerprint: Fingerprint,
-    /// The documents of the last successful parse.
-    docs: Vec<Value>,
+pub enum Effect {
+    /// Serve `snapshot` to `node_id` (revision `version` of `envoyconfig`); with
+    /// `reset_nacks` first forget the NACK counts of every version it provides.
+    Publish {
+        envoyconfig: String,
+        version: String,
+        node_id: String,
+        snapshot: Box<Snapshot>,
+        reset_nacks: bool,
+    },
+    /// No EnvoyConfig configures `node_id` any more: drop its snapshot (connected Envoys
+    /// keep their config) and its NACK counts.
+    Forget { node_id: String },
+    /// Replace the state file of an EnvoyConfig with `json` (with `--state-dir`).
+    Save { key: Key, json: String },
+    /// Delete the state file of an EnvoyConfig (with `--state-dir`).
+    Unsave { key: Key },
 }
-
-/// The folder's manifests, re-read incrementally.
-#[derive(Debug)]
-pub struct LocalSource {
-    dir: PathBuf,
-    files: BTreeMap<PathBuf, FileState>,
-}
-
-/// Whether the name is one of a manifest (the caller checks that it is a file).
-fn is_manifest_name(path: &Path) -> bool {
-    let hidden = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_none_or(|n| n.starts_with('.'));
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or_default();
-    !hidden && matches!(ext, "yaml" | "yml" | "json")
-}
-
-impl LocalSource {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self {
-            dir: dir.into(),
-            files: BTreeMap::new(),
-        }
-    }
-
-    /// Re-reads what changed; returns whether anything did. Errors only when the folder
-    /// itself cannot be listed.
-    pub fn scan(&mut self) -> std::io::Result<bool> {
-        let mut present = BTreeSet::new();
-        let mut changed = false;
-        for entry in std::fs::read_dir(&self.dir)? {
-            let path = entry?.path();
-            if !is_manifest_name(&path) {
-                continue;
-            }
-            // One `stat` per file and scan (symlinks followed, e.g. a mounted ConfigMap).
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            present.insert(path.clone());
-            let fp = fingerprint(&meta);
-            if self.files.get(&path).is_some_and(|f| f.fingerprint == fp) {
-                continue;
-            }
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| marin3r_envoyconfig::manifest::documents(&text));
-            match parsed {
-                Ok(docs) => {
-                    let docs = docs.into_iter().filter(|d| !d.is_null()).collect();
-                    self.files.insert(
-                        path,
-                        FileState {
-                            fingerprint: fp,
-                            docs,
-                        },
-                    );
-                    changed = true;
-                }
-                Err(e) => {
-                    tracing::error!(file = %path.display(), error = %e, "cannot parse manifest file; keeping its last good content");
-                    match self.files.get_mut(&path) {
-                        Some(f) => f.fingerprint = fp,
-                        None => {
-                            self.files.insert(
-                                path,
-                                FileState {
-                                    fingerprint: fp,
-                                    docs: Vec::new(),
-                                },
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        let before = self.files.len();
-        self.files.retain(|p, _| present.contains(p));
-        Ok(changed || self.files.len() != before)
-    }
-
-    /// Every document of every file, in file-name order.
-    fn documents(&self) -> impl Iterator<Item = (&Path, &Value)> {
-        self.files
-            .iter()
-            .flat_map(|(p, f)| f.docs.iter().map(move |d| (p.as_path(), d)))
-    }
-
-    /// The EnvoyConfigs and Secrets currently defined.
-    pub fn manifests(&self) -> Manifests {
-        let mut out = Manifests::default();
-        for (path, doc) in self.documents() {
-            match doc.get("kind").and_then(Value::as_str) {
-                Some("EnvoyConfig") => match parse_envoy_config(doc) {
-                    Ok(ec) => out.configs.push(ec),
-                    Err(e) => {
-                        out.errors
-                            .push(format!("{}: EnvoyConfig: {e}", path.display()));
-                        if let Some(name) = doc["metadata"]["name"].as_str() {
-                            let namespace = doc["metadata"]["namespace"]
-                                .as_str()
-                                .unwrap_or(DEFAULT_NAMESPACE);
-                            out.invalid_configs
-                                .push((namespace.to_string(), name.to_string()));
-                        }
-                    }
-                },
-                Some("Secret") => match parse_secret(doc) {
-                    Ok(secret) => out.secrets.0.push(secret),
-                    Err(e) => out.errors.push(format!("{}: Secret: {e}", path.display())),
-                },
-                _ => {}
-            }
-        }
-        out
-    }
-}
-
-/// What a folder defines.
-#[derive(Debug, Default)]
-pub struct Manifests {
-    pub configs: Vec<EnvoyConfig>,
-    pub secrets: ManifestSecrets,
-    /// Documents that could not be read (logged; they do not stop the others).
-    pub errors: Vec<String>,
-    /// `(namespace, name)` of `kind: EnvoyConfig` documents that are not valid
-    /// EnvoyConfigs: their last good state is kept rather than treated as deleted.
-    pub invalid_configs: Vec<Key>,
-}
-
-// ---------------------------------------------------------------------------------------
-// The engine: revisions of every EnvoyConfig, fed by the folder and the NACK statistics.
 
 /// Self-healing settings of local mode.
 #[derive(Debug, Clone)]
@@ -283,29 +100,6 @@ impl Tracked {
     }
 }
 
-/// The file format of `--state-dir` (one file per EnvoyConfig).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StateFile {
-    namespace: String,
-    name: String,
-    #[serde(default)]
-    served: Option<String>,
-    #[serde(default)]
-    served_spec: Option<EnvoyConfigSpec>,
-    revisions: Revisions,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct StateFileRef<'a> {
-    namespace: &'a str,
-    name: &'a str,
-    served: Option<&'a str>,
-    served_spec: Option<&'a EnvoyConfigSpec>,
-    revisions: &'a Revisions,
-}
-
 /// Errors of [`Engine::remove_revision`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RemoveError {
@@ -345,42 +139,6 @@ fn source(key: &Key) -> String {
     format!("{}/{}", key.0, key.1)
 }
 
-/// `namespace_name.json`, every byte outside `[A-Za-z0-9.-]` written as `%XX`, so any
-/// name maps to one safe file name and back.
-fn state_file_name(key: &Key) -> String {
-    let encode = |s: &str| {
-        s.bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' {
-                    char::from(b).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect::<String>()
-    };
-    format!("{}_{}.json", encode(&key.0), encode(&key.1))
-}
-
-/// Replaces `path` atomically: a hidden temp file in the same folder (mode 0600: specs
-/// may hold inline key material), synced, renamed.
-fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{}.tmp", name.unwrap_or_default()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)
-}
-
 impl Engine {
     pub fn new(options: Options) -> Self {
         Self {
@@ -398,42 +156,26 @@ impl Engine {
         &self.options
     }
 
-    /// Loads the state dir (creating it): returns how many EnvoyConfigs were found. A
-    /// file that does not parse is logged and ignored.
-    pub fn load_state(&mut self) -> std::io::Result<usize> {
-        let Some(dir) = &self.options.state_dir else {
-            return Ok(0);
-        };
-        std::fs::create_dir_all(dir)?;
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            let visible = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| !n.starts_with('.') && n.ends_with(".json"));
-            if !visible {
-                continue;
-            }
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| serde_json::from_str::<StateFile>(&t).map_err(|e| e.to_string()));
-            match parsed {
-                Ok(state) => {
-                    self.restored
-                        .insert((state.namespace.clone(), state.name.clone()), state);
-                }
-                Err(e) => {
-                    tracing::error!(file = %path.display(), error = %e, "cannot read a state file; ignored")
-                }
-            }
+    /// Takes the state files read at start ([`super::state::load`]): each is used when
+    /// its EnvoyConfig shows up with the same node id. Returns how many there are.
+    pub fn restore(&mut self, states: Vec<StateFile>) -> usize {
+        for state in states {
+            self.restored
+                .insert((state.namespace.clone(), state.name.clone()), state);
         }
-        Ok(self.restored.len())
+        self.restored.len()
     }
 
     /// Applies the folder's content: new/changed specs become desired revisions, removed
     /// EnvoyConfigs are dropped, and every EnvoyConfig's cache entry is brought in line
     /// (Secrets may have changed).
-    pub fn reconcile(&mut self, manifests: &Manifests, ctx: &crate::Context, now: SystemTime) {
+    pub fn reconcile(
+        &mut self,
+        manifests: &Manifests,
+        nacks: &dyn NackView,
+        now: SystemTime,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
         for e in &manifests.errors {
             tracing::error!(error = %e, "invalid manifest; ignored");
         }
@@ -496,10 +238,13 @@ impl Engine {
             };
             let node_id = &t.revisions.node_id;
             tracing::info!(envoyconfig = %source(&key), node_id = %node_id, "EnvoyConfig removed (or its node id changed); its revisions are dropped");
-            self.delete_state(&key);
+            if self.options.state_dir.is_some() {
+                effects.push(Effect::Unsave { key: key.clone() });
+            }
             if !claimed.contains_key(node_id) {
-                ctx.cache.remove(node_id);
-                ctx.stats.clear_node(node_id);
+                effects.push(Effect::Forget {
+                    node_id: node_id.clone(),
+                });
             }
         }
 
@@ -533,47 +278,50 @@ impl Engine {
                 &key,
                 &self.secrets,
                 self.options.nack_threshold,
-                ctx,
+                nacks,
                 now,
+                &mut effects,
             );
         }
-        self.persist();
+        self.persist(&mut effects);
+        effects
     }
 
     /// Checks the NACK statistics of every served revision
     /// ([`publisher::nack_verdict`]): a revision every subscribed Envoy rejected is
     /// tainted and the next untainted one published.
-    pub fn evaluate(&mut self, ctx: &crate::Context, now: SystemTime) {
+    pub fn evaluate(&mut self, nacks: &dyn NackView, now: SystemTime) -> Vec<Effect> {
         let threshold = self.options.nack_threshold;
-        let mut changed = false;
+        let mut effects = Vec::new();
         for (key, t) in &mut self.configs {
             let Some(published) = t.revisions.published() else {
                 continue;
             };
             if t.served.as_deref() != Some(published.version.as_str())
-                || t.revisions.evaluate(&ctx.stats, threshold).is_none()
+                || t.revisions.evaluate(nacks, threshold).is_none()
             {
                 continue;
             }
-            sync(t, key, &self.secrets, threshold, ctx, now);
-            changed = true;
+            sync(t, key, &self.secrets, threshold, nacks, now, &mut effects);
         }
-        if changed {
-            self.persist();
+        if !effects.is_empty() {
+            self.persist(&mut effects);
         }
+        effects
     }
 
     /// Deletes a revision (`kubectl delete ecr` in Kubernetes mode). The current spec
     /// always has a revision: deleting it re-creates it afresh (untainted, fresh NACK
-    /// counts) and tries it again. Returns the EnvoyConfig's report afterwards.
+    /// counts) and tries it again. Returns the EnvoyConfig's report afterwards, and the
+    /// effects.
     pub fn remove_revision(
         &mut self,
         namespace: &str,
         name: &str,
         version: &str,
-        ctx: &crate::Context,
+        nacks: &dyn NackView,
         now: SystemTime,
-    ) -> Result<EnvoyConfigReport, RemoveError> {
+    ) -> Result<(EnvoyConfigReport, Vec<Effect>), RemoveError> {
         let key = (namespace.to_string(), name.to_string());
         let Some(t) = self.configs.get_mut(&key) else {
             return Err(RemoveError::NoEnvoyConfig {
@@ -591,17 +339,19 @@ impl Engine {
         tracing::info!(envoyconfig = %source(&key), node_id = %t.revisions.node_id, version = %version, "revision deleted");
         let spec = t.spec.clone();
         t.revisions.apply(&spec, now);
+        let mut effects = Vec::new();
         sync(
             t,
             &key,
             &self.secrets,
             self.options.nack_threshold,
-            ctx,
+            nacks,
             now,
+            &mut effects,
         );
         let report = report_of(&key, t);
-        self.persist();
-        Ok(report)
+        self.persist(&mut effects);
+        Ok((report, effects))
     }
 
     /// The status of every EnvoyConfig, by namespace and name.
@@ -622,11 +372,12 @@ impl Engine {
             .map(|t| &t.revisions)
     }
 
-    /// Writes the state file of every EnvoyConfig whose state changed.
-    fn persist(&mut self) {
-        let Some(dir) = &self.options.state_dir else {
+    /// A [`Effect::Save`] for every EnvoyConfig whose state changed since it was last
+    /// saved (with `--state-dir`).
+    fn persist(&mut self, effects: &mut Vec<Effect>) {
+        if self.options.state_dir.is_none() {
             return;
-        };
+        }
         for (key, t) in &mut self.configs {
             let state = StateFileRef {
                 namespace: &key.0,
@@ -645,26 +396,21 @@ impl Engine {
             if t.saved.as_deref() == Some(json.as_str()) {
                 continue;
             }
-            let path = dir.join(state_file_name(key));
-            match write_atomic(&path, &json) {
-                Ok(()) => t.saved = Some(json),
-                Err(e) => {
-                    tracing::error!(file = %path.display(), error = %e, "cannot write the state file")
-                }
-            }
+            t.saved = Some(json.clone());
+            effects.push(Effect::Save {
+                key: key.clone(),
+                json,
+            });
         }
     }
 
-    fn delete_state(&self, key: &Key) {
-        let Some(dir) = &self.options.state_dir else {
-            return;
-        };
-        let path = dir.join(state_file_name(key));
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::error!(file = %path.display(), error = %e, "cannot delete the state file")
+    /// The shell could not write these state files: they are saved again with the next
+    /// change.
+    pub fn save_failed(&mut self, keys: &[Key]) {
+        for key in keys {
+            if let Some(t) = self.configs.get_mut(key) {
+                t.saved = None;
             }
-            _ => {}
         }
     }
 }
@@ -689,8 +435,9 @@ fn sync(
     key: &Key,
     secrets: &ManifestSecrets,
     threshold: u64,
-    ctx: &crate::Context,
+    nacks: &dyn NackView,
     now: SystemTime,
+    effects: &mut Vec<Effect>,
 ) {
     let envoyconfig = source(key);
     let node_id = t.revisions.node_id.clone();
@@ -699,7 +446,7 @@ fn sync(
         &t.revisions,
         t.served.as_deref(),
         |rev| publisher::resolution(&rev.spec, &folder),
-        &ctx.stats,
+        nacks,
         threshold,
     );
     for taint in &decision.taints {
@@ -731,14 +478,6 @@ fn sync(
     if let Some(p) = publish {
         let versions = p.snapshot.versions();
         if p.reset_nacks {
-            for (ty, version) in &versions {
-                ctx.stats.reset_version(&node_id, *ty, version);
-            }
-        }
-        if ctx.cache.set(&node_id, p.snapshot) {
-            tracing::info!(envoyconfig = %envoyconfig, node_id = %node_id, version = %p.version, "published new snapshot");
-        }
-        if p.reset_nacks {
             t.revisions.mark_newly_published(&p.version, versions, now);
         } else {
             t.revisions.mark_published(&p.version, versions, now);
@@ -751,6 +490,13 @@ fn sync(
         {
             t.served_spec = Some(rev.spec.clone());
         }
+        effects.push(Effect::Publish {
+            envoyconfig: envoyconfig.clone(),
+            version: p.version.clone(),
+            node_id: node_id.clone(),
+            snapshot: Box::new(p.snapshot),
+            reset_nacks: p.reset_nacks,
+        });
         t.served = Some(p.version);
     }
     let state = t.revisions.cache_state();
@@ -782,171 +528,48 @@ fn sync(
     );
 }
 
-// ---------------------------------------------------------------------------------------
-// The backend.
-
-/// Local mode as a [`crate::Backend`]: loads the folder (and the state dir) at start,
-/// then re-scans the folder every [`POLL_INTERVAL`] and evaluates NACKs every
-/// [`EVALUATE_INTERVAL`]; serves `GET /status` and
-/// `DELETE /status/revisions/{namespace}/{name}/{version}` on the metrics listener.
-#[derive(Debug)]
-pub struct LocalBackend {
-    source: LocalSource,
-    engine: Arc<Mutex<Engine>>,
-}
-
-fn lock(engine: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
-    // Every engine method leaves it consistent, so a poisoned lock is usable.
-    engine.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl LocalBackend {
-    /// Serves `dir` with the default [`Options`].
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self::with_options(dir, Options::default())
-    }
-
-    pub fn with_options(dir: impl Into<PathBuf>, options: Options) -> Self {
-        Self {
-            source: LocalSource::new(dir),
-            engine: Arc::new(Mutex::new(Engine::new(options))),
-        }
-    }
-
-    fn options(&self) -> Options {
-        lock(&self.engine).options().clone()
-    }
-
-    /// NACKs per pod before a version counts as rejected (`--nack-threshold`, ≥ 1).
-    pub fn with_nack_threshold(self, nack_threshold: u64) -> Self {
-        let options = Options {
-            nack_threshold,
-            ..self.options()
-        };
-        Self::with_options(self.source.dir, options)
-    }
-
-    /// Persists revisions under `dir` (`--state-dir`).
-    pub fn with_state_dir(self, dir: impl Into<PathBuf>) -> Self {
-        let options = Options {
-            state_dir: Some(dir.into()),
-            ..self.options()
-        };
-        Self::with_options(self.source.dir, options)
-    }
-
-    /// The engine (what `/status` shows), e.g. for tests.
-    pub fn engine(&self) -> Arc<Mutex<Engine>> {
-        self.engine.clone()
-    }
-}
-
-#[derive(Clone)]
-struct RouteState {
-    engine: Arc<Mutex<Engine>>,
-    ctx: crate::Context,
-}
-
-async fn get_status(
-    axum::extract::State(s): axum::extract::State<RouteState>,
-) -> axum::Json<StatusReport> {
-    axum::Json(lock(&s.engine).report())
-}
-
-async fn delete_revision(
-    axum::extract::State(s): axum::extract::State<RouteState>,
-    axum::extract::Path((namespace, name, version)): axum::extract::Path<(String, String, String)>,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    let result =
-        lock(&s.engine).remove_revision(&namespace, &name, &version, &s.ctx, SystemTime::now());
-    match result {
-        Ok(report) => (axum::http::StatusCode::OK, axum::Json(report)).into_response(),
-        Err(e) => (
-            axum::http::StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({"error": e.to_string()})),
-        )
-            .into_response(),
-    }
-}
-
-impl crate::Backend for LocalBackend {
-    async fn start(&mut self, ctx: &crate::Context) -> Result<(), crate::Error> {
-        self.source
-            .scan()
-            .map_err(|source| crate::Error::ConfigDir {
-                dir: self.source.dir.clone(),
-                source,
-            })?;
-        let manifests = self.source.manifests();
-        let mut engine = lock(&self.engine);
-        let restored = engine
-            .load_state()
-            .map_err(|source| crate::Error::StateDir {
-                dir: engine.options().state_dir.clone().unwrap_or_default(),
-                source,
-            })?;
-        engine.reconcile(&manifests, ctx, SystemTime::now());
-        tracing::info!(
-            dir = %self.source.dir.display(),
-            nack_threshold = engine.options().nack_threshold,
-            state_dir = ?engine.options().state_dir,
-            restored,
-            "local mode: serving the config folder"
-        );
-        Ok(())
-    }
-
-    fn routes(&self, ctx: &crate::Context) -> axum::Router {
-        let state = RouteState {
-            engine: self.engine.clone(),
-            ctx: ctx.clone(),
-        };
-        axum::Router::new()
-            .route("/status", axum::routing::get(get_status))
-            .route(
-                "/status/revisions/{namespace}/{name}/{version}",
-                axum::routing::delete(delete_revision),
-            )
-            .with_state(state)
-    }
-
-    async fn run(mut self, ctx: crate::Context, shutdown: crate::Shutdown) {
-        let mut shutdown = shutdown;
-        let mut scan = tokio::time::interval(POLL_INTERVAL);
-        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut evaluate = tokio::time::interval(EVALUATE_INTERVAL);
-        evaluate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => return,
-                _ = scan.tick() => match self.source.scan() {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        let manifests = self.source.manifests();
-                        lock(&self.engine).reconcile(&manifests, &ctx, SystemTime::now());
-                    }
-                    Err(e) => {
-                        tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder")
-                    }
-                },
-                _ = evaluate.tick() => lock(&self.engine).evaluate(&ctx, SystemTime::now()),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Context;
     use marin3r_envoyconfig::envoyconfig::SecretData;
+    use marin3r_envoyconfig::envoyconfig::parse_envoy_config;
     use marin3r_xds::SharedStats;
     use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
     use marin3r_xds::{ResourceType, SnapshotCache};
-    use serde_json::json;
-    use std::future::IntoFuture as _;
+    use serde_json::{Value, json};
     use std::time::Duration;
+
+    /// Runs the engine and carries its effects out on `ctx`, as the shell does.
+    fn reconcile(e: &mut Engine, m: &Manifests, ctx: &Context, now: SystemTime) {
+        let effects = e.reconcile(m, &ctx.stats, now);
+        super::super::backend::apply(e, effects, ctx);
+    }
+
+    fn evaluate(e: &mut Engine, ctx: &Context, now: SystemTime) {
+        let effects = e.evaluate(&ctx.stats, now);
+        super::super::backend::apply(e, effects, ctx);
+    }
+
+    fn remove_revision(
+        e: &mut Engine,
+        namespace: &str,
+        name: &str,
+        version: &str,
+        ctx: &Context,
+        now: SystemTime,
+    ) -> Result<EnvoyConfigReport, RemoveError> {
+        let (report, effects) = e.remove_revision(namespace, name, version, &ctx.stats, now)?;
+        super::super::backend::apply(e, effects, ctx);
+        Ok(report)
+    }
+
+    /// Loads the state dir as the shell does at start.
+    fn load_state(e: &mut Engine) -> usize {
+        let dir = e.options().state_dir.clone().unwrap();
+        let (states, _) = super::super::state::load(&dir).unwrap();
+        e.restore(states)
+    }
 
     fn t(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
@@ -1044,7 +667,8 @@ mod tests {
     fn a_new_config_is_published_in_sync() {
         let ctx = ctx();
         let mut e = Engine::new(Options::default());
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]),
             &ctx,
             t(1),
@@ -1071,7 +695,8 @@ mod tests {
                 .is_some()
         );
         // An unchanged folder changes nothing.
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]),
             &ctx,
             t(2),
@@ -1083,13 +708,15 @@ mod tests {
     fn a_config_that_does_not_decode_is_tainted_and_the_last_good_one_kept() {
         let ctx = ctx();
         let mut e = Engine::new(Options::default());
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]),
             &ctx,
             t(1),
         );
         let good = served_cluster_version(&ctx);
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![broken()])]),
             &ctx,
             t(2),
@@ -1117,13 +744,15 @@ mod tests {
             nack_threshold: 3,
             state_dir: None,
         });
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]),
             &ctx,
             t(1),
         );
         let v1_cluster = served_cluster_version(&ctx);
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("b")])]),
             &ctx,
             t(2),
@@ -1135,16 +764,16 @@ mod tests {
 
         // Only pod-a rejects: never a taint.
         nack(&ctx, "pod-a", ResourceType::Cluster, &v2_cluster, 10);
-        e.evaluate(&ctx, t(3));
+        evaluate(&mut e, &ctx, t(3));
         assert_eq!(report(&e).cache_state, Some(CacheState::InSync));
 
         // pod-b below the threshold: still nothing.
         nack(&ctx, "pod-b", ResourceType::Cluster, &v2_cluster, 2);
-        e.evaluate(&ctx, t(4));
+        evaluate(&mut e, &ctx, t(4));
         assert_eq!(report(&e).cache_state, Some(CacheState::InSync));
 
         nack(&ctx, "pod-b", ResourceType::Cluster, &v2_cluster, 1);
-        e.evaluate(&ctx, t(5));
+        evaluate(&mut e, &ctx, t(5));
         let r = report(&e);
         assert_eq!(r.cache_state, Some(CacheState::Rollback));
         let reason = r.revisions[1].taint_reason.clone().unwrap();
@@ -1157,11 +786,12 @@ mod tests {
             Some("1970-01-01T00:00:05Z")
         );
         // The rolled-back revision is not judged by the counts of the rejected one.
-        e.evaluate(&ctx, t(6));
+        evaluate(&mut e, &ctx, t(6));
         assert_eq!(report(&e).cache_state, Some(CacheState::Rollback));
 
         // The next good config brings InSync back.
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("c")])]),
             &ctx,
             t(7),
@@ -1177,27 +807,27 @@ mod tests {
             state_dir: None,
         });
         connect(&ctx, "pod-a");
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]),
             &ctx,
             t(1),
         );
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("b")])]),
             &ctx,
             t(2),
         );
         let bad = served_cluster_version(&ctx);
         nack(&ctx, "pod-a", ResourceType::Cluster, &bad, 2);
-        e.evaluate(&ctx, t(3));
+        evaluate(&mut e, &ctx, t(3));
         let r = report(&e);
         assert_eq!(r.cache_state, Some(CacheState::Rollback));
         let tainted = r.desired_version.clone().unwrap();
 
         // Deleting the tainted (desired) revision re-creates it and tries it again.
-        let after = e
-            .remove_revision("default", "kuard", &tainted, &ctx, t(4))
-            .unwrap();
+        let after = remove_revision(&mut e, "default", "kuard", &tainted, &ctx, t(4)).unwrap();
         assert_eq!(after.cache_state, Some(CacheState::InSync));
         assert_eq!(after.revisions[1].created_at, "1970-01-01T00:00:04Z");
         assert!(!after.revisions[1].tainted);
@@ -1208,22 +838,20 @@ mod tests {
                 .is_empty(),
             "counts reset"
         );
-        e.evaluate(&ctx, t(5));
+        evaluate(&mut e, &ctx, t(5));
         assert_eq!(
             report(&e).cache_state,
             Some(CacheState::InSync),
             "old NACKs do not count"
         );
         nack(&ctx, "pod-a", ResourceType::Cluster, &bad, 2);
-        e.evaluate(&ctx, t(6));
+        evaluate(&mut e, &ctx, t(6));
         assert_eq!(report(&e).cache_state, Some(CacheState::Rollback));
 
         // Deleting the good one leaves nothing untainted: RollbackFailed, cache untouched.
         let good = report(&e).revisions[0].version.clone();
         let served = served_cluster_version(&ctx);
-        let after = e
-            .remove_revision("default", "kuard", &good, &ctx, t(7))
-            .unwrap();
+        let after = remove_revision(&mut e, "default", "kuard", &good, &ctx, t(7)).unwrap();
         assert_eq!(after.cache_state, Some(CacheState::RollbackFailed));
         assert_eq!(
             after.published_version.as_deref(),
@@ -1238,7 +866,7 @@ mod tests {
         );
 
         assert_eq!(
-            e.remove_revision("default", "kuard", "nope", &ctx, t(8)),
+            remove_revision(&mut e, "default", "kuard", "nope", &ctx, t(8)),
             Err(RemoveError::NoRevision {
                 namespace: "default".into(),
                 name: "kuard".into(),
@@ -1246,7 +874,7 @@ mod tests {
             })
         );
         assert!(matches!(
-            e.remove_revision("default", "other", &good, &ctx, t(8)),
+            remove_revision(&mut e, "default", "other", &good, &ctx, t(8)),
             Err(RemoveError::NoEnvoyConfig { .. })
         ));
     }
@@ -1261,7 +889,7 @@ mod tests {
             secrets: ManifestSecrets(vec![tls_secret(cert)]),
             ..Manifests::default()
         };
-        e.reconcile(&with_secret("one"), &ctx, t(1));
+        reconcile(&mut e, &with_secret("one"), &ctx, t(1));
         let before = report(&e);
         let secret_version = |ctx: &Context| {
             ctx.cache
@@ -1271,7 +899,7 @@ mod tests {
                 .to_string()
         };
         let v1 = secret_version(&ctx);
-        e.reconcile(&with_secret("two"), &ctx, t(2));
+        reconcile(&mut e, &with_secret("two"), &ctx, t(2));
         let after = report(&e);
         assert_eq!(after.revisions.len(), 1, "same revision");
         assert_eq!(after.desired_version, before.desired_version);
@@ -1287,7 +915,7 @@ mod tests {
 
         // The Secret disappears: the revision waits (never a taint, SPEC §4); the cache
         // keeps the last good snapshot and the status names the Secret.
-        e.reconcile(&manifests(vec![ec()]), &ctx, t(3));
+        reconcile(&mut e, &manifests(vec![ec()]), &ctx, t(3));
         let r = report(&e);
         assert_eq!(r.cache_state, Some(CacheState::InSync));
         assert!(!r.revisions[0].tainted, "a missing Secret is a wait");
@@ -1311,7 +939,7 @@ mod tests {
         );
 
         // It comes back: published at once, the same revision, in sync again.
-        e.reconcile(&with_secret("three"), &ctx, t(4));
+        reconcile(&mut e, &with_secret("three"), &ctx, t(4));
         let r = report(&e);
         assert_eq!(r.revisions.len(), 1, "same revision");
         assert_eq!(r.conditions[0].status, "False");
@@ -1326,7 +954,8 @@ mod tests {
     fn removed_and_invalid_envoyconfigs() {
         let ctx = ctx();
         let mut e = Engine::new(Options::default());
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]),
             &ctx,
             t(1),
@@ -1336,11 +965,11 @@ mod tests {
             invalid_configs: vec![("default".into(), "kuard".into())],
             ..Manifests::default()
         };
-        e.reconcile(&invalid, &ctx, t(2));
+        reconcile(&mut e, &invalid, &ctx, t(2));
         assert_eq!(e.report().envoy_configs.len(), 1);
         assert!(ctx.cache.get("kuard").is_some());
         // Removed: revisions dropped, node no longer served.
-        e.reconcile(&Manifests::default(), &ctx, t(3));
+        reconcile(&mut e, &Manifests::default(), &ctx, t(3));
         assert!(e.report().envoy_configs.is_empty());
         assert!(ctx.cache.get("kuard").is_none());
     }
@@ -1349,7 +978,8 @@ mod tests {
     fn a_node_id_belongs_to_the_first_envoyconfig() {
         let ctx = ctx();
         let mut e = Engine::new(Options::default());
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![
                 envoy_config("b", "kuard", vec![cluster("b")]),
                 envoy_config("a", "kuard", vec![cluster("a")]),
@@ -1361,7 +991,8 @@ mod tests {
         assert_eq!(r.envoy_configs.len(), 1);
         assert_eq!(r.envoy_configs[0].name, "a");
         // a goes away: b takes the node over.
-        e.reconcile(
+        reconcile(
+            &mut e,
             &manifests(vec![envoy_config("b", "kuard", vec![cluster("b")])]),
             &ctx,
             t(2),
@@ -1384,9 +1015,9 @@ mod tests {
         let bad = || manifests(vec![envoy_config("kuard", "kuard", vec![broken()])]);
         let ctx1 = ctx();
         let mut e = Engine::new(options.clone());
-        assert_eq!(e.load_state().unwrap(), 0);
-        e.reconcile(&good(), &ctx1, t(1));
-        e.reconcile(&bad(), &ctx1, t(2));
+        assert_eq!(load_state(&mut e), 0);
+        reconcile(&mut e, &good(), &ctx1, t(1));
+        reconcile(&mut e, &bad(), &ctx1, t(2));
         let before = report(&e);
         assert_eq!(before.cache_state, Some(CacheState::Rollback));
         let file = dir.path().join("state/default_kuard.json");
@@ -1404,8 +1035,8 @@ mod tests {
 
         let ctx2 = ctx();
         let mut e = Engine::new(options.clone());
-        assert_eq!(e.load_state().unwrap(), 1);
-        e.reconcile(&bad(), &ctx2, t(10));
+        assert_eq!(load_state(&mut e), 1);
+        reconcile(&mut e, &bad(), &ctx2, t(10));
         let after = report(&e);
         let summary = |r: &EnvoyConfigReport| -> Vec<(String, bool, Option<String>, String)> {
             r.revisions
@@ -1431,94 +1062,23 @@ mod tests {
 
         // RollbackFailed survives a restart too: the last good snapshot is served again.
         let good_version = after.revisions[0].version.clone();
-        e.remove_revision("default", "kuard", &good_version, &ctx2, t(11))
-            .unwrap();
+        remove_revision(&mut e, "default", "kuard", &good_version, &ctx2, t(11)).unwrap();
         let ctx3 = ctx();
         let mut e = Engine::new(options.clone());
-        e.load_state().unwrap();
-        e.reconcile(&bad(), &ctx3, t(20));
+        load_state(&mut e);
+        reconcile(&mut e, &bad(), &ctx3, t(20));
         let r = report(&e);
         assert_eq!(r.cache_state, Some(CacheState::RollbackFailed));
         assert_eq!(r.published_version.as_deref(), Some(good_version.as_str()));
         assert_eq!(served_cluster_version(&ctx3), served_cluster_version(&ctx1));
 
         // Removing the EnvoyConfig deletes its file.
-        e.reconcile(&Manifests::default(), &ctx3, t(21));
+        reconcile(&mut e, &Manifests::default(), &ctx3, t(21));
         assert!(!file.exists());
 
         // A corrupt file is ignored, not fatal.
         std::fs::write(&file, "{").unwrap();
         let mut e = Engine::new(options);
-        assert_eq!(e.load_state().unwrap(), 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn status_routes_over_http_with_the_status_client() {
-        use crate::Backend as _;
-        let dir = tempfile::tempdir().unwrap();
-        let ec = |resources: Vec<Value>| {
-            serde_json::to_string(&json!({
-                "apiVersion": "marin3r.3scale.net/v1alpha1",
-                "kind": "EnvoyConfig",
-                "metadata": {"name": "kuard"},
-                "spec": {"nodeID": "kuard", "resources": resources},
-            }))
-            .unwrap()
-        };
-        std::fs::write(dir.path().join("kuard.json"), ec(vec![cluster("a")])).unwrap();
-        let ctx = ctx();
-        let mut backend = LocalBackend::new(dir.path()).with_nack_threshold(7);
-        backend.start(&ctx).await.unwrap();
-        assert_eq!(lock(&backend.engine).options().nack_threshold, 7);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(axum::serve(listener, backend.routes(&ctx)).into_future());
-
-        let get = {
-            let url = url.clone();
-            move || crate::status::fetch(&url, Duration::from_secs(5))
-        };
-        let report = tokio::task::spawn_blocking(get.clone())
-            .await
-            .unwrap()
-            .unwrap();
-        let kuard = &report.envoy_configs[0];
-        assert_eq!(
-            (kuard.namespace.as_str(), kuard.name.as_str()),
-            ("default", "kuard")
-        );
-        assert_eq!(kuard.cache_state, Some(CacheState::InSync));
-        let version = kuard.desired_version.clone().unwrap();
-
-        let delete = |version: String| {
-            let url = url.clone();
-            tokio::task::spawn_blocking(move || {
-                crate::status::delete_revision(
-                    &url,
-                    "default",
-                    "kuard",
-                    &version,
-                    Duration::from_secs(5),
-                )
-            })
-        };
-        // The current spec's revision comes back afresh.
-        let after = delete(version.clone()).await.unwrap().unwrap();
-        assert_eq!(after.desired_version.as_deref(), Some(version.as_str()));
-        let err = delete("0000".into()).await.unwrap().unwrap_err();
-        assert!(
-            matches!(&err, crate::status::ClientError::Status { status: 404, body, .. } if body.contains("no revision 0000")),
-            "{err}"
-        );
-        server.abort();
-    }
-
-    #[test]
-    fn state_file_names_are_safe_and_unambiguous() {
-        let name = |ns: &str, n: &str| state_file_name(&(ns.to_string(), n.to_string()));
-        assert_eq!(name("default", "kuard.v1"), "default_kuard.v1.json");
-        assert_eq!(name("a_b", "c"), "a%5Fb_c.json");
-        assert_eq!(name("a", "b_c"), "a_b%5Fc.json");
-        assert_eq!(name("x", "../../etc"), "x_..%2F..%2Fetc.json");
+        assert_eq!(load_state(&mut e), 0);
     }
 }

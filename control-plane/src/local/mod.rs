@@ -1,0 +1,47 @@
+//! Local mode (`discovery-service --config-dir DIR`): EnvoyConfig and Secret manifests
+//! from a folder, no cluster needed, with the same self-healing as Kubernetes mode.
+//!
+//! Every `*.yaml`, `*.yml` and `*.json` file directly in the folder is read (multi-document;
+//! hidden files and sub-folders are skipped; symlinks are followed, so a mounted ConfigMap
+//! works). The folder is re-scanned every [`POLL_INTERVAL`]; a file is re-read when its
+//! size, inode or modification time changes (this also catches editors that write a new
+//! file and rename it). A file that does not parse is logged and its last good content
+//! keeps being used; so does an EnvoyConfig document that is not a valid EnvoyConfig.
+//!
+//! Self-healing (SPEC §4) runs through [`Engine`], one [`Revisions`] per EnvoyConfig
+//! (`namespace/name`):
+//! - every folder change applies each EnvoyConfig's spec (a new spec is a new desired
+//!   revision, a known one moves to the top) and publishes the topmost untainted revision
+//!   whose resources resolve with the folder's Secrets ([`crate::publisher::decide`]); a
+//!   revision whose resources do not decode is tainted on the way, one waiting for a
+//!   missing Secret is kept and published once the Secret is there;
+//! - every [`EVALUATE_INTERVAL`] the NACK statistics are checked: when every subscribed
+//!   Envoy of the node rejected a version of the published revision `--nack-threshold`
+//!   times, that revision is tainted and the next untainted one is published (rollback);
+//!   with none left the state is `RollbackFailed` and the cache keeps the last good
+//!   snapshot;
+//! - a Secret change re-publishes the same revision with a new snapshot;
+//! - a revision that becomes the published one (first time or again) has the NACK counts
+//!   of its versions reset, so only fresh NACKs judge it;
+//! - `GET /status` shows the state, `DELETE /status/revisions/{namespace}/{name}/{version}`
+//!   deletes a revision (the current spec's revision is then re-created afresh and tried
+//!   again, as the Kubernetes controller does);
+//! - with `--state-dir` the revisions survive restarts (one JSON file per EnvoyConfig,
+//!   replaced atomically on every change).
+//!
+//! Removing an EnvoyConfig drops its revisions and stops serving its node to new streams;
+//! connected Envoys keep what they have.
+//!
+//! Layout: [`folder`] reads the folder, [`engine`] decides (sans-I/O: it returns
+//! [`Effect`]s instead of touching the cache, the statistics or the disk), [`state`] is
+//! the `--state-dir` file format, [`backend`] is the async shell that applies the effects
+//! and serves the status routes.
+
+pub mod backend;
+pub mod engine;
+pub mod folder;
+pub mod state;
+
+pub use backend::{EVALUATE_INTERVAL, LocalBackend, POLL_INTERVAL};
+pub use engine::{Effect, Engine, Options, RemoveError};
+pub use folder::{DEFAULT_NAMESPACE, Key, LocalSource, Manifests};
