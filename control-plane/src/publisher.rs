@@ -197,15 +197,6 @@ pub fn nack_verdict(
     })
 }
 
-/// The per-type versions a revision provides (`providesVersions`), typed.
-pub fn provided_versions(revision: &Revision) -> BTreeMap<ResourceType, String> {
-    revision
-        .provides_versions
-        .iter()
-        .filter_map(|(t, v)| Some((t.parse().ok()?, v.clone())))
-        .collect()
-}
-
 /// The revision to serve and its snapshot.
 #[derive(Debug)]
 pub struct Publish {
@@ -255,7 +246,7 @@ pub fn decide(
         && let Some(taint) = nack_verdict(
             &revisions.node_id,
             &published.version,
-            &provided_versions(published),
+            &published.provides_versions,
             nacks,
             threshold,
         )

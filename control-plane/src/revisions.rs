@@ -47,7 +47,7 @@ pub struct Revision {
     /// Why it is tainted (never cleared).
     pub tainted: Option<String>,
     /// Per-type versions of the snapshot it published last (`providesVersions`).
-    pub provides_versions: BTreeMap<String, String>,
+    pub provides_versions: BTreeMap<ResourceType, String>,
 }
 
 /// What [`Revisions::evaluate`] decided.
@@ -186,10 +186,6 @@ impl Revisions {
         now: SystemTime,
     ) {
         if let Some(r) = self.revisions.iter_mut().find(|r| r.version == version) {
-            let provides: BTreeMap<String, String> = provides
-                .into_iter()
-                .map(|(t, v)| (t.as_str().to_string(), v))
-                .collect();
             if r.last_published_at.is_none() || r.provides_versions != provides {
                 r.last_published_at = Some(now);
             }
@@ -219,7 +215,7 @@ impl Revisions {
         crate::publisher::nack_verdict(
             &self.node_id,
             &published.version,
-            &crate::publisher::provided_versions(published),
+            &published.provides_versions,
             stats,
             threshold,
         )
@@ -390,7 +386,7 @@ mod tests {
             Some(t(5)),
             "unchanged re-publish keeps the time"
         );
-        assert_eq!(rev.provides_versions["listener"], "L1");
+        assert_eq!(rev.provides_versions[&ResourceType::Listener], "L1");
         r.mark_published(&v1, provides("L1b"), t(10));
         assert_eq!(r.published().unwrap().last_published_at, Some(t(10)));
         r.mark_newly_published(&v1, provides("L1b"), t(12));

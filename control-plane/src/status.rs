@@ -221,7 +221,11 @@ pub fn envoy_config_report(
                 taint_reason: r.tainted.clone(),
                 created_at: rfc3339(r.created_at),
                 last_published_at: r.last_published_at.map(rfc3339),
-                provides_versions: r.provides_versions.clone(),
+                provides_versions: r
+                    .provides_versions
+                    .iter()
+                    .map(|(t, v)| (t.as_str().to_string(), v.clone()))
+                    .collect(),
             })
             .collect(),
     }

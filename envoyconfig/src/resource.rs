@@ -121,6 +121,20 @@ impl FromStr for ResourceType {
     }
 }
 
+/// As its EnvoyConfig name (`"cluster"`, `"scopedRoute"`, …), e.g. as a map key.
+impl serde::Serialize for ResourceType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ResourceType {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// One decoded resource, ready to be served.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resource {
@@ -170,6 +184,17 @@ mod tests {
                 ResourceType::Route
             ]
         );
+    }
+
+    #[test]
+    fn serde_uses_the_envoyconfig_names() {
+        let map = std::collections::BTreeMap::from([(ResourceType::ScopedRoute, "v")]);
+        let json = serde_json::to_string(&map).unwrap();
+        assert_eq!(json, r#"{"scopedRoute":"v"}"#);
+        let back: std::collections::BTreeMap<ResourceType, String> =
+            serde_json::from_str(&json).unwrap();
+        assert_eq!(back[&ResourceType::ScopedRoute], "v");
+        assert!(serde_json::from_str::<ResourceType>(r#""bogus""#).is_err());
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! controller, the watched type is a wrapper: the object's metadata is always read, its
 //! body is kept as an error message when it does not fit the Rust type, and the
 //! controller logs and skips that one object.
+//!
+//! Why not kube-core's `DeserializeGuard` (kube 5), which has the same shape: its error is
+//! serde's bare message ("invalid type: integer `42`, expected a string"), without the
+//! field path. A user fixing a malformed EnvoyConfig needs the path
+//! (`spec.nodeID: invalid type …`), which `Lenient` keeps by deserializing through
+//! `serde_path_to_error`; the test below asserts it.
 
 use std::borrow::Cow;
 use std::fmt;

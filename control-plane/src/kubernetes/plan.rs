@@ -197,12 +197,7 @@ pub fn engine(node_id: &str, ordered: &[&EnvoyConfigRevision]) -> Revisions {
             provides_versions: status
                 .provides_versions
                 .as_ref()
-                .map(|v| {
-                    v.to_versions()
-                        .into_iter()
-                        .map(|(t, v)| (t.as_str().to_string(), v))
-                        .collect()
-                })
+                .map(VersionTracker::to_versions)
                 .unwrap_or_default(),
         });
     }
