@@ -4,6 +4,7 @@
 //! machine without Envoy makes the suite red instead of silently skipping.
 #![forbid(unsafe_code)]
 
+pub mod configs;
 pub mod xds;
 
 use std::net::{SocketAddr, TcpListener};

@@ -87,6 +87,9 @@ struct TypeState {
     client: BTreeMap<String, Option<String>>,
     in_flight: VecDeque<InFlight>,
     nack: NackState,
+    /// An initial request came while the node was held ([`Snapshot::is_held`]): it is
+    /// answered with the first published snapshot, even with an empty difference.
+    owed: bool,
 }
 
 impl TypeState {
@@ -188,7 +191,9 @@ impl DeltaStream {
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
             out.events.push(self.node.request(None));
             out.responses = self.converge(snapshot, now, None);
-            if let Some(r) = self.unknown_type(req) {
+            if !snapshot.is_held()
+                && let Some(r) = self.unknown_type(req)
+            {
                 out.responses.push(r);
             }
             return out;
@@ -281,11 +286,24 @@ impl DeltaStream {
         force: Option<(ResourceType, Force)>,
     ) -> Vec<DeltaDiscoveryResponse> {
         let mut responses = Vec::new();
+        if snapshot.is_held() {
+            // The node has no published snapshot: answer nothing (never "everything you
+            // hold is removed"); an initial request is owed its answer.
+            if let Some((t, Force::Always)) = force
+                && let Some(state) = self.types.get_mut(&t)
+            {
+                state.owed = true;
+            }
+            return responses;
+        }
         for t in ResourceType::ALL {
-            let forced = force.filter(|(ft, _)| *ft == t).map(|(_, f)| f);
             let Some(state) = self.types.get(&t) else {
                 continue;
             };
+            let forced = force
+                .filter(|(ft, _)| *ft == t)
+                .map(|(_, f)| f)
+                .or(state.owed.then_some(Force::Always));
             let ts = snapshot.get(t);
             if forced.is_none() && state.nack.holds(ts.version(), now) {
                 continue;
@@ -298,6 +316,7 @@ impl DeltaStream {
             let Some(state) = self.types.get_mut(&t) else {
                 continue;
             };
+            state.owed = false;
             state.nack.on_sent(ts.version());
             let mut resources = Vec::with_capacity(send.len());
             for r in &send {
@@ -845,6 +864,35 @@ mod tests {
             .map(|r| r.type_url)
             .collect();
         assert_eq!(order, [Cluster, Secret].map(|t| t.type_url().to_string()));
+    }
+
+    #[test]
+    fn a_node_without_a_published_snapshot_is_held_then_answered() {
+        let held = Snapshot::placeholder();
+        let mut st = DeltaStream::new(AdsConfig::default());
+        let t0 = Instant::now();
+        st.observe_node(Some(&node()));
+        // Reconnecting with what it holds: nothing is answered (never "removed").
+        let mut reconnect = first(Cluster, &["*"]);
+        reconnect.initial_resource_versions =
+            std::collections::HashMap::from([("c1".to_string(), "x".to_string())]);
+        assert!(st.handle_request(reconnect, &held, t0).responses.is_empty());
+        assert!(
+            st.handle_request(first(Secret, &["s"]), &held, t0)
+                .responses
+                .is_empty()
+        );
+        // The first published snapshot answers both initial requests, even the one
+        // with nothing to send (its initial fetch must complete).
+        let s1 = snap(&[(Cluster, "c1", "1")]);
+        let out = st.handle_snapshot(&s1, t0);
+        let types: Vec<&str> = out.responses.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(types, [Cluster.type_url(), Secret.type_url()]);
+        assert_eq!(sent(&out.responses[0]), ["c1"]);
+        assert!(removed(&out.responses[0]).is_empty());
+        assert_eq!(removed(&out.responses[1]), ["s"]);
+        // Held again: nothing, not even removals.
+        assert!(st.handle_snapshot(&held, t0).responses.is_empty());
     }
 
     #[test]

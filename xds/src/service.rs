@@ -146,7 +146,8 @@ impl AdsService {
             let mut node: Option<NodeInfo> = None;
             let mut counters = StreamCounters::default();
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
-            let empty = Arc::new(Snapshot::empty());
+            // Until the stream names its node, it is held like an unpublished node.
+            let empty = Arc::new(Snapshot::placeholder());
             let current = |rx: &Option<watch::Receiver<Arc<Snapshot>>>| {
                 rx.as_ref()
                     .map_or_else(|| empty.clone(), |r| r.borrow().clone())

@@ -113,6 +113,9 @@ pub struct Snapshot {
     types: [TypeSnapshot; ResourceType::ALL.len()],
     /// When the cache published this snapshot (push latency metric).
     published_at: Option<Instant>,
+    /// The placeholder of a node that has no published snapshot (see
+    /// [`Snapshot::placeholder`]).
+    held: bool,
 }
 
 /// Slot of a type in `Snapshot::types`: the enum is declared in push order, like `ALL`.
@@ -138,6 +141,7 @@ impl Snapshot {
         Ok(Self {
             types: by_type.map(TypeSnapshot::new),
             published_at: None,
+            held: false,
         })
     }
 
@@ -146,7 +150,24 @@ impl Snapshot {
         Self {
             types: std::array::from_fn(|_| TypeSnapshot::empty()),
             published_at: None,
+            held: false,
         }
+    }
+
+    /// What streams of a node without a published snapshot see (a node nobody configured
+    /// yet, e.g. right after a restart, or whose EnvoyConfig was removed): the ADS state
+    /// machines record the requests but answer **nothing** until a snapshot is
+    /// published, so an Envoy is never told that its listeners and clusters are gone.
+    pub fn placeholder() -> Self {
+        Self {
+            held: true,
+            ..Self::empty()
+        }
+    }
+
+    /// Whether this is the [placeholder](Self::placeholder) of an unpublished node.
+    pub fn is_held(&self) -> bool {
+        self.held
     }
 
     /// The resources and version of one type.
@@ -231,14 +252,18 @@ struct Entry {
 /// streams (readers). Cheap to clone (an `Arc` inside), thread-safe.
 ///
 /// Semantics:
-/// - [`set`](Self::set) notifies subscribers only when at least one type version changed.
+/// - [`set`](Self::set) notifies subscribers when at least one type version changed, or
+///   when the node had no published snapshot.
 /// - [`subscribe`](Self::subscribe) works for nodes that have no snapshot yet: they see
-///   [`Snapshot::empty`] until one is set.
-/// - [`remove`](Self::remove) forgets the node (`get` → `None`, not in `node_ids`) but
-///   pushes nothing: connected Envoys keep their last configuration, like
-///   go-control-plane's `ClearSnapshot` leaves open watches alone. Deleting a config by
-///   mistake therefore never black-holes live traffic. While streams stay connected,
-///   the last value remains what they (and new subscribers) read; once nobody listens
+///   [`Snapshot::placeholder`] until one is set, and the ADS streams answer nothing
+///   meanwhile (the discovery service never answers a node it has not published a
+///   snapshot for: after a restart, a reconnecting Envoy keeps its config until its node
+///   is published again, instead of being told that everything is gone).
+/// - [`remove`](Self::remove) forgets the node (`get` → `None`, not in `node_ids`) and
+///   hands its streams the placeholder, which pushes nothing: connected Envoys keep their
+///   last configuration, like go-control-plane's `ClearSnapshot` leaves open watches
+///   alone, and new streams of the node are held. Deleting a config by mistake therefore
+///   never black-holes live traffic. Once nobody listens
 ///   the entry is dropped and a later subscriber starts from the empty snapshot.
 #[derive(Clone, Default)]
 pub struct SnapshotCache {
@@ -270,8 +295,9 @@ impl SnapshotCache {
         let mut map = self.lock();
         match map.get_mut(node_id) {
             Some(entry) => {
-                entry.set = true;
-                if entry.tx.borrow().same_versions(&snapshot) {
+                let was_set = std::mem::replace(&mut entry.set, true);
+                let current = entry.tx.borrow().clone();
+                if was_set && !current.is_held() && current.same_versions(&snapshot) {
                     return false;
                 }
                 entry
@@ -295,26 +321,33 @@ impl SnapshotCache {
             .map(|e| e.tx.borrow().clone())
     }
 
-    /// A latest-value receiver for a node's snapshot. Unknown nodes start with
-    /// [`Snapshot::empty`] and are notified when a snapshot is set.
+    /// A latest-value receiver for a node's snapshot. Nodes without a published snapshot
+    /// start with [`Snapshot::placeholder`] (their streams are held) and are notified when
+    /// a snapshot is set.
     pub fn subscribe(&self, node_id: &str) -> watch::Receiver<Arc<Snapshot>> {
         let mut map = self.lock();
         prune(&mut map);
         map.entry(node_id.to_string())
             .or_insert_with(|| Entry {
-                tx: watch::channel(Arc::new(Snapshot::empty())).0,
+                tx: watch::channel(Arc::new(Snapshot::placeholder())).0,
                 set: false,
             })
             .tx
             .subscribe()
     }
 
-    /// Forgets a node's snapshot without notifying its subscribers (see the type docs).
-    /// Returns whether a snapshot was set.
+    /// Forgets a node's snapshot (see the type docs): its streams are handed the
+    /// [`Snapshot::placeholder`], which pushes nothing (connected Envoys keep their config)
+    /// and holds new streams. Returns whether a snapshot was set.
     pub fn remove(&self, node_id: &str) -> bool {
         let mut map = self.lock();
         let was_set = match map.get_mut(node_id) {
-            Some(entry) => std::mem::replace(&mut entry.set, false),
+            Some(entry) => {
+                if entry.set {
+                    entry.tx.send_replace(Arc::new(Snapshot::placeholder()));
+                }
+                std::mem::replace(&mut entry.set, false)
+            }
             None => false,
         };
         prune(&mut map);
@@ -470,7 +503,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn remove_forgets_without_pushing() {
+    fn remove_forgets_and_holds_the_node() {
         use ResourceType::*;
         let cache = SnapshotCache::new();
         cache.set("n1", snap(&[(Cluster, "a", "1")]));
@@ -481,15 +514,32 @@ pub(crate) mod tests {
         assert!(!cache.remove("n1"));
         assert!(cache.get("n1").is_none());
         assert_eq!(cache.node_ids(), vec!["n2".to_string()]);
-        assert!(!rx.has_changed().unwrap());
-        assert_eq!(rx.borrow().len(), 1);
-        // Setting again notifies the existing subscriber.
-        assert!(cache.set("n1", snap(&[(Cluster, "a", "9")])));
+        // Streams get the placeholder (which the state machines answer with nothing),
+        // and so do new ones.
         assert!(rx.has_changed().unwrap());
+        assert!(rx.borrow_and_update().is_held());
+        assert!(cache.subscribe("n1").borrow().is_held());
+        // Setting again notifies the existing subscriber, even with the same versions.
+        assert!(cache.set("n1", snap(&[(Cluster, "a", "1")])));
+        assert!(rx.has_changed().unwrap());
+        assert!(!rx.borrow_and_update().is_held());
 
         // Without subscribers the entry is dropped entirely.
         assert!(cache.remove("n2"));
-        assert!(cache.subscribe("n2").borrow().is_empty());
+        assert!(cache.subscribe("n2").borrow().is_held());
+    }
+
+    #[test]
+    fn unknown_nodes_are_held_until_published_even_with_an_empty_snapshot() {
+        let cache = SnapshotCache::new();
+        let mut rx = cache.subscribe("n");
+        assert!(rx.borrow_and_update().is_held());
+        assert!(
+            cache.set("n", Snapshot::empty()),
+            "publishing an empty config notifies"
+        );
+        assert!(rx.has_changed().unwrap());
+        assert!(!rx.borrow_and_update().is_held());
     }
 
     #[test]

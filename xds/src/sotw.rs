@@ -232,7 +232,7 @@ impl SotwStream {
         let Some(t) = ResourceType::from_type_url(&req.type_url) else {
             out.events.push(self.node.request(None));
             out.responses = self.converge(snapshot, now, None);
-            if req.response_nonce.is_empty() {
+            if req.response_nonce.is_empty() && !snapshot.is_held() {
                 let nonce = self.next_nonce();
                 out.responses.push(DiscoveryResponse {
                     version_info: EMPTY_VERSION.to_string(),
@@ -335,6 +335,11 @@ impl SotwStream {
         force: Option<ResourceType>,
     ) -> Vec<DiscoveryResponse> {
         let mut responses = Vec::new();
+        if snapshot.is_held() {
+            // The node has no published snapshot: answer nothing, keep the requests'
+            // state; the first published snapshot is converged to.
+            return responses;
+        }
         for t in ResourceType::ALL {
             let Some(state) = self.types.get(&t) else {
                 continue;
@@ -345,7 +350,10 @@ impl SotwStream {
                     && match &state.sent {
                         None => true,
                         Some(sent) => {
-                            sent.version != ts.version() || state.nack.retry_due(ts.version(), now)
+                            sent.version != ts.version()
+                                || state.nack.retry_due(ts.version(), now)
+                                // Names changed while the node was held.
+                                || sent.subscription != state.subscription
                         }
                     });
             if !send {
@@ -460,6 +468,40 @@ mod tests {
                 .collect(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_node_without_a_published_snapshot_is_held_not_emptied() {
+        let held = Snapshot::placeholder();
+        let mut st = stream();
+        let t0 = Instant::now();
+        // A reconnecting Envoy asks for everything: nothing is answered while its node
+        // has no published snapshot (never an empty CDS/LDS that would drop its config).
+        assert!(
+            st.handle_request(first(Cluster, &[]), &held, t0)
+                .responses
+                .is_empty()
+        );
+        assert!(
+            st.handle_request(req(Listener, &[], "", ""), &held, t0)
+                .responses
+                .is_empty()
+        );
+        let unknown = DiscoveryRequest {
+            type_url: "type.googleapis.com/foo.Bar".into(),
+            ..Default::default()
+        };
+        assert!(st.handle_request(unknown, &held, t0).responses.is_empty());
+        assert!(st.poll_timers(&held, t0).responses.is_empty());
+        // Published: both requested types are answered at once, in push order.
+        let s1 = snap_named(&[(Cluster, "c1", "1"), (Listener, "l1", "1")]);
+        let out = st.handle_snapshot(&s1, t0);
+        let types: Vec<&str> = out.responses.iter().map(|r| r.type_url.as_str()).collect();
+        assert_eq!(types, [Cluster.type_url(), Listener.type_url()]);
+        // Held again (its EnvoyConfig was removed): nothing is pushed, the Envoy keeps
+        // what it has; published again with the same content: nothing to send either.
+        assert!(st.handle_snapshot(&held, t0).responses.is_empty());
+        assert!(st.handle_snapshot(&s1, t0).responses.is_empty());
     }
 
     #[test]

@@ -1,0 +1,214 @@
+//! Faults that used to break a running Envoy (issue "Hold under faults"), each with a
+//! real Envoy 1.40 and the discovery service in local mode:
+//!
+//! - a restart of the discovery service while a node's config cannot be resolved (its
+//!   Secret file is gone) must not wipe the Envoy: the node has no published snapshot,
+//!   so its stream is held, and Envoy keeps serving what it had;
+//! - a Secret that disappears for a second, or is written after its EnvoyConfig, is a
+//!   wait, never a taint: certificate rotation goes on, and new Envoys get the secret.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_tests::Must;
+use marin3r_tests::configs::{
+    DOWNSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource, tls_secret_yaml,
+};
+use marin3r_tests::free_port;
+use marin3r_tests::xds::{
+    CONVERGE, Envoy, Xds, der, get, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
+};
+use serde_json::{Value, json};
+
+const POLL: Duration = Duration::from_millis(20);
+
+/// An EnvoyConfig serving `body` on a plain HTTP listener, plus (`tls`) a TLS listener
+/// on `tls_port` whose certificate is the Secret `secret` (generateFromTlsSecret).
+fn config(node: &str, port: u16, body: &str, secret: &str, tls_port: Option<u16>) -> String {
+    let mut resources = vec![
+        json!({"type": "secret", "generateFromTlsSecret": secret, "blueprint": "tlsCertificate"}),
+        resource("listener", http_listener("http", port, direct(body), None)),
+    ];
+    if let Some(tls_port) = tls_port {
+        let tls: Value = json!({
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": DOWNSTREAM_TLS_TYPE,
+                "common_tls_context": {
+                    "tls_certificate_sds_secret_configs": [{
+                        "name": secret,
+                        "sds_config": {"ads": {}, "resource_api_version": "V3"},
+                    }],
+                },
+            },
+        });
+        resources.push(resource(
+            "listener",
+            http_listener("https", tls_port, direct(body), Some(tls)),
+        ));
+    }
+    envoy_config(node, resources)
+}
+
+async fn body_at(port: u16) -> Result<String, String> {
+    let r = get(localhost(port), "/").await?;
+    if r.status == 200 {
+        Ok(r.body)
+    } else {
+        Err(format!("status {}", r.status))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_secret_missing_never_wipes_envoy() {
+    init_tracing();
+    let node = "fault-restart";
+    let secret = "fault-restart-cert";
+    let port = free_port().unwrap();
+    let bundle = issue_bundle().must();
+    let cert = tls_secret_yaml(secret, &bundle.server.cert_pem, &bundle.server.key_pem);
+    let mut xds = Xds::start(&[
+        ("config.json", config(node, port, "before", secret, None)),
+        ("secret.yaml", cert.clone()),
+    ])
+    .await
+    .must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    envoy
+        .wait_body(localhost(port), "before", CONVERGE, POLL)
+        .await
+        .must();
+
+    // While the discovery service is down its Secret file goes away: after the restart
+    // the node's config cannot be resolved, so the node has no published snapshot.
+    let secret_file = xds.file("secret.yaml");
+    let remove = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        std::fs::remove_file(&secret_file).unwrap();
+    };
+    let (stopped, ()) = tokio::join!(
+        xds.restart_with(Duration::from_secs(1), |dir: &std::path::Path| {
+            marin3r_control_plane::local::LocalBackend::new(dir)
+        }),
+        remove
+    );
+    stopped.must();
+    // Envoy reconnects within its 2 s ADS backoff cap; its stream is held, not
+    // answered with an empty config: every probe for 4 s still gets the listener.
+    let end = Instant::now() + Duration::from_secs(4);
+    let mut probes = 0;
+    while Instant::now() < end {
+        envoy.check_running().must();
+        assert_eq!(
+            body_at(port).await.as_deref(),
+            Ok("before"),
+            "probe {probes}: {}",
+            envoy.log_report(30)
+        );
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(probes > 10, "{probes} probes");
+
+    // The Secret comes back with an edit: the node is published again and served.
+    write_atomic(&secret_file, &cert).must();
+    write_atomic(
+        &xds.file("config.json"),
+        &config(node, port, "after", secret, None),
+    )
+    .must();
+    envoy
+        .wait_body(localhost(port), "after", CONVERGE, POLL)
+        .await
+        .must();
+    drop(envoy);
+    xds.stop().await.must();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_second_secret_gap_does_not_stop_certificate_rotation() {
+    init_tracing();
+    let node = "fault-gap";
+    let secret = "fault-gap-cert";
+    let (port, tls_port) = (free_port().unwrap(), free_port().unwrap());
+    let first = issue_bundle().must();
+    let second = issue_bundle().must();
+    let xds = Xds::start(&[
+        (
+            "config.json",
+            config(node, port, node, secret, Some(tls_port)),
+        ),
+        (
+            "secret.yaml",
+            tls_secret_yaml(secret, &first.server.cert_pem, &first.server.key_pem),
+        ),
+    ])
+    .await
+    .must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    let addr = localhost(tls_port);
+    let (leaf, _) = envoy
+        .eventually("the first certificate", CONVERGE, POLL, || {
+            get_tls(addr, &first.ca.cert_pem)
+        })
+        .await
+        .must();
+    assert_eq!(leaf, der(&first.server.cert_pem).must());
+
+    // rm, one second, then the rotated Secret: it is served (the revision waited, it
+    // was never tainted).
+    std::fs::remove_file(xds.file("secret.yaml")).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(body_at(port).await.as_deref(), Ok(node), "still serving");
+    write_atomic(
+        &xds.file("secret.yaml"),
+        &tls_secret_yaml(secret, &second.server.cert_pem, &second.server.key_pem),
+    )
+    .must();
+    let (leaf, _) = envoy
+        .eventually("the rotated certificate", CONVERGE, POLL, || {
+            get_tls(addr, &second.ca.cert_pem)
+        })
+        .await
+        .must();
+    assert_eq!(leaf, der(&second.server.cert_pem).must());
+    drop(envoy);
+    xds.stop().await.must();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envoyconfig_written_before_its_secret_is_served_once_the_secret_exists() {
+    init_tracing();
+    let node = "fault-late-secret";
+    let secret = "fault-late-cert";
+    let (port, tls_port) = (free_port().unwrap(), free_port().unwrap());
+    let bundle = issue_bundle().must();
+    let xds = Xds::start(&[(
+        "config.json",
+        config(node, port, node, secret, Some(tls_port)),
+    )])
+    .await
+    .must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    write_atomic(
+        &xds.file("secret.yaml"),
+        &tls_secret_yaml(secret, &bundle.server.cert_pem, &bundle.server.key_pem),
+    )
+    .must();
+    let addr = localhost(tls_port);
+    let (leaf, resp) = envoy
+        .eventually(
+            "the TLS listener with the late Secret",
+            CONVERGE,
+            POLL,
+            || get_tls(addr, &bundle.ca.cert_pem),
+        )
+        .await
+        .must();
+    assert_eq!(leaf, der(&bundle.server.cert_pem).must());
+    assert_eq!((resp.status, resp.body.as_str()), (200, node));
+    drop(envoy);
+    xds.stop().await.must();
+}
