@@ -35,6 +35,18 @@ pub const ROLLBACK_FAILED: &str = "RollbackFailed";
 pub struct StatusReport {
     /// Sorted by namespace, then name.
     pub envoy_configs: Vec<EnvoyConfigReport>,
+    /// Local mode: the config folder's files that cannot be used now (their last good
+    /// content keeps being served), with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileReport>,
+}
+
+/// A file of the config folder that cannot be used.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileReport {
+    pub path: String,
+    pub error: String,
 }
 
 /// One EnvoyConfig: what `kubectl get ec -o yaml` shows as its status in Kubernetes mode.
@@ -63,6 +75,10 @@ pub struct EnvoyConfigReport {
     /// Oldest first; the last one is the desired revision.
     #[serde(default)]
     pub revisions: Vec<RevisionReport>,
+    /// Why what is written for this EnvoyConfig is not used (an invalid document, a file
+    /// that cannot be read): the last good state keeps being served meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
 }
 
 /// One revision (an EnvoyConfigRevision in Kubernetes mode).
@@ -228,6 +244,7 @@ pub fn envoy_config_report(
                     .collect(),
             })
             .collect(),
+        errors: Vec::new(),
     }
 }
 
@@ -655,6 +672,7 @@ mod tests {
         r.taint(&v2, "rejected");
         let conds = conditions(r.cache_state(), Some(&v2), Some(&v1), None, &[], t(21));
         let report = StatusReport {
+            files: Vec::new(),
             envoy_configs: vec![envoy_config_report(
                 "default",
                 "kuard",
@@ -711,8 +729,10 @@ mod tests {
                 last_published_at: None,
                 provides_versions: BTreeMap::new(),
             }],
+            errors: Vec::new(),
         };
         let report = StatusReport {
+            files: Vec::new(),
             envoy_configs: vec![
                 ec("default", "kuard", CacheState::Rollback),
                 ec("default", "a-much-longer-name", CacheState::InSync),

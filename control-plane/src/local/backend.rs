@@ -161,10 +161,20 @@ impl crate::Backend for LocalBackend {
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut evaluate = tokio::time::interval(EVALUATE_INTERVAL);
         evaluate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut folder_error = RepeatedError::default();
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
                 _ = scan.tick() => match self.source.scan() {
+                    Ok(changed) if folder_error.clear() => {
+                        tracing::info!(dir = %self.source.dir.display(), "config folder readable again");
+                        if changed {
+                            let manifests = self.source.manifests();
+                            let mut engine = lock(&self.engine);
+                            let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
+                            apply(&mut engine, effects, &ctx);
+                        }
+                    }
                     Ok(false) => {}
                     Ok(true) => {
                         let manifests = self.source.manifests();
@@ -173,7 +183,9 @@ impl crate::Backend for LocalBackend {
                         apply(&mut engine, effects, &ctx);
                     }
                     Err(e) => {
-                        tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder")
+                        if folder_error.should_log(&e.to_string(), std::time::Instant::now()) {
+                            tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder; serving what was read last (logged again in a minute if it persists)");
+                        }
                     }
                 },
                 _ = evaluate.tick() => {
@@ -183,6 +195,36 @@ impl crate::Backend for LocalBackend {
                 }
             }
         }
+    }
+}
+
+/// How often an error that keeps happening is logged again.
+pub const REPEAT_ERROR_LOG: Duration = Duration::from_secs(60);
+
+/// Rate limit for one cause of error polled many times a second (the config folder
+/// disappearing): logged when it starts or changes, then once per
+/// [`REPEAT_ERROR_LOG`].
+#[derive(Debug, Default)]
+struct RepeatedError {
+    last: Option<(String, std::time::Instant)>,
+}
+
+impl RepeatedError {
+    /// Whether `error`, happening at `now`, is to be logged.
+    fn should_log(&mut self, error: &str, now: std::time::Instant) -> bool {
+        let log = match &self.last {
+            Some((last, at)) => last != error || now.duration_since(*at) >= REPEAT_ERROR_LOG,
+            None => true,
+        };
+        if log {
+            self.last = Some((error.to_string(), now));
+        }
+        log
+    }
+
+    /// The error is over; returns whether there was one.
+    fn clear(&mut self) -> bool {
+        self.last.take().is_some()
     }
 }
 
@@ -224,7 +266,9 @@ pub fn apply(engine: &mut Engine, effects: Vec<Effect>, ctx: &crate::Context) {
             }
             Effect::Unsave { key } => {
                 let Some(dir) = &state_dir else { continue };
-                remove_file(&state::path_of(dir, &key));
+                let path = state::path_of(dir, &key);
+                remove_file(&path);
+                remove_file(&state::previous_of(&path));
             }
         }
     }
@@ -245,6 +289,27 @@ fn remove_file(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_error_is_logged_when_it_starts_changes_or_each_minute() {
+        let mut e = RepeatedError::default();
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(e.should_log("gone", at(0)));
+        // Polled 20 times a second: not logged again within the minute.
+        assert!((1..1200).all(|i| !e.should_log("gone", at(i * 50))));
+        assert!(e.should_log("gone", at(60_000)));
+        assert!(
+            e.should_log("permission denied", at(60_050)),
+            "another cause"
+        );
+        assert!(e.clear());
+        assert!(!e.clear());
+        assert!(
+            e.should_log("permission denied", at(60_100)),
+            "starts again"
+        );
+    }
     use marin3r_envoyconfig::envoyconfig::CacheState;
     use serde_json::{Value, json};
     use std::future::IntoFuture as _;

@@ -14,7 +14,7 @@ use super::folder::{DEFAULT_NAMESPACE, Key, Manifests};
 use super::state::{StateFile, StateFileRef};
 use crate::publisher::{self, NackView};
 use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions};
-use crate::status::{EnvoyConfigReport, StatusReport, conditions, envoy_config_report};
+use crate::status::{EnvoyConfigReport, FileReport, StatusReport, conditions, envoy_config_report};
 use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfig, EnvoyConfigSpec};
 use marin3r_envoyconfig::manifest::ManifestSecrets;
 use marin3r_xds::Snapshot;
@@ -76,6 +76,9 @@ struct Tracked {
     restore: Option<(String, EnvoyConfigSpec)>,
     /// The elected revision cannot be served yet (a Secret is missing or unusable).
     waiting: Option<publisher::Waiting>,
+    /// Why the folder's current content of this EnvoyConfig is not used (an invalid
+    /// document, a broken file): its last good state keeps being served.
+    problems: Vec<String>,
     state: Option<CacheState>,
     conditions: Vec<Condition>,
     /// The JSON last written to the state dir.
@@ -93,6 +96,7 @@ impl Tracked {
             served_spec: None,
             restore: None,
             waiting: None,
+            problems: Vec::new(),
             state: None,
             conditions: Vec::new(),
             saved: None,
@@ -123,6 +127,8 @@ pub struct Engine {
     configs: BTreeMap<Key, Tracked>,
     /// Loaded from the state dir, taken when their EnvoyConfig shows up.
     restored: BTreeMap<Key, StateFile>,
+    /// The folder's files that cannot be used now, as of the last reconcile.
+    file_errors: BTreeMap<PathBuf, String>,
 }
 
 fn key_of(ec: &EnvoyConfig) -> Key {
@@ -149,6 +155,7 @@ impl Engine {
             secrets: ManifestSecrets::default(),
             configs: BTreeMap::new(),
             restored: BTreeMap::new(),
+            file_errors: BTreeMap::new(),
         }
     }
 
@@ -180,11 +187,12 @@ impl Engine {
             tracing::error!(error = %e, "invalid manifest; ignored");
         }
         self.secrets = manifests.secrets.clone();
+        self.file_errors = manifests.file_errors.clone();
 
         // An invalid EnvoyConfig document keeps its last good state and its node id.
         let kept: BTreeSet<&Key> = manifests
             .invalid_configs
-            .iter()
+            .keys()
             .filter(|k| self.configs.contains_key(*k))
             .collect();
         // One definition per EnvoyConfig (the first in file order), then one EnvoyConfig
@@ -283,6 +291,22 @@ impl Engine {
                 &mut effects,
             );
         }
+        // What keeps each EnvoyConfig from following its file, shown in the status.
+        for (key, t) in &mut self.configs {
+            t.problems = manifests
+                .invalid_configs
+                .get(key)
+                .cloned()
+                .into_iter()
+                .chain(manifests.files.get(key).and_then(|f| {
+                    Some(format!(
+                        "{}: {}",
+                        f.display(),
+                        manifests.file_errors.get(f)?
+                    ))
+                }))
+                .collect();
+        }
         self.persist(&mut effects);
         effects
     }
@@ -362,6 +386,14 @@ impl Engine {
                 .iter()
                 .map(|(key, t)| report_of(key, t))
                 .collect(),
+            files: self
+                .file_errors
+                .iter()
+                .map(|(path, error)| FileReport {
+                    path: path.display().to_string(),
+                    error: error.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -416,14 +448,17 @@ impl Engine {
 }
 
 fn report_of(key: &Key, t: &Tracked) -> EnvoyConfigReport {
-    envoy_config_report(
-        &key.0,
-        &key.1,
-        &t.envoy_api,
-        &t.revisions,
-        t.served.as_deref(),
-        t.conditions.clone(),
-    )
+    EnvoyConfigReport {
+        errors: t.problems.clone(),
+        ..envoy_config_report(
+            &key.0,
+            &key.1,
+            &t.envoy_api,
+            &t.revisions,
+            t.served.as_deref(),
+            t.conditions.clone(),
+        )
+    }
 }
 
 /// Brings the cache in line with one EnvoyConfig's revisions: applies what
@@ -962,12 +997,36 @@ mod tests {
         );
         // An invalid document of the same EnvoyConfig keeps its state.
         let invalid = Manifests {
-            invalid_configs: vec![("default".into(), "kuard".into())],
+            invalid_configs: BTreeMap::from([(
+                ("default".to_string(), "kuard".to_string()),
+                "invalid EnvoyConfig: spec.nodeID: missing field".to_string(),
+            )]),
             ..Manifests::default()
         };
         reconcile(&mut e, &invalid, &ctx, t(2));
         assert_eq!(e.report().envoy_configs.len(), 1);
         assert!(ctx.cache.get("kuard").is_some());
+        // … and the status says why what is written is not used.
+        assert_eq!(
+            report(&e).errors,
+            ["invalid EnvoyConfig: spec.nodeID: missing field"]
+        );
+        // A broken file: its EnvoyConfigs keep their last good content, and say so; the
+        // status lists the file.
+        let file = PathBuf::from("/config/kuard.yaml");
+        let broken_file = Manifests {
+            configs: vec![envoy_config("kuard", "kuard", vec![cluster("a")])],
+            files: BTreeMap::from([(("default".to_string(), "kuard".to_string()), file.clone())]),
+            file_errors: BTreeMap::from([(file, "invalid YAML/JSON: line 3".to_string())]),
+            ..Manifests::default()
+        };
+        reconcile(&mut e, &broken_file, &ctx, t(2));
+        assert_eq!(
+            report(&e).errors,
+            ["/config/kuard.yaml: invalid YAML/JSON: line 3"]
+        );
+        assert_eq!(e.report().files.len(), 1);
+        assert_eq!(e.report().files[0].path, "/config/kuard.yaml");
         // Removed: revisions dropped, node no longer served.
         reconcile(&mut e, &Manifests::default(), &ctx, t(3));
         assert!(e.report().envoy_configs.is_empty());
@@ -1022,11 +1081,16 @@ mod tests {
         assert_eq!(before.cache_state, Some(CacheState::Rollback));
         let file = dir.path().join("state/default_kuard.json");
         assert!(file.is_file());
-        let names: Vec<String> = std::fs::read_dir(dir.path().join("state"))
+        let mut names: Vec<String> = std::fs::read_dir(dir.path().join("state"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, ["default_kuard.json"], "no temp file left behind");
+        names.sort();
+        assert_eq!(
+            names,
+            [".default_kuard.json.prev", "default_kuard.json"],
+            "no temp file left behind; the previous generation is kept"
+        );
         use std::os::unix::fs::PermissionsExt as _;
         assert_eq!(
             std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
@@ -1072,9 +1136,10 @@ mod tests {
         assert_eq!(r.published_version.as_deref(), Some(good_version.as_str()));
         assert_eq!(served_cluster_version(&ctx3), served_cluster_version(&ctx1));
 
-        // Removing the EnvoyConfig deletes its file.
+        // Removing the EnvoyConfig deletes its file (and the previous generation).
         reconcile(&mut e, &Manifests::default(), &ctx3, t(21));
         assert!(!file.exists());
+        assert!(!super::super::state::previous_of(&file).exists());
 
         // A corrupt file is ignored, not fatal.
         std::fs::write(&file, "{").unwrap();

@@ -50,13 +50,32 @@ pub fn state_file_name(key: &Key) -> String {
     format!("{}_{}.json", encode(&key.0), encode(&key.1))
 }
 
+/// The previous generation of a state file: `.<name>.prev`, hidden (never loaded as a
+/// state file of its own), used when the current one does not parse.
+pub fn previous_of(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    path.with_file_name(format!(".{}.prev", name.unwrap_or_default()))
+}
+
 /// Replaces `path` atomically: a hidden temp file in the same folder (mode 0600: specs
-/// may hold inline key material), synced, renamed.
+/// may hold inline key material), synced, renamed; the file it replaces is kept as its
+/// [previous generation](previous_of) (hard link, then rename: `path` itself always
+/// exists), so a corrupt state file (a bad disk, a hand edit) loses one change, not the
+/// history.
 pub fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{}.tmp", name.unwrap_or_default()));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    if path.exists() {
+        let link = path.with_file_name(format!(".{name}.prev.tmp"));
+        let _ = std::fs::remove_file(&link);
+        std::fs::hard_link(path, &link)?;
+        std::fs::rename(&link, previous_of(path))?;
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -84,15 +103,26 @@ pub fn load(dir: &Path) -> std::io::Result<(Vec<StateFile>, Vec<String>)> {
         if !visible {
             continue;
         }
-        let parsed = std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str::<StateFile>(&t).map_err(|e| e.to_string()));
-        match parsed {
+        match read(&path) {
             Ok(state) => states.push(state),
-            Err(e) => errors.push(format!("{}: {e}", path.display())),
+            Err(e) => match read(&previous_of(&path)) {
+                Ok(state) => {
+                    errors.push(format!(
+                        "{}: {e}; using its previous generation",
+                        path.display()
+                    ));
+                    states.push(state);
+                }
+                Err(_) => errors.push(format!("{}: {e}", path.display())),
+            },
         }
     }
     Ok((states, errors))
+}
+
+fn read(path: &Path) -> Result<StateFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    serde_json::from_str::<StateFile>(&text).map_err(|e| e.to_string())
 }
 
 /// The state file of an EnvoyConfig under `dir`.
@@ -103,6 +133,55 @@ pub fn path_of(dir: &Path, key: &Key) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state(revisions: usize) -> String {
+        let mut r = Revisions::new("kuard");
+        for i in 0..revisions {
+            let spec = serde_json::from_value(serde_json::json!({
+                "nodeID": "kuard",
+                "resources": [{"type": "listener", "value": {"name": "l", "port": i}}]
+            }))
+            .unwrap();
+            r.apply(&spec, std::time::SystemTime::UNIX_EPOCH);
+        }
+        serde_json::to_string(&StateFileRef {
+            namespace: "default",
+            name: "kuard",
+            served: None,
+            served_spec: None,
+            revisions: &r,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_corrupt_state_file_falls_back_to_its_previous_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = path_of(dir.path(), &("default".to_string(), "kuard".to_string()));
+        write_atomic(&path, &state(1)).unwrap();
+        write_atomic(&path, &state(2)).unwrap();
+        let (states, errors) = load(dir.path()).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(states[0].revisions.revisions.len(), 2);
+        for corrupt in ["", "{", "{}", "\u{0}garbage"] {
+            std::fs::write(&path, corrupt).unwrap();
+            let (states, errors) = load(dir.path()).unwrap();
+            assert_eq!(
+                states.len(),
+                1,
+                "{corrupt:?}: the previous generation is used"
+            );
+            assert_eq!(states[0].revisions.revisions.len(), 1, "{corrupt:?}");
+            assert!(errors[0].contains("previous generation"), "{errors:?}");
+        }
+        // Nothing but hidden files besides the state file itself.
+        let visible: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        assert_eq!(visible, ["default_kuard.json"]);
+    }
 
     #[test]
     fn state_file_names_are_safe_and_unambiguous() {
