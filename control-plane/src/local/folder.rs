@@ -280,7 +280,8 @@ mod tests {
         assert_eq!(names(&source), ["kuard"]);
         assert!(source.file_errors().is_empty());
 
-        let cases: [(&str, Box<dyn Fn()>); 4] = [
+        type BreakIt<'a> = Box<dyn Fn() + 'a>;
+        let cases: [(&str, BreakIt<'_>); 4] = [
             ("empty", Box::new(|| write(&file, ""))),
             ("invalid YAML", Box::new(|| write(&file, "a: [1,\n"))),
             (
