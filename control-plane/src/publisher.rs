@@ -54,6 +54,13 @@ pub trait NackView {
         let _ = (node_id, t, version);
         None
     }
+
+    /// Pods of the node that never answered anything and so are not counted
+    /// (`marin3r_xds::stats::SILENT_POD_GRACE`).
+    fn silent_pods(&self, node_id: &str) -> Vec<String> {
+        let _ = node_id;
+        Vec::new()
+    }
 }
 
 impl NackView for SharedStats {
@@ -72,23 +79,11 @@ impl NackView for SharedStats {
             .into_values()
             .find_map(|c| c.last_nack_message)
     }
-}
 
-impl NackView for marin3r_xds::AckNackStats {
-    fn rejected_by_all_pods(
-        &self,
-        node_id: &str,
-        t: ResourceType,
-        version: &str,
-        threshold: u64,
-    ) -> bool {
-        marin3r_xds::AckNackStats::rejected_by_all_pods(self, node_id, t, version, threshold)
-    }
-
-    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
-        self.counts(node_id, t, version)
-            .into_values()
-            .find_map(|c| c.last_nack_message)
+    fn silent_pods(&self, node_id: &str) -> Vec<String> {
+        SharedStats::silent_pods(self, node_id)
+            .into_iter()
+            .collect()
     }
 }
 
@@ -188,6 +183,15 @@ pub fn nack_verdict(
         if let Some(message) = nacks.nack_message(node_id, *t, version) {
             let message: String = message.chars().take(MAX_NACK_MESSAGE).collect();
             reason.push_str(&format!("; Envoy: {message}"));
+        }
+        let silent = nacks.silent_pods(node_id);
+        if !silent.is_empty() {
+            let shown: Vec<&str> = silent.iter().take(10).map(String::as_str).collect();
+            reason.push_str(&format!(
+                "; not counted, never answered: {}{}",
+                shown.join(", "),
+                if silent.len() > shown.len() { ", …" } else { "" }
+            ));
         }
         Some(Taint {
             version: revision.to_string(),

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
@@ -162,8 +162,23 @@ pub struct AckNackStats {
     /// node id → type → versions.
     versions: HashMap<String, BTreeMap<ResourceType, VersionLog>>,
     /// Open streams per node and pod.
-    streams: HashMap<String, HashMap<PodName, usize>>,
+    streams: HashMap<String, HashMap<PodName, PodStreams>>,
 }
+
+/// A pod with an open stream: how many, since when, and whether it ever answered.
+#[derive(Debug, Clone, Copy)]
+struct PodStreams {
+    open: usize,
+    since: Instant,
+    /// It ACKed or NACKed something on the node at least once.
+    answered: bool,
+}
+
+/// A pod that has had a stream for this long without ever ACKing or NACKing anything no
+/// longer counts as "subscribed" for the taint test: a client that subscribes and never
+/// answers (a stuck Envoy, or anything holding the shared client certificate) cannot
+/// block self-healing for the node. Real Envoys answer every push within milliseconds.
+pub const SILENT_POD_GRACE: Duration = Duration::from_secs(10);
 
 impl Default for AckNackStats {
     fn default() -> Self {
@@ -203,6 +218,13 @@ impl AckNackStats {
                 message,
             } => (node_id, pod_name, *resource_type, version, Some(message)),
         };
+        if let Some(pod) = self
+            .streams
+            .get_mut(node_id.as_str())
+            .and_then(|pods| pods.get_mut(pod_name.as_str()))
+        {
+            pod.answered = true;
+        }
         if !self.versions.contains_key(node_id.as_str()) {
             self.versions.insert(node_id.clone(), BTreeMap::new());
         }
@@ -297,13 +319,16 @@ impl AckNackStats {
     }
 
     /// The SPEC §4 taint test for one type version: there is at least one subscribed
-    /// pod and every subscribed pod NACKed `version` at least `threshold` times.
+    /// pod and every subscribed pod NACKed `version` at least `threshold` times. Pods
+    /// that never answered anything within [`SILENT_POD_GRACE`] of their first stream
+    /// (at `now`) do not count.
     pub fn rejected_by_all_pods(
         &self,
         node_id: &str,
         t: ResourceType,
         version: &str,
         threshold: u64,
+        now: Instant,
     ) -> bool {
         // Looked up in place, without copying the pod names or the counts: this runs for
         // every type of every published revision every 250 ms under the stats lock, and
@@ -313,15 +338,38 @@ impl AckNackStats {
             return false;
         };
         let counts = self.pod_counts(node_id, t, version);
-        pods.keys().all(|p| {
-            counts
-                .and_then(|c| c.get(p))
-                .is_some_and(|c| c.nacks > 0 && c.nacks >= threshold)
-        })
+        let mut judged = pods
+            .iter()
+            .filter(|(_, s)| {
+                s.answered || now.saturating_duration_since(s.since) < SILENT_POD_GRACE
+            })
+            .peekable();
+        judged.peek().is_some()
+            && judged.all(|(p, _)| {
+                counts
+                    .and_then(|c| c.get(p))
+                    .is_some_and(|c| c.nacks > 0 && c.nacks >= threshold)
+            })
     }
 
-    /// A stream of `pod` for `node_id` started (after its node was learned).
-    pub fn stream_opened(&mut self, node_id: &str, pod_name: &str) {
+    /// Pods of the node with an open stream that never answered anything within
+    /// [`SILENT_POD_GRACE`] (at `now`): they do not count for the taint test.
+    pub fn silent_pods(&self, node_id: &str, now: Instant) -> BTreeSet<String> {
+        self.streams
+            .get(node_id)
+            .map(|pods| {
+                pods.iter()
+                    .filter(|(_, s)| {
+                        !s.answered && now.saturating_duration_since(s.since) >= SILENT_POD_GRACE
+                    })
+                    .map(|(p, _)| p.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A stream of `pod` for `node_id` started (after its node was learned) at `now`.
+    pub fn stream_opened(&mut self, node_id: &str, pod_name: &str, now: Instant) {
         if !self.streams.contains_key(node_id) {
             self.streams.insert(node_id.to_string(), HashMap::new());
         }
@@ -329,9 +377,16 @@ impl AckNackStats {
             return;
         };
         match pods.get_mut(pod_name) {
-            Some(n) => *n += 1,
+            Some(s) => s.open += 1,
             None => {
-                pods.insert(PodName::from(pod_name), 1);
+                pods.insert(
+                    PodName::from(pod_name),
+                    PodStreams {
+                        open: 1,
+                        since: now,
+                        answered: false,
+                    },
+                );
             }
         }
     }
@@ -342,9 +397,9 @@ impl AckNackStats {
             return 0;
         };
         let left = match pods.get_mut(pod_name) {
-            Some(n) => {
-                *n = n.saturating_sub(1);
-                *n
+            Some(s) => {
+                s.open = s.open.saturating_sub(1);
+                s.open
             }
             None => 0,
         };
@@ -369,7 +424,7 @@ impl AckNackStats {
     pub fn streams_for_node(&self, node_id: &str) -> BTreeMap<String, usize> {
         self.streams
             .get(node_id)
-            .map(|p| p.iter().map(|(k, n)| (k.to_string(), *n)).collect())
+            .map(|p| p.iter().map(|(k, s)| (k.to_string(), s.open)).collect())
             .unwrap_or_default()
     }
 
@@ -703,7 +758,8 @@ impl SharedStats {
 
     /// A stream learned its node: counts it for the pod and the stream gauge.
     pub fn stream_opened(&self, node: &NodeInfo, api: Api) {
-        self.lock().stream_opened(&node.id, &node.pod_name);
+        self.lock()
+            .stream_opened(&node.id, &node.pod_name, Instant::now());
         if let Some(m) = &self.metrics {
             m.stream_opened(&node.id, api);
         }
@@ -758,7 +814,12 @@ impl SharedStats {
         threshold: u64,
     ) -> bool {
         self.lock()
-            .rejected_by_all_pods(node_id, t, version, threshold)
+            .rejected_by_all_pods(node_id, t, version, threshold, Instant::now())
+    }
+
+    /// Pods of the node that never answered anything (see [`SILENT_POD_GRACE`]).
+    pub fn silent_pods(&self, node_id: &str) -> BTreeSet<String> {
+        self.lock().silent_pods(node_id, Instant::now())
     }
 
     pub fn pods_for_node(&self, node_id: &str) -> BTreeSet<String> {
@@ -906,13 +967,14 @@ mod tests {
     #[test]
     fn streams_and_taint_test() {
         let mut s = AckNackStats::new();
+        let t0 = Instant::now();
         assert!(
-            !s.rejected_by_all_pods("n", Route, "v", 1),
+            !s.rejected_by_all_pods("n", Route, "v", 1, t0),
             "no pods: never rejected by all"
         );
-        s.stream_opened("n", "p1");
-        s.stream_opened("n", "p1");
-        s.stream_opened("n", "p2");
+        s.stream_opened("n", "p1", t0);
+        s.stream_opened("n", "p1", t0);
+        s.stream_opened("n", "p2", t0);
         assert_eq!(
             s.pods_for_node("n"),
             ["p1".to_string(), "p2".to_string()].into()
@@ -922,21 +984,53 @@ mod tests {
             s.record(&nack("p1", Route, "v", "x"));
         }
         assert!(
-            !s.rejected_by_all_pods("n", Route, "v", 5),
+            !s.rejected_by_all_pods("n", Route, "v", 5, t0),
             "partial rejection"
         );
         for _ in 0..4 {
             s.record(&nack("p2", Route, "v", "x"));
         }
-        assert!(!s.rejected_by_all_pods("n", Route, "v", 5));
-        assert!(s.rejected_by_all_pods("n", Route, "v", 4));
+        assert!(!s.rejected_by_all_pods("n", Route, "v", 5, t0));
+        assert!(s.rejected_by_all_pods("n", Route, "v", 4, t0));
         // p2 leaves: only p1 is subscribed, and it rejected 5 times.
         assert_eq!(s.stream_closed("n", "p2"), 0);
-        assert!(s.rejected_by_all_pods("n", Route, "v", 5));
+        assert!(s.rejected_by_all_pods("n", Route, "v", 5, t0));
         assert_eq!(s.stream_closed("n", "p1"), 1);
         assert_eq!(s.stream_closed("n", "p1"), 0);
         assert_eq!(s.stream_closed("n", "p1"), 0, "extra close is harmless");
         assert!(s.pods_for_node("n").is_empty());
+    }
+
+    #[test]
+    fn a_pod_that_never_answers_stops_counting_after_the_grace_period() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        s.stream_opened("n", "envoy", t0);
+        s.stream_opened("n", "silent", t0);
+        for _ in 0..5 {
+            s.record(&nack("envoy", Route, "v", "bad route"));
+        }
+        let later = |d: Duration| t0 + d;
+        assert!(
+            !s.rejected_by_all_pods("n", Route, "v", 5, later(Duration::from_secs(1))),
+            "a silent pod counts while it may still answer"
+        );
+        assert!(s.silent_pods("n", later(Duration::from_secs(1))).is_empty());
+        assert!(
+            s.rejected_by_all_pods("n", Route, "v", 5, later(SILENT_POD_GRACE)),
+            "a pod that never answered anything no longer blocks self-healing"
+        );
+        assert_eq!(
+            s.silent_pods("n", later(SILENT_POD_GRACE)),
+            ["silent".to_string()].into()
+        );
+        // A pod that answered something (here an ACK of another version) keeps counting.
+        s.record(&ack("silent", Route, "v0"));
+        assert!(!s.rejected_by_all_pods("n", Route, "v", 5, later(SILENT_POD_GRACE * 3)));
+        // Only silent pods: nobody is judged, nothing is rejected by all.
+        let mut only_silent = AckNackStats::new();
+        only_silent.stream_opened("m", "silent", t0);
+        assert!(!only_silent.rejected_by_all_pods("m", Route, "v", 1, later(SILENT_POD_GRACE)));
     }
 
     #[test]
