@@ -84,13 +84,12 @@ fn crds() -> Result<ExitCode> {
 
 /// `marin3r status`: `GET /status` of a local-mode discovery service, as a table or JSON.
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let report = marin3r_control_plane::status::fetch(&a.url, std::time::Duration::from_secs(10))
+    let fetch = crate::status::fetch(&a.url, std::time::Duration::from_secs(10));
+    let report = small_runtime()?
+        .block_on(fetch)
         .with_context(|| format!("cannot get the status from {}", a.url))?;
     match a.output {
-        StatusOutput::Table => print!(
-            "{}",
-            marin3r_control_plane::status::render_table(&report, a.revisions)
-        ),
+        StatusOutput::Table => print!("{}", crate::status::render_table(&report, a.revisions)),
         StatusOutput::Json => println!(
             "{}",
             serde_json::to_string_pretty(&report).context("cannot render JSON")?
@@ -130,6 +129,14 @@ fn validate(a: ValidateArgs) -> Result<ExitCode> {
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// A current-thread runtime, for the shutdown manager and one-shot clients.
+fn small_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -181,11 +188,7 @@ fn exec_shutdown_manager_binary() {
 /// Runs the shutdown manager until SIGTERM/SIGINT. A current-thread runtime keeps the
 /// sidecar's footprint small.
 pub fn run_shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?
-        .block_on(shutdown_manager(a))
+    small_runtime()?.block_on(shutdown_manager(a))
 }
 
 async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {

@@ -1036,7 +1036,6 @@ mod tests {
     use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
     use marin3r_xds::{ResourceType, SnapshotCache};
     use serde_json::json;
-    use std::future::IntoFuture as _;
     use std::time::Duration;
 
     fn t(secs: u64) -> SystemTime {
@@ -1581,67 +1580,6 @@ mod tests {
         std::fs::write(&file, "{").unwrap();
         let mut e = Engine::new(options);
         assert_eq!(e.load_state().unwrap(), 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn status_routes_over_http_with_the_status_client() {
-        use crate::Backend as _;
-        let dir = tempfile::tempdir().unwrap();
-        let ec = |resources: Vec<Value>| {
-            serde_json::to_string(&json!({
-                "apiVersion": "marin3r.3scale.net/v1alpha1",
-                "kind": "EnvoyConfig",
-                "metadata": {"name": "kuard"},
-                "spec": {"nodeID": "kuard", "resources": resources},
-            }))
-            .unwrap()
-        };
-        std::fs::write(dir.path().join("kuard.json"), ec(vec![cluster("a")])).unwrap();
-        let ctx = ctx();
-        let mut backend = LocalBackend::new(dir.path()).with_nack_threshold(7);
-        backend.start(&ctx).await.unwrap();
-        assert_eq!(lock(&backend.engine).options().nack_threshold, 7);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(axum::serve(listener, backend.routes(&ctx)).into_future());
-
-        let get = {
-            let url = url.clone();
-            move || crate::status::fetch(&url, Duration::from_secs(5))
-        };
-        let report = tokio::task::spawn_blocking(get.clone())
-            .await
-            .unwrap()
-            .unwrap();
-        let kuard = &report.envoy_configs[0];
-        assert_eq!(
-            (kuard.namespace.as_str(), kuard.name.as_str()),
-            ("default", "kuard")
-        );
-        assert_eq!(kuard.cache_state, Some(CacheState::InSync));
-        let version = kuard.desired_version.clone().unwrap();
-
-        let delete = |version: String| {
-            let url = url.clone();
-            tokio::task::spawn_blocking(move || {
-                crate::status::delete_revision(
-                    &url,
-                    "default",
-                    "kuard",
-                    &version,
-                    Duration::from_secs(5),
-                )
-            })
-        };
-        // The current spec's revision comes back afresh.
-        let after = delete(version.clone()).await.unwrap().unwrap();
-        assert_eq!(after.desired_version.as_deref(), Some(version.as_str()));
-        let err = delete("0000".into()).await.unwrap().unwrap_err();
-        assert!(
-            matches!(&err, crate::status::ClientError::Status { status: 404, body, .. } if body.contains("no revision 0000")),
-            "{err}"
-        );
-        server.abort();
     }
 
     #[test]
