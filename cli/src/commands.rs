@@ -67,7 +67,7 @@ async fn run_discovery_service(
     config: marin3r_control_plane::Config,
     backend: impl marin3r_control_plane::Backend,
 ) -> Result<ExitCode> {
-    marin3r_control_plane::run(config, backend, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_control_plane::run(config, backend, marin3r_process::shutdown_signal())
         .await
         .context("discovery service failed")?;
     Ok(ExitCode::SUCCESS)
@@ -151,7 +151,7 @@ async fn webhook(a: WebhookArgs) -> Result<ExitCode> {
         metrics_addr: a.metrics_bind_address,
         defaults: a.defaults.into(),
     };
-    marin3r_webhook::run(config, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_webhook::run(config, marin3r_process::shutdown_signal())
         .await
         .context("webhook failed")?;
     Ok(ExitCode::SUCCESS)
@@ -208,7 +208,7 @@ async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
         ready_timeout: a.ready_timeout.unwrap_or(defaults.ready_timeout),
         ..defaults
     };
-    marin3r_shutdown_manager::run(config, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_shutdown_manager::run(config, marin3r_process::shutdown_signal())
         .await
         .context("shutdown manager failed")?;
     Ok(ExitCode::SUCCESS)
