@@ -67,7 +67,7 @@ async fn run_discovery_service(
     config: marin3r_control_plane::Config,
     backend: impl marin3r_control_plane::Backend,
 ) -> Result<ExitCode> {
-    marin3r_control_plane::run(config, backend, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_control_plane::run(config, backend, marin3r_process::shutdown_signal())
         .await
         .context("discovery service failed")?;
     Ok(ExitCode::SUCCESS)
@@ -84,13 +84,12 @@ fn crds() -> Result<ExitCode> {
 
 /// `marin3r status`: `GET /status` of a local-mode discovery service, as a table or JSON.
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let report = marin3r_control_plane::status::fetch(&a.url, std::time::Duration::from_secs(10))
+    let fetch = crate::status::fetch(&a.url, std::time::Duration::from_secs(10));
+    let report = small_runtime()?
+        .block_on(fetch)
         .with_context(|| format!("cannot get the status from {}", a.url))?;
     match a.output {
-        StatusOutput::Table => print!(
-            "{}",
-            marin3r_control_plane::status::render_table(&report, a.revisions)
-        ),
+        StatusOutput::Table => print!("{}", crate::status::render_table(&report, a.revisions)),
         StatusOutput::Json => println!(
             "{}",
             serde_json::to_string_pretty(&report).context("cannot render JSON")?
@@ -135,6 +134,14 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// A current-thread runtime, for the shutdown manager and one-shot clients.
+fn small_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 async fn webhook(a: WebhookArgs) -> Result<ExitCode> {
     let config = marin3r_webhook::Config {
         webhook_addr: SocketAddr::new(a.webhook_bind_address, a.webhook_port),
@@ -144,7 +151,7 @@ async fn webhook(a: WebhookArgs) -> Result<ExitCode> {
         metrics_addr: a.metrics_bind_address,
         defaults: a.defaults.into(),
     };
-    marin3r_webhook::run(config, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_webhook::run(config, marin3r_process::shutdown_signal())
         .await
         .context("webhook failed")?;
     Ok(ExitCode::SUCCESS)
@@ -181,11 +188,7 @@ fn exec_shutdown_manager_binary() {
 /// Runs the shutdown manager until SIGTERM/SIGINT. A current-thread runtime keeps the
 /// sidecar's footprint small.
 pub fn run_shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?
-        .block_on(shutdown_manager(a))
+    small_runtime()?.block_on(shutdown_manager(a))
 }
 
 async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
@@ -205,7 +208,7 @@ async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
         ready_timeout: a.ready_timeout.unwrap_or(defaults.ready_timeout),
         ..defaults
     };
-    marin3r_shutdown_manager::run(config, marin3r_shutdown_manager::shutdown_signal())
+    marin3r_shutdown_manager::run(config, marin3r_process::shutdown_signal())
         .await
         .context("shutdown manager failed")?;
     Ok(ExitCode::SUCCESS)

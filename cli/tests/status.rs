@@ -1,8 +1,10 @@
 //! `marin3r status` against a real `marin3r discovery-service --config-dir` process:
 //! the `kubectl get ec`-like table (aligned columns, `--revisions`), `-o json`, the
 //! `--nack-threshold` / `--state-dir` flags (revisions survive a restart), and a clear
-//! error for an unreachable URL. No Envoy is needed: a config that does not decode is
-//! tainted by the discovery service itself, which gives a `Rollback` to show.
+//! error for an unreachable URL; and the status client (`GET /status`, `DELETE
+//! /status/revisions/…`) against local mode's routes in process. No Envoy is needed: a
+//! config that does not decode is tainted by the discovery service itself, which gives a
+//! `Rollback` to show.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write as _;
@@ -239,4 +241,61 @@ fn status_reports_an_unreachable_discovery_service() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only http://"));
+}
+
+/// The `marin3r status` client against local mode's `/status` routes, in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_routes_over_http_with_the_status_client() {
+    use marin3r_cli::status::{ClientError, delete_revision, fetch};
+    use marin3r_control_plane::Backend as _;
+    use marin3r_control_plane::local::LocalBackend;
+    use marin3r_envoyconfig::envoyconfig::CacheState;
+    use serde_json::{Value, json};
+    use std::future::IntoFuture as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ec = |resources: Vec<Value>| {
+        serde_json::to_string(&json!({
+            "apiVersion": "marin3r.3scale.net/v1alpha1",
+            "kind": "EnvoyConfig",
+            "metadata": {"name": "kuard"},
+            "spec": {"nodeID": "kuard", "resources": resources},
+        }))
+        .unwrap()
+    };
+    let cluster = json!({"type": "cluster", "value": {"name": "a", "connect_timeout": "1s"}});
+    std::fs::write(dir.path().join("kuard.json"), ec(vec![cluster])).unwrap();
+    let ctx = marin3r_control_plane::Context {
+        cache: marin3r_xds::SnapshotCache::new(),
+        stats: marin3r_xds::SharedStats::new(),
+    };
+    let mut backend = LocalBackend::new(dir.path()).with_nack_threshold(7);
+    backend.start(&ctx).await.unwrap();
+    assert_eq!(backend.engine().lock().unwrap().options().nack_threshold, 7);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(axum::serve(listener, backend.routes(&ctx)).into_future());
+
+    let report = fetch(&url, Duration::from_secs(5)).await.unwrap();
+    let kuard = &report.envoy_configs[0];
+    assert_eq!(
+        (kuard.namespace.as_str(), kuard.name.as_str()),
+        ("default", "kuard")
+    );
+    assert_eq!(kuard.cache_state, Some(CacheState::InSync));
+    let version = kuard.desired_version.clone().unwrap();
+
+    let delete = |version: String| {
+        let url = url.clone();
+        async move { delete_revision(&url, "default", "kuard", &version, Duration::from_secs(5)).await }
+    };
+    // The current spec's revision comes back afresh.
+    let after = delete(version.clone()).await.unwrap();
+    assert_eq!(after.desired_version.as_deref(), Some(version.as_str()));
+    let err = delete("0000".into()).await.unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Status { status: 404, body, .. } if body.contains("no revision 0000")),
+        "{err}"
+    );
+    server.abort();
 }

@@ -16,6 +16,7 @@ pub mod publisher;
 pub mod revisions;
 pub mod status;
 
+use marin3r_process::{metrics_router, probe_router};
 use marin3r_xds::{AdsConfig, SharedStats, SnapshotCache, XdsMetrics, server};
 
 use std::future::{Future, IntoFuture};
@@ -199,49 +200,4 @@ pub async fn serve_with<B: Backend>(
         source,
     })?;
     Ok(())
-}
-
-fn metrics_router(registry: Arc<prometheus_client::registry::Registry>) -> axum::Router {
-    axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let registry = registry.clone();
-            async move {
-                let mut text = String::new();
-                match prometheus_client::encoding::text::encode(&mut text, &registry) {
-                    Ok(()) => (
-                        axum::http::StatusCode::OK,
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        text,
-                    ),
-                    Err(_) => (
-                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                        [(axum::http::header::CONTENT_TYPE, "text/plain")],
-                        String::new(),
-                    ),
-                }
-            }
-        }),
-    )
-}
-
-fn probe_router(ready: Arc<AtomicBool>) -> axum::Router {
-    axum::Router::new()
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            axum::routing::get(move || {
-                let ready = ready.load(Ordering::Acquire);
-                async move {
-                    if ready {
-                        (axum::http::StatusCode::OK, "ok")
-                    } else {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        )
 }

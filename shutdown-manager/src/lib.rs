@@ -198,35 +198,6 @@ pub enum ShutdownManagerError {
     },
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C): the future to pass to [`run`] from the CLI.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("SIGTERM received"),
-                    () = ctrl_c() => tracing::info!("SIGINT received"),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM, only SIGINT stops the server");
-                ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    ctrl_c().await;
-}
-
-/// Ctrl-C; never resolves if the handler cannot be installed.
-async fn ctrl_c() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// `error: cause: cause…` — the error with all its sources, for log fields.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();

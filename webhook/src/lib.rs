@@ -18,10 +18,8 @@ use std::time::Duration;
 
 use marin3r_sidecar::Defaults;
 
-pub use server::{
-    AppState, MAX_BODY_BYTES, MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH, metrics_router, probe_router,
-    router,
-};
+use marin3r_process::{metrics_router, probe_router};
+pub use server::{AppState, MAX_BODY_BYTES, MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH, router};
 
 /// How long in-flight requests may take to finish after a shutdown signal.
 pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
@@ -205,7 +203,7 @@ pub async fn serve_with_timeouts(
     };
     let probe_server = axum::serve(probes, probe_router(ready.clone()))
         .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let metrics_server = axum::serve(metrics_listener, metrics_router(metrics))
+    let metrics_server = axum::serve(metrics_listener, metrics_router(metrics.registry()))
         .with_graceful_shutdown(stopped(stop_rx));
 
     let watcher = {

@@ -1,5 +1,7 @@
 //! Prometheus metrics of the webhook (text format on `--metrics-bind-address`).
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -38,7 +40,7 @@ pub struct ValidationLabels {
 /// `validations` and `validation_duration_seconds` the EnvoyConfig validating path.
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
+    registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     injections: Counter,
     denials: Counter,
@@ -107,7 +109,7 @@ impl Metrics {
             });
         }
         Self {
-            registry,
+            registry: Arc::new(registry),
             requests,
             injections,
             denials,
@@ -163,10 +165,13 @@ impl Metrics {
         self.validation_latency.observe(seconds);
     }
 
+    /// The registry, for `marin3r_process::metrics_router`.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        marin3r_process::encode_metrics(&self.registry)
     }
 }

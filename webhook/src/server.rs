@@ -1,16 +1,15 @@
-//! HTTP shells over the admission core: the HTTPS admission router, the plain probe
-//! router and the metrics router. Each is a `Router` testable with `oneshot`.
+//! The HTTP shell over the admission core: the HTTPS admission router, a `Router`
+//! testable with `oneshot`. The probe and metrics routers are `marin3r-process`'s.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use serde_json::json;
 
 use marin3r_sidecar::Defaults;
@@ -179,45 +178,4 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(VALIDATE_ENVOYCONFIG_PATH, post(validate))
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
-}
-
-/// Plain-HTTP probe router: `/healthz` (process alive) and `/readyz` (TLS listener up).
-pub fn probe_router(ready: Arc<AtomicBool>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = ready.load(Ordering::Acquire);
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        )
-}
-
-/// Prometheus text exposition on `/metrics`.
-pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
-    Router::new().route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
-            async move {
-                match metrics.encode() {
-                    Ok(text) => Response::builder()
-                        .header(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )
-                        .body(Body::from(text))
-                        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
-                    Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                }
-            }
-        }),
-    )
 }

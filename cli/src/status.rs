@@ -1,0 +1,468 @@
+//! `marin3r status`: the client of a local-mode discovery service's `GET /status` and
+//! `DELETE /status/revisions/{namespace}/{name}/{version}` (hyper), and the
+//! `kubectl get ec`-like table it prints. The report itself (its JSON and how it is
+//! computed) is `marin3r_control_plane::status`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
+use hyper::{Method, Request, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use marin3r_control_plane::status::{EnvoyConfigReport, StatusReport};
+
+/// Left-aligned columns separated by three spaces, like `kubectl get`.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| (*h).to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let last = row.len().saturating_sub(1);
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            line.push_str(cell);
+            if i < last {
+                let pad = w.saturating_sub(cell.chars().count()) + 3;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The table `marin3r status` prints: `NAME NODE ID ENVOY API DESIRED VERSION PUBLISHED
+/// VERSION CACHE STATE`, with a leading `NAMESPACE` column when the EnvoyConfigs span
+/// several namespaces (like `kubectl get ec -A`). With `revisions`, each EnvoyConfig's
+/// revisions follow (oldest first): `VERSION PUBLISHED TAINTED CREATED AT LAST
+/// PUBLISHED AT`. Missing values are empty cells.
+pub fn render_table(report: &StatusReport, revisions: bool) -> String {
+    let mut out = render_envoyconfigs(report, revisions);
+    // What is written but not used (the last good content keeps being served).
+    let problems: Vec<String> = report
+        .envoy_configs
+        .iter()
+        .flat_map(|ec| {
+            ec.errors
+                .iter()
+                .map(move |e| format!("EnvoyConfig {}/{}: {e}", ec.namespace, ec.name))
+        })
+        .chain(
+            report
+                .files
+                .iter()
+                .map(|f| format!("{}: {}", f.path, f.error)),
+        )
+        .collect();
+    if !problems.is_empty() {
+        out.push_str("\nNot applied (the last good content keeps being served):\n");
+        for p in problems {
+            out.push_str(&format!("  {p}\n"));
+        }
+    }
+    out
+}
+
+fn render_envoyconfigs(report: &StatusReport, revisions: bool) -> String {
+    if report.envoy_configs.is_empty() {
+        return "No EnvoyConfigs found.\n".to_string();
+    }
+    let namespaced = report
+        .envoy_configs
+        .iter()
+        .any(|ec| ec.namespace != report.envoy_configs[0].namespace);
+    let mut header = vec![
+        "NAME",
+        "NODE ID",
+        "ENVOY API",
+        "DESIRED VERSION",
+        "PUBLISHED VERSION",
+        "CACHE STATE",
+    ];
+    if namespaced {
+        header.insert(0, "NAMESPACE");
+    }
+    let rows: Vec<Vec<String>> = report
+        .envoy_configs
+        .iter()
+        .map(|ec| {
+            let mut row = vec![
+                ec.name.clone(),
+                ec.node_id.clone(),
+                ec.envoy_api.clone(),
+                ec.desired_version.clone().unwrap_or_default(),
+                ec.published_version.clone().unwrap_or_default(),
+                ec.cache_state.map(|s| s.to_string()).unwrap_or_default(),
+            ];
+            if namespaced {
+                row.insert(0, ec.namespace.clone());
+            }
+            row
+        })
+        .collect();
+    let mut out = table(&header, &rows);
+    if revisions {
+        for ec in &report.envoy_configs {
+            out.push_str(&format!(
+                "\nRevisions of {}/{} (node ID {}):\n",
+                ec.namespace, ec.name, ec.node_id
+            ));
+            let rows: Vec<Vec<String>> = ec
+                .revisions
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.version.clone(),
+                        r.published.to_string(),
+                        r.tainted.to_string(),
+                        r.created_at.clone(),
+                        r.last_published_at.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            out.push_str(&table(
+                &[
+                    "VERSION",
+                    "PUBLISHED",
+                    "TAINTED",
+                    "CREATED AT",
+                    "LAST PUBLISHED AT",
+                ],
+                &rows,
+            ));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Client.
+
+/// Errors of [`fetch`] and [`delete_revision`].
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{url:?} is not a URL like http://127.0.0.1:8383 ({reason})")]
+    InvalidUrl { url: String, reason: &'static str },
+    #[error("{method} {url}: cannot talk to the discovery service")]
+    Request {
+        method: Method,
+        url: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("{method} {url}: cannot read the answer")]
+    Body {
+        method: Method,
+        url: String,
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("{method} {url}: no answer within {timeout:?}")]
+    Timeout {
+        method: Method,
+        url: String,
+        timeout: Duration,
+    },
+    #[error("{method} {path}: HTTP {status}: {body}")]
+    Status {
+        method: Method,
+        path: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{path}: the answer is not the status JSON")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// An `http://host[:port][/prefix]` URL split into authority and path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Url {
+    authority: String,
+    prefix: String,
+}
+
+fn parse_url(url: &str) -> Result<Url, ClientError> {
+    let invalid = |reason| ClientError::InvalidUrl {
+        url: url.to_string(),
+        reason,
+    };
+    if !url.starts_with("http://") {
+        return Err(invalid("only http:// is supported"));
+    }
+    let uri: Uri = url.parse().map_err(|_| invalid("not a URL"))?;
+    let authority = uri
+        .authority()
+        .filter(|a| !a.host().is_empty())
+        .ok_or_else(|| invalid("no host"))?;
+    if uri.query().is_some() {
+        return Err(invalid("a query is not allowed"));
+    }
+    Ok(Url {
+        authority: authority.to_string(),
+        prefix: uri.path().trim_end_matches('/').to_string(),
+    })
+}
+
+/// One request on a fresh client: the body of a 2xx answer. `timeout` bounds connecting,
+/// sending and reading the whole answer.
+async fn request(
+    url: &str,
+    method: Method,
+    path: &str,
+    timeout: Duration,
+) -> Result<Bytes, ClientError> {
+    let base = parse_url(url)?;
+    let path = format!("{}{path}", base.prefix);
+    let full = format!("http://{}{path}", base.authority);
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(timeout));
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let request = Request::builder()
+        .method(method.clone())
+        .uri(&full)
+        .header(hyper::header::ACCEPT, "application/json")
+        .body(Empty::new())
+        .map_err(|_| ClientError::InvalidUrl {
+            url: url.to_string(),
+            reason: "not a URL",
+        })?;
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|source| ClientError::Request {
+                method: method.clone(),
+                url: full.clone(),
+                source,
+            })?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|source| ClientError::Body {
+                method: method.clone(),
+                url: full.clone(),
+                source,
+            })?
+            .to_bytes();
+        Ok((status, body))
+    };
+    let (status, body) = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| ClientError::Timeout {
+            method: method.clone(),
+            url: full.clone(),
+            timeout,
+        })??;
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(ClientError::Status {
+            method: method.clone(),
+            path,
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(&body).trim().to_string(),
+        })
+    }
+}
+
+/// `GET {url}/status` of a local-mode discovery service.
+pub async fn fetch(url: &str, timeout: Duration) -> Result<StatusReport, ClientError> {
+    let body = request(url, Method::GET, "/status", timeout).await?;
+    serde_json::from_slice(&body).map_err(|source| ClientError::Json {
+        path: "/status".to_string(),
+        source,
+    })
+}
+
+/// `DELETE {url}/status/revisions/{namespace}/{name}/{version}`: the EnvoyConfig after
+/// the deletion.
+pub async fn delete_revision(
+    url: &str,
+    namespace: &str,
+    name: &str,
+    version: &str,
+    timeout: Duration,
+) -> Result<EnvoyConfigReport, ClientError> {
+    let path = format!("/status/revisions/{namespace}/{name}/{version}");
+    let body = request(url, Method::DELETE, &path, timeout).await?;
+    serde_json::from_slice(&body).map_err(|source| ClientError::Json { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use marin3r_control_plane::status::RevisionReport;
+    use marin3r_envoyconfig::envoyconfig::CacheState;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn table_is_aligned_like_kubectl() {
+        let ec = |ns: &str, name: &str, state| EnvoyConfigReport {
+            name: name.into(),
+            namespace: ns.into(),
+            node_id: format!("{name}-node"),
+            envoy_api: "v3".into(),
+            desired_version: Some("aaaa".into()),
+            published_version: Some("bb".into()),
+            cache_state: Some(state),
+            conditions: Vec::new(),
+            revisions: vec![RevisionReport {
+                version: "bb".into(),
+                published: true,
+                tainted: false,
+                taint_reason: None,
+                created_at: "1970-01-01T00:00:10Z".into(),
+                last_published_at: None,
+                provides_versions: BTreeMap::new(),
+            }],
+            errors: Vec::new(),
+        };
+        let report = StatusReport {
+            files: Vec::new(),
+            envoy_configs: vec![
+                ec("default", "kuard", CacheState::Rollback),
+                ec("default", "a-much-longer-name", CacheState::InSync),
+            ],
+        };
+        let text = render_table(&report, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAME                 NODE ID                   ENVOY API   DESIRED VERSION   PUBLISHED VERSION   CACHE STATE"
+        );
+        assert_eq!(
+            lines[1],
+            "kuard                kuard-node                v3          aaaa              bb                  Rollback"
+        );
+        assert_eq!(lines.len(), 3);
+
+        let text = render_table(&report, true);
+        assert!(text.contains("\nRevisions of default/kuard (node ID kuard-node):\n"));
+        assert!(text.contains(
+            "VERSION   PUBLISHED   TAINTED   CREATED AT             LAST PUBLISHED AT\nbb        true        false     1970-01-01T00:00:10Z\n"
+        ));
+
+        let mut several = report.clone();
+        several.envoy_configs[1].namespace = "other".into();
+        assert!(render_table(&several, false).starts_with("NAMESPACE   NAME"));
+        assert_eq!(
+            render_table(&StatusReport::default(), false),
+            "No EnvoyConfigs found.\n"
+        );
+
+        // Files and documents that are not applied are listed below the table.
+        let mut broken = report.clone();
+        broken.envoy_configs[0].errors = vec!["invalid EnvoyConfig: spec.nodeID".into()];
+        broken.files = vec![marin3r_control_plane::status::FileReport {
+            path: "/config/kuard.yaml".into(),
+            error: "the file has no documents".into(),
+        }];
+        let text = render_table(&broken, false);
+        assert!(
+            text.ends_with(
+                "\nNot applied (the last good content keeps being served):\n  EnvoyConfig default/kuard: invalid EnvoyConfig: spec.nodeID\n  /config/kuard.yaml: the file has no documents\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn urls() {
+        let u = parse_url("http://127.0.0.1:8383").unwrap();
+        assert_eq!(
+            (u.authority.as_str(), u.prefix.as_str()),
+            ("127.0.0.1:8383", "")
+        );
+        let u = parse_url("http://localhost/x/").unwrap();
+        assert_eq!(
+            (u.authority.as_str(), u.prefix.as_str()),
+            ("localhost", "/x")
+        );
+        let u = parse_url("http://[::1]").unwrap();
+        assert_eq!(u.authority, "[::1]");
+        let u = parse_url("http://[::1]:9/").unwrap();
+        assert_eq!(u.authority, "[::1]:9");
+        assert!(parse_url("https://x").is_err());
+        assert!(parse_url("http://").is_err());
+        assert!(
+            parse_url("https://127.0.0.1:1")
+                .unwrap_err()
+                .to_string()
+                .contains("only http://")
+        );
+    }
+
+    /// A server that answers every connection with `answer` (raw bytes), once.
+    async fn raw_server(answer: &'static [u8]) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                head.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(answer).await.unwrap();
+            stream.shutdown().await.unwrap();
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn chunked_answers_and_errors_are_decoded() {
+        let url = raw_server(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+              3\r\n{\"e\r\n11;x=y\r\nnvoyConfigs\": []}\r\n0\r\n\r\n",
+        )
+        .await;
+        let report = fetch(&url, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(report, StatusReport::default());
+
+        let url = raw_server(
+            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n\
+              5\r\nno re\r\n9\r\nvision x\n\r\n0\r\n\r\n",
+        )
+        .await;
+        let err = delete_revision(&url, "default", "kuard", "x", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "DELETE /status/revisions/default/kuard/x: HTTP 404: no revision x"
+        );
+
+        let url = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{]").await;
+        let err = fetch(&url, Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(err, ClientError::Json { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_times_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let err = fetch(&url, Duration::from_millis(200)).await.unwrap_err();
+        assert!(matches!(err, ClientError::Timeout { .. }), "{err}");
+        drop(listener);
+    }
+}
