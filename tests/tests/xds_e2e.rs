@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_testkit::free_port;
+use marin3r_testkit::tls::cert_der;
 use marin3r_tests::Must;
-use marin3r_tests::free_port;
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, REQUEST_TIMEOUT, Resp, Xds, der, direct_response_yaml, get, get_tls,
+    CONVERGE, Envoy, REQUEST_TIMEOUT, Response, Xds, direct_response_yaml, get, get_tls,
     init_tracing, issue_bundle, localhost, metric_sum, pod_name, write_atomic,
 };
 use serde_json::{Value, json};
@@ -60,7 +61,7 @@ where
 }
 
 /// Waits until `GET http://addr/` answers 200 with `body`.
-async fn wait_body(envoy: &mut Envoy, addr: SocketAddr, body: &str) -> Resp {
+async fn wait_body(envoy: &mut Envoy, addr: SocketAddr, body: &str) -> Response {
     envoy.wait_body(addr, body, CONVERGE, POLL).await.must()
 }
 
@@ -363,7 +364,7 @@ async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
         || get_tls(addr, &first.ca.cert_pem),
     )
     .await;
-    assert_eq!(leaf, der(&first.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&first.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
 
     // Replace the Secret manifest: new handshakes get the new certificate.
@@ -384,7 +385,7 @@ async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
         "secret replaced → Envoy serves the new certificate: {:?}",
         written.elapsed()
     );
-    assert_eq!(leaf, der(&second.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&second.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
     // The old CA no longer verifies what is served.
     assert!(get_tls(addr, &first.ca.cert_pem).await.is_err());
