@@ -48,16 +48,10 @@ impl Target {
 
 /// A rustls client config (ring, TLS 1.2 + 1.3) trusting only `ca_pem`, ALPN `http/1.1`.
 pub fn client_config(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(marin3r_tests::xds::der(ca_pem).map_err(|e| anyhow!(e))?)?;
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    marin3r_testkit::tls::client_config(ca_pem)
+        .alpn(b"http/1.1")
+        .build()
+        .map_err(|e| anyhow!(e))
 }
 
 /// How fast to send.

@@ -32,7 +32,7 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
 }
 
 fn free_port() -> Result<u16> {
-    marin3r_tests::free_port().context("free port")
+    marin3r_testkit::free_port().context("free port")
 }
 
 fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<KillOnDrop> {

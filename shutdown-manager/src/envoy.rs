@@ -1,6 +1,8 @@
 //! A small plain-HTTP client for the two Envoy admin calls the drain needs:
 //! `POST /healthcheck/fail` and `GET /stats?filter=…`. Every call has a timeout.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +17,33 @@ use crate::stats::{STATS_PATH, open_connections};
 
 /// Largest admin response body read (filtered stats are a few hundred bytes per listener).
 const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// A boxed admin call.
+pub(crate) type AdminCall<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ShutdownManagerError>> + Send + 'a>>;
+
+/// The two admin calls the drain makes; [`AdminClient`] in production, an in-memory fake
+/// in the tests (which then run on tokio's paused clock, with no socket).
+pub(crate) trait Admin: Send + Sync {
+    /// The admin's base URL, for logs.
+    fn base(&self) -> &str;
+    /// `POST /healthcheck/fail`.
+    fn fail_healthcheck(&self) -> AdminCall<'_, ()>;
+    /// Open downstream connections on all non-admin listeners.
+    fn open_connections(&self) -> AdminCall<'_, u64>;
+}
+
+impl Admin for AdminClient {
+    fn base(&self) -> &str {
+        AdminClient::base(self)
+    }
+    fn fail_healthcheck(&self) -> AdminCall<'_, ()> {
+        Box::pin(AdminClient::fail_healthcheck(self))
+    }
+    fn open_connections(&self) -> AdminCall<'_, u64> {
+        Box::pin(AdminClient::open_connections(self))
+    }
+}
 
 /// Client for Envoy's admin API at one base address.
 #[derive(Clone, Debug)]

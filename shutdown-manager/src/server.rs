@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -14,10 +14,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::drain::{Decision, DoneReason, DrainSettings, DrainState, PollResult, backoff_delay};
-use crate::envoy::AdminClient;
+use crate::envoy::{Admin, AdminClient};
 use crate::{Config, ShutdownManagerError, error_chain, format_duration};
 
 /// Timeout of every single call to Envoy's admin (connect, request and body).
@@ -41,7 +42,7 @@ pub struct AppState {
 
 struct Inner {
     config: Config,
-    admin: AdminClient,
+    admin: Arc<dyn Admin>,
     drain: watch::Sender<DrainStatus>,
     shutdown: watch::Sender<bool>,
 }
@@ -82,16 +83,22 @@ impl AppState {
             ));
         }
         let admin = AdminClient::new(&config.envoy_admin_address, ADMIN_REQUEST_TIMEOUT)?;
+        Ok(Self::with_admin(config, Arc::new(admin)))
+    }
+
+    /// The state over another admin client (the in-crate tests use an in-memory fake, so
+    /// they run on tokio's paused clock). `config` is assumed valid.
+    pub(crate) fn with_admin(config: Config, admin: Arc<dyn Admin>) -> Self {
         let (drain, _) = watch::channel(DrainStatus::Idle);
         let (shutdown, _) = watch::channel(false);
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 config,
                 admin,
                 drain,
                 shutdown,
             }),
-        })
+        }
     }
 
     /// The configuration in use.
@@ -291,7 +298,7 @@ async fn wait_for_ready_file(state: &AppState) -> Response {
         );
         let next = (now + config.check_ready_interval).min(deadline);
         tokio::select! {
-            () = tokio::time::sleep_until(next.into()) => {}
+            () = tokio::time::sleep_until(next) => {}
             () = state.shutting_down() => {
                 return if file_exists(path).await {
                     (StatusCode::OK, "OK").into_response()
@@ -329,7 +336,7 @@ async fn drain_until_deadline(state: &AppState, started: Instant) -> DoneReason 
     tokio::select! {
         biased;
         reason = drain_steps(state, started) => reason,
-        () = tokio::time::sleep_until(deadline.into()) => DoneReason::TimedOut,
+        () = tokio::time::sleep_until(deadline) => DoneReason::TimedOut,
     }
 }
 
@@ -346,10 +353,10 @@ async fn drain_steps(state: &AppState, started: Instant) -> DoneReason {
         "drain started"
     );
     tokio::time::sleep(config.start_drain_delay).await;
-    if fail_healthcheck(&state.inner.admin).await {
+    if fail_healthcheck(state.inner.admin.as_ref()).await {
         tokio::time::sleep(config.check_drain_delay).await;
     }
-    let mut drain = DrainState::new(started);
+    let mut drain = DrainState::new(started.into_std());
     loop {
         let poll = match state.inner.admin.open_connections().await {
             Ok(open) => {
@@ -369,10 +376,10 @@ async fn drain_steps(state: &AppState, started: Instant) -> DoneReason {
                 PollResult::Failed
             }
         };
-        match crate::drain::decide(&mut drain, poll, Instant::now(), &settings) {
+        match crate::drain::decide(&mut drain, poll, Instant::now().into_std(), &settings) {
             Decision::Done(reason) => return reason,
             Decision::KeepPolling { next_poll } => {
-                tokio::time::sleep_until(next_poll.into()).await;
+                tokio::time::sleep_until(Instant::from_std(next_poll)).await;
             }
         }
     }
@@ -381,7 +388,7 @@ async fn drain_steps(state: &AppState, started: Instant) -> DoneReason {
 /// `POST /healthcheck/fail` with bounded exponential backoff. Returns whether Envoy
 /// acknowledged it; when it never did, Envoy is most likely gone, so the caller skips
 /// the check-drain delay and lets the polls decide.
-async fn fail_healthcheck(admin: &AdminClient) -> bool {
+async fn fail_healthcheck(admin: &dyn Admin) -> bool {
     for attempt in 0..HEALTHCHECK_FAIL_ATTEMPTS {
         match admin.fail_healthcheck().await {
             Ok(()) => {

@@ -7,10 +7,10 @@
 pub mod configs;
 pub mod xds;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Root of the cargo workspace (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
@@ -138,37 +138,15 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released; small race accepted in tests).
-pub fn free_port() -> std::io::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
-}
+pub use marin3r_testkit::{free_port, wait_for};
 
-/// Polls `f` every 50 ms until it returns `Some`, or fails after `timeout`.
-pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if start.elapsed() > timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// One plain HTTP/1.1 `GET path` to 127.0.0.1:`port` with `connection: close`: the whole
-/// raw response (status line, headers, body), or `None` when the exchange fails.
+/// `GET path` to 127.0.0.1:`port` as one text: `HTTP/1.1 <status>`, then the body after
+/// a blank line; `None` when the exchange fails. Kept (on the test kit's client) for
+/// `cli/tests/status.rs`; new tests use [`marin3r_testkit::http`].
 pub fn http_get_raw(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    Some(buf)
+    let r =
+        marin3r_testkit::http::get_blocking(SocketAddr::from(([127, 0, 0, 1], port)), path).ok()?;
+    Some(format!("HTTP/1.1 {}\r\n\r\n{}", r.status, r.body))
 }
 
 /// True when something accepts TCP connections at `addr`.

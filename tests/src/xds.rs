@@ -2,7 +2,7 @@
 //! in-process ([`Xds`]: `marin3r_control_plane::serve_with` and the local backend on 127.0.0.1:0 listeners, a
 //! config folder in a temp dir, certificates from `marin3r_certs::issue`), an Envoy child
 //! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
-//! edits, and plain/TLS HTTP GETs with polling until a deadline.
+//! edits, and TLS GETs (on the test kit's HTTP client) with polling until a deadline.
 //!
 //! Used by `tests/xds_e2e.rs` and `benches/edit_to_serve.rs`. Every address is on
 //! 127.0.0.1. Nothing here panics: failures come back as `Err(String)` (the message is
@@ -13,22 +13,20 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use marin3r_certs::{Bundle, IssueOptions, issue};
 use marin3r_control_plane::{Config, Listeners};
 use marin3r_sidecar::bootstrap::{ApiType, BootstrapOptions, write_files};
+use marin3r_testkit::free_port;
+use marin3r_testkit::http::Request;
 use marin3r_xds::AdsConfig;
-use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::{KillOnDrop, envoy_bin, free_port, workspace_root};
+use crate::{KillOnDrop, envoy_bin, workspace_root};
 
 /// How long Envoy gets to connect, fetch and apply a config (2 cores, parallel tests).
 pub const CONVERGE: Duration = Duration::from_secs(20);
@@ -70,11 +68,6 @@ pub fn issue_bundle() -> Result<Bundle, String> {
         ..IssueOptions::default()
     })
     .map_err(|e| format!("issue certificates: {e}"))
-}
-
-/// The first certificate in `pem`, as DER.
-pub fn der(pem: &str) -> Result<CertificateDer<'static>, String> {
-    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("certificate PEM: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -242,7 +235,7 @@ impl Envoy {
         body: &str,
         timeout: Duration,
         interval: Duration,
-    ) -> Result<Resp, String> {
+    ) -> Result<Response, String> {
         let what = format!("GET {addr}/ → 200 {body:?}");
         self.eventually(&what, timeout, interval, || async {
             let r = get(addr, "/").await?;
@@ -270,86 +263,20 @@ pub fn pod_name(node_id: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// HTTP.
+// HTTP (the test kit's client).
 
-/// An HTTP response, body decoded as (lossy) UTF-8.
-pub struct Resp {
-    pub status: u16,
-    pub headers: hyper::HeaderMap,
-    pub body: String,
-}
-
-impl Resp {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-/// `GET path` over `io` (HTTP/1.1), bounded by [`REQUEST_TIMEOUT`].
-pub async fn get_over<I>(io: I, host: &str, path: &str) -> Result<Resp, String>
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let fut = async {
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let request = hyper::Request::get(path)
-            .header("host", host)
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok(Resp {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, fut)
-        .await
-        .map_err(|_| format!("GET {host}{path} timed out"))?
-}
-
-/// `GET path` on a fresh plain-TCP connection.
-pub async fn get(addr: SocketAddr, path: &str) -> Result<Resp, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    get_over(stream, &addr.to_string(), path).await
-}
+pub use marin3r_testkit::http::{Response, get};
 
 /// A TLS handshake with `addr` (SNI `localhost`) trusting only `ca_pem`, then `GET /`:
 /// the leaf certificate Envoy presented and the response.
 pub async fn get_tls(
     addr: SocketAddr,
     ca_pem: &str,
-) -> Result<(CertificateDer<'static>, Resp), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(der(ca_pem)?)
-        .map_err(|e| format!("CA certificate: {e}"))?;
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS client config: {e}"))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+) -> Result<(CertificateDer<'static>, Response), String> {
+    let config = marin3r_testkit::tls::client_config(ca_pem)
+        .alpn(b"http/1.1")
+        .build()?;
+    let connector = tokio_rustls::TlsConnector::from(config);
     let server_name = ServerName::try_from("localhost").map_err(|e| format!("server name: {e}"))?;
     let handshake = async {
         let tcp = TcpStream::connect(addr)
@@ -371,7 +298,11 @@ pub async fn get_tls(
         .ok_or("no peer certificate")?
         .clone()
         .into_owned();
-    let resp = get_over(tls, "localhost", "/").await?;
+    let resp = Request::get("/")
+        .host("localhost")
+        .timeout(REQUEST_TIMEOUT)
+        .send_over(tls)
+        .await?;
     Ok((leaf, resp))
 }
 
@@ -533,47 +464,6 @@ impl Envoy {
             _dir: dir,
         })
     }
-}
-
-/// `method path` on a fresh plain-TCP connection (HTTP/1.1), bounded by
-/// [`REQUEST_TIMEOUT`]; e.g. `DELETE /status/revisions/…`.
-pub async fn request(addr: SocketAddr, method: &str, path: &str) -> Result<Resp, String> {
-    let fut = async {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let request = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", addr.to_string())
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok(Resp {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, fut)
-        .await
-        .map_err(|_| format!("{method} {addr}{path} timed out"))?
 }
 
 // ---------------------------------------------------------------------------------------

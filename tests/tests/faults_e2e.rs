@@ -11,13 +11,14 @@
 use std::time::{Duration, Instant};
 
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_testkit::free_port;
+use marin3r_testkit::tls::cert_der;
 use marin3r_tests::Must;
 use marin3r_tests::configs::{
     DOWNSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource, tls_secret_yaml,
 };
-use marin3r_tests::free_port;
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, der, get, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
+    CONVERGE, Envoy, Xds, get, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
 };
 use serde_json::{Value, json};
 
@@ -154,7 +155,7 @@ async fn a_one_second_secret_gap_does_not_stop_certificate_rotation() {
         })
         .await
         .must();
-    assert_eq!(leaf, der(&first.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&first.server.cert_pem).must());
 
     // rm, one second, then the rotated Secret: it is served (the revision waited, it
     // was never tainted).
@@ -172,7 +173,7 @@ async fn a_one_second_secret_gap_does_not_stop_certificate_rotation() {
         })
         .await
         .must();
-    assert_eq!(leaf, der(&second.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&second.server.cert_pem).must());
     drop(envoy);
     xds.stop().await.must();
 }
@@ -207,7 +208,7 @@ async fn an_envoyconfig_written_before_its_secret_is_served_once_the_secret_exis
         )
         .await
         .must();
-    assert_eq!(leaf, der(&bundle.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&bundle.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
     drop(envoy);
     xds.stop().await.must();

@@ -12,7 +12,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -20,13 +19,12 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_testkit::free_port;
 use marin3r_tests::Must;
-use marin3r_tests::free_port;
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, direct_response_yaml, get, init_tracing, localhost, write_atomic,
 };
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -122,23 +120,12 @@ async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
 // --------------------------------------------------------- misbehaving neighbours
 
 fn tls_client(xds: &Xds) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(xds.bundle.ca.cert_pem.as_bytes()).unwrap())
+    let config = marin3r_testkit::tls::client_config(&xds.bundle.ca.cert_pem)
+        .identity(&xds.bundle.client.cert_pem, &xds.bundle.client.key_pem)
+        .alpn(b"h2")
+        .build()
         .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_client_auth_cert(
-        vec![CertificateDer::from_pem_slice(xds.bundle.client.cert_pem.as_bytes()).unwrap()],
-        PrivateKeyDer::from_pem_slice(xds.bundle.client.key_pem.as_bytes()).unwrap(),
-    )
-    .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(config)
 }
 
 /// Sends garbage on a plain connection and on a TLS one; returns whether each was closed.

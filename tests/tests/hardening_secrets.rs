@@ -19,10 +19,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use marin3r_sidecar::bootstrap::ApiType;
-use marin3r_tests::free_port;
-use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, der, get_tls, issue_bundle, localhost, write_atomic,
-};
+use marin3r_testkit::free_port;
+use marin3r_testkit::tls::cert_der;
+use marin3r_tests::xds::{CONVERGE, Envoy, Xds, get_tls, issue_bundle, localhost, write_atomic};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Value, json};
@@ -246,7 +245,7 @@ async fn no_secret_material_in_any_log_line() {
         )
         .await
         .unwrap();
-    assert_eq!(leaf, der(&first.server.cert_pem).unwrap());
+    assert_eq!(leaf, cert_der(&first.server.cert_pem).unwrap());
 
     // Rotate the Secret.
     write_atomic(

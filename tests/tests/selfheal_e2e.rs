@@ -27,10 +27,11 @@ use marin3r_control_plane::local::LocalBackend;
 use marin3r_control_plane::status::{EnvoyConfigReport, StatusReport};
 use marin3r_envoyconfig::envoyconfig::CacheState;
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_testkit::free_port;
+use marin3r_testkit::http::{Method, Request};
 use marin3r_tests::Must;
-use marin3r_tests::free_port;
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, get, init_tracing, localhost, metric_sum, pod_name, request, write_atomic,
+    CONVERGE, Envoy, Xds, get, init_tracing, localhost, metric_sum, pod_name, write_atomic,
 };
 use serde_json::{Value, json};
 
@@ -164,7 +165,10 @@ async fn wait_state(xds: &Xds, node_id: &str, state: CacheState) -> EnvoyConfigR
 
 async fn delete_revision(xds: &Xds, node_id: &str, version: &str) -> (u16, String) {
     let path = format!("/status/revisions/default/{node_id}/{version}");
-    let r = request(xds.metrics, "DELETE", &path).await.must();
+    let r = Request::new(Method::DELETE, &path)
+        .send(xds.metrics)
+        .await
+        .must();
     (r.status, r.body)
 }
 

@@ -28,13 +28,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_testkit::free_port;
+use marin3r_testkit::tls::cert_der;
 use marin3r_tests::Must;
 use marin3r_tests::configs::{
     DOWNSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource, tls_secret_yaml,
 };
-use marin3r_tests::free_port;
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, REQUEST_TIMEOUT, Resp, Xds, der, direct_response_yaml, get, get_tls,
+    CONVERGE, Envoy, REQUEST_TIMEOUT, Response, Xds, direct_response_yaml, get, get_tls,
     init_tracing, issue_bundle, localhost, metric_sum, pod_name, write_atomic,
 };
 use serde_json::json;
@@ -62,7 +63,7 @@ where
 }
 
 /// Waits until `GET http://addr/` answers 200 with `body`.
-async fn wait_body(envoy: &mut Envoy, addr: SocketAddr, body: &str) -> Resp {
+async fn wait_body(envoy: &mut Envoy, addr: SocketAddr, body: &str) -> Response {
     envoy.wait_body(addr, body, CONVERGE, POLL).await.must()
 }
 
@@ -295,7 +296,7 @@ async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
         || get_tls(addr, &first.ca.cert_pem),
     )
     .await;
-    assert_eq!(leaf, der(&first.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&first.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
 
     // Replace the Secret manifest: new handshakes get the new certificate.
@@ -316,7 +317,7 @@ async fn tls_listener_serves_the_secret_and_follows_its_replacement() {
         "secret replaced → Envoy serves the new certificate: {:?}",
         written.elapsed()
     );
-    assert_eq!(leaf, der(&second.server.cert_pem).must());
+    assert_eq!(leaf, cert_der(&second.server.cert_pem).must());
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
     // The old CA no longer verifies what is served.
     assert!(get_tls(addr, &first.ca.cert_pem).await.is_err());

@@ -1,0 +1,24 @@
+//! The one test kit of the workspace: the plumbing every crate's tests (and `bench`)
+//! need, written once.
+//!
+//! - [`http`]: an HTTP/1.1 client on hyper (any method, optional body; status, headers,
+//!   body back), async and blocking.
+//! - [`wait`]: polling a condition under a deadline; the async forms panic with a
+//!   description on timeout.
+//! - [`admission`]: AdmissionReview v1 bodies as the API server sends them (Pod for the
+//!   mutating path, EnvoyConfig for the validating one).
+//! - [`tls`]: a rustls client config trusting one CA PEM.
+//! - [`free_port`].
+//!
+//! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod http;
+pub mod tls;
+pub mod wait;
+
+mod ports;
+
+pub use ports::free_port;
+pub use wait::{wait_for, wait_until, wait_until_async, wait_until_some};
