@@ -14,6 +14,7 @@
 //!   the same port serves the reconnecting client.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use marin3r_testkit::wait_until_some;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -315,17 +316,6 @@ fn spawn_reader(
     (seen_rx, task)
 }
 
-async fn wait_until<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Resident set size of this process (server and clients), bytes.
 fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -477,7 +467,7 @@ async fn garbage_clients_are_cut_off_while_a_good_stream_keeps_updating() {
         .unwrap();
     let (seen, reader) = spawn_reader(ch, "good");
     let want = |v: u64| snapshot(v, 64).version(LISTENER).to_string();
-    wait_until("first version", Duration::from_secs(5), || {
+    wait_until_some("first version", Duration::from_secs(5), || {
         seen.borrow().contains(&want(0)).then_some(())
     })
     .await;
@@ -525,7 +515,7 @@ async fn garbage_clients_are_cut_off_while_a_good_stream_keeps_updating() {
     assert!(h2_closed.is_some(), "a bad HTTP/2 frame was not cut off");
 
     pusher.await.unwrap();
-    wait_until(
+    wait_until_some(
         "last version at the good stream",
         Duration::from_secs(5),
         || seen.borrow().contains(&want(20)).then_some(()),
@@ -563,7 +553,7 @@ async fn a_client_silent_after_its_tls_handshake_is_cut_off_after_the_preface_ti
         .unwrap();
     let (seen, reader) = spawn_reader(ch, "good");
     let want = snapshot(0, 8).version(LISTENER).to_string();
-    wait_until("first version", Duration::from_secs(5), || {
+    wait_until_some("first version", Duration::from_secs(5), || {
         seen.borrow().contains(&want).then_some(())
     })
     .await;
@@ -604,7 +594,7 @@ async fn a_client_that_never_reads_is_closed_and_stops_counting_as_a_pod() {
         .await
         .unwrap();
     let (_stuck_tx, _stuck_stream) = open(stuck_ch, "stuck").await.unwrap();
-    wait_until("both pods subscribed", Duration::from_secs(5), || {
+    wait_until_some("both pods subscribed", Duration::from_secs(5), || {
         (server.ctx.stats.pods_for_node(NODE).len() == 2).then_some(())
     })
     .await;
@@ -618,13 +608,13 @@ async fn a_client_that_never_reads_is_closed_and_stops_counting_as_a_pod() {
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
     let last = snapshot(60, SIZE).version(LISTENER).to_string();
-    wait_until(
+    wait_until_some(
         "last version at the reading stream",
         Duration::from_secs(10),
         || seen.borrow().contains(&last).then_some(()),
     )
     .await;
-    let gone = wait_until("the stuck pod is dropped", Duration::from_secs(10), || {
+    let gone = wait_until_some("the stuck pod is dropped", Duration::from_secs(10), || {
         let pods = server.ctx.stats.pods_for_node(NODE);
         (!pods.contains("stuck")).then(|| started.elapsed())
     })
@@ -693,7 +683,7 @@ async fn a_nack_storm_from_200_streams_is_paced_by_the_backoff() {
             Ok::<(), String>(())
         }));
     }
-    wait_until(
+    wait_until_some(
         "every stream got its first response",
         Duration::from_secs(20),
         || (responses.load(Ordering::Relaxed) >= STREAMS as u64).then_some(()),
@@ -746,7 +736,7 @@ async fn a_nack_storm_from_200_streams_is_paced_by_the_backoff() {
     // A newer version goes out to every stream at once, whatever the backoff.
     server.ctx.cache.set(NODE, snapshot(2, 1024));
     let pushed = Instant::now();
-    wait_until(
+    wait_until_some(
         "the new version reaches every stream",
         Duration::from_secs(10),
         || (newest.load(Ordering::Relaxed) >= STREAMS as u64).then_some(()),

@@ -6,6 +6,7 @@
 
 mod kube_mock;
 
+use marin3r_testkit::{wait_until, wait_until_async};
 use std::time::Duration;
 
 use kube::client::Body;
@@ -123,16 +124,6 @@ async fn router(mut api: ApiServer, writes: mpsc::UnboundedSender<Received>) {
     }
 }
 
-async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
-    tokio::time::timeout(TIMEOUT, async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
-}
-
 #[tokio::test]
 async fn backend_warm_starts_reconciles_and_forgets_deleted_pods() {
     let (client, api) = mock_client();
@@ -213,7 +204,7 @@ async fn backend_warm_starts_reconciles_and_forgets_deleted_pods() {
     );
 
     // The Pod watch reported kuard-0 deleted: its NACK counts are gone.
-    wait_for("the pod's NACK counts to be cleared", || {
+    wait_until("the pod's NACK counts to be cleared", TIMEOUT, || {
         ctx.stats
             .nacks("kuard", ResourceType::Listener, "old")
             .is_empty()
@@ -267,40 +258,35 @@ async fn real_cluster_envoyconfig_becomes_in_sync() {
     }))
     .unwrap();
     let _ = configs.delete("it", &DeleteParams::default()).await;
-    wait_for_async("the previous run's EnvoyConfig to go", || async {
-        configs.get_opt("it").await.unwrap().is_none()
-    })
+    wait_until_async(
+        "the previous run's EnvoyConfig to go",
+        Duration::from_secs(60),
+        || async { configs.get_opt("it").await.unwrap().is_none() },
+    )
     .await;
     configs.create(&PostParams::default(), &ec).await.unwrap();
-    wait_for_async("the EnvoyConfig to be InSync", || async {
-        let status = configs.get("it").await.unwrap().status.unwrap_or_default();
-        status.cache_state == Some(CacheState::InSync)
-            && status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "CacheOutOfSync" && c.status == "False")
-    })
+    wait_until_async(
+        "the EnvoyConfig to be InSync",
+        Duration::from_secs(60),
+        || async {
+            let status = configs.get("it").await.unwrap().status.unwrap_or_default();
+            status.cache_state == Some(CacheState::InSync)
+                && status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "CacheOutOfSync" && c.status == "False")
+        },
+    )
     .await;
     assert!(ctx.cache.get(NODE).is_some());
     configs
         .delete("it", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the node to be forgotten", || ctx.cache.get(NODE).is_none()).await;
+    wait_until("the node to be forgotten", Duration::from_secs(60), || {
+        ctx.cache.get(NODE).is_none()
+    })
+    .await;
     stop_tx.send(()).unwrap();
     run.await.unwrap();
-}
-
-async fn wait_for_async<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while !condition().await {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
 }

@@ -8,8 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::fs::{self, File};
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -214,44 +213,10 @@ fn validates_without_service_node_overrides() {
 }
 
 /// Minimal HTTP/1.1 GET (the admin interface refuses HTTP/1.0); decodes a chunked body.
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    let body = if chunked {
-        let mut rest = body;
-        let mut out = String::new();
-        loop {
-            let (size, after) = rest.split_once("\r\n").unwrap();
-            let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
-            if size == 0 {
-                break;
-            }
-            out.push_str(&after[..size]);
-            rest = &after[size + 2..];
-        }
-        out
-    } else {
-        body.to_string()
-    };
-    (status, body)
-}
-
 fn get_json(addr: SocketAddr, path: &str) -> Value {
-    let (status, body) = http_get(addr, path);
+    let marin3r_testkit::http::Response { status, body, .. } =
+        marin3r_testkit::http::get_blocking(addr, path)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
     assert_eq!(status, 200, "GET {path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
 }
