@@ -20,7 +20,7 @@ use rcgen::{
 };
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -129,25 +129,13 @@ fn client_config(
     identity: Option<&Leaf>,
     versions: &[&'static SupportedProtocolVersion],
 ) -> Arc<ClientConfig> {
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(versions)
-            .unwrap()
-            .with_root_certificates(roots);
-    let config = match identity {
-        Some(leaf) => builder
-            .with_client_auth_cert(
-                vec![leaf.der.clone()],
-                PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    Arc::new(config)
+    let builder = marin3r_testkit::tls::client_config(ca_pem).versions(versions);
+    match identity {
+        Some(leaf) => builder.identity(&leaf.cert_pem, &leaf.key_pem),
+        None => builder,
+    }
+    .build()
+    .unwrap()
 }
 
 /// A client config with its own session cache: reusing one would resume the session of a
