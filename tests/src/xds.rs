@@ -267,6 +267,16 @@ pub fn pod_name(node_id: &str) -> String {
 
 pub use marin3r_testkit::http::{Response, get};
 
+/// The body of `GET http://127.0.0.1:port/` when it answers 200, else the status.
+pub async fn body_at(port: u16) -> Result<String, String> {
+    let r = get(localhost(port), "/").await?;
+    if r.status == 200 {
+        Ok(r.body)
+    } else {
+        Err(format!("status {}", r.status))
+    }
+}
+
 /// A TLS handshake with `addr` (SNI `localhost`) trusting only `ca_pem`, then `GET /`:
 /// the leaf certificate Envoy presented and the response.
 pub async fn get_tls(

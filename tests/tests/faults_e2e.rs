@@ -18,7 +18,7 @@ use marin3r_tests::configs::{
     DOWNSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource, tls_secret_yaml,
 };
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, get, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
+    CONVERGE, Envoy, Xds, body_at, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
 };
 use serde_json::{Value, json};
 
@@ -50,15 +50,6 @@ fn config(node: &str, port: u16, body: &str, secret: &str, tls_port: Option<u16>
         ));
     }
     envoy_config(node, resources)
-}
-
-async fn body_at(port: u16) -> Result<String, String> {
-    let r = get(localhost(port), "/").await?;
-    if r.status == 200 {
-        Ok(r.body)
-    } else {
-        Err(format!("status {}", r.status))
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

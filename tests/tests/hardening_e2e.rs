@@ -22,22 +22,13 @@ use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::free_port;
 use marin3r_tests::Must;
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, direct_response_yaml, get, init_tracing, localhost, write_atomic,
+    CONVERGE, Envoy, Xds, body_at, direct_response_yaml, init_tracing, localhost, write_atomic,
 };
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 const POLL: Duration = Duration::from_millis(20);
-
-async fn body_at(port: u16) -> Result<String, String> {
-    let r = get(localhost(port), "/").await?;
-    if r.status == 200 {
-        Ok(r.body)
-    } else {
-        Err(format!("status {}", r.status))
-    }
-}
 
 /// Checks for `for_` that Envoy keeps answering `body` on `port`, every 100 ms.
 async fn keeps_serving(envoy: &mut Envoy, port: u16, body: &str, for_: Duration) {
