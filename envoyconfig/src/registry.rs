@@ -26,7 +26,19 @@ pub struct RegistryError(pub String);
 pub static DESCRIPTOR_SET: &[u8] = include_bytes!("../registry/envoy.descriptor.bin");
 
 static POOL: LazyLock<Result<DescriptorPool, String>> = LazyLock::new(|| {
-    let pool = DescriptorPool::decode(DESCRIPTOR_SET).map_err(|e| e.to_string())?;
+    let mut pool = DescriptorPool::decode(DESCRIPTOR_SET).map_err(|e| e.to_string())?;
+    // The placeholder type an empty `Any` (`{}`) is decoded with (see `decode`).
+    pool.add_file_descriptor_proto(prost_types::FileDescriptorProto {
+        name: Some("marin3r/internal/empty_any.proto".into()),
+        package: Some("marin3r.internal".into()),
+        message_type: vec![prost_types::DescriptorProto {
+            name: Some("EmptyAny".into()),
+            ..Default::default()
+        }],
+        syntax: Some("proto3".into()),
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
     // Every served resource type must be present, or nothing can be decoded.
     for kind in ResourceType::ALL {
         if pool.get_message_by_name(kind.message_name()).is_none() {
@@ -56,7 +68,7 @@ pub fn message_descriptor(kind: ResourceType) -> Result<MessageDescriptor, Regis
 /// before the last `/` is accepted, as protobuf does) to its message descriptor.
 pub fn resolve_type_url(type_url: &str) -> Option<MessageDescriptor> {
     let name = type_url.rsplit_once('/').map_or(type_url, |(_, n)| n);
-    if name.is_empty() {
+    if name.is_empty() || crate::lenient::is_empty_any_url(type_url) {
         return None;
     }
     pool().ok()?.get_message_by_name(name)
