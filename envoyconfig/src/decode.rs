@@ -379,6 +379,11 @@ fn decode_message(desc: MessageDescriptor, value: &Value) -> Result<DynamicMessa
     strict_decode(desc, &value)
 }
 
+/// Checks that strict protojson (already through [`crate::lenient`]) is a `desc`.
+pub(crate) fn check_message(desc: MessageDescriptor, value: &Value) -> Result<(), DecodeError> {
+    strict_decode(desc, value).map(|_| ())
+}
+
 /// protojson → message, as prost-reflect reads it.
 fn strict_decode(desc: MessageDescriptor, value: &Value) -> Result<DynamicMessage, DecodeError> {
     let mut track = serde_path_to_error::Track::new();

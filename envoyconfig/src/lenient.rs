@@ -8,9 +8,12 @@
 //! `--mode validate` (see `tests/envoy_leniencies.rs`).
 //!
 //! Anything else is left as written, so prost-reflect reports it with its field path.
+//! The rewrite also checks the `value` of a `TypedStruct` (`xds.type.v3` or
+//! `udpa.type.v1`) against the message its `type_url` names when the registry has it, as
+//! Envoy does when it turns the struct into that message.
 
 use prost_reflect::{Kind, MessageDescriptor};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::decode::{DecodeError, Location, join_path};
 use crate::registry;
@@ -53,6 +56,9 @@ fn message(desc: &MessageDescriptor, value: &mut Value, path: &str) -> Result<()
         } else {
             singular(&field.kind(), v, &at)?;
         }
+    }
+    if is_typed_struct(desc) {
+        typed_struct(map, path)?;
     }
     Ok(())
 }
@@ -113,6 +119,35 @@ pub(crate) fn is_empty_any_url(type_url: &str) -> bool {
             .map_or(u.to_string(), |(_, n)| n.to_string())
     };
     name(type_url) == name(EMPTY_ANY_URL)
+}
+
+fn is_typed_struct(desc: &MessageDescriptor) -> bool {
+    matches!(
+        desc.full_name(),
+        "xds.type.v3.TypedStruct" | "udpa.type.v1.TypedStruct"
+    )
+}
+
+/// Envoy turns a `TypedStruct` into the message its `type_url` names (through JSON, with
+/// the same leniencies); a `value` that does not fit is refused, with its path.
+fn typed_struct(map: &Map<String, Value>, path: &str) -> Result<(), DecodeError> {
+    let Some(type_url) = map
+        .get("type_url")
+        .or_else(|| map.get("typeUrl"))
+        .and_then(Value::as_str)
+    else {
+        return Ok(());
+    };
+    let Some(desc) = registry::resolve_type_url(type_url) else {
+        return Ok(());
+    };
+    let mut inner = map
+        .get("value")
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let at = join_path(path, "value");
+    message(&desc, &mut inner, &at)?;
+    crate::decode::check_message(desc, &inner).map_err(|e| e.prefixed(&at))
 }
 
 /// The types whose `Any` form carries the payload under `"value"` (prost-reflect's list).
