@@ -5,6 +5,9 @@
 //! - Field names in `snake_case` or `lowerCamelCase`; enums by name (or number);
 //!   well-known types (`"1s"` durations, `Struct`, wrappers, timestamps, …); `Any` with
 //!   `@type`, nested to any depth (`typed_config` inside `typed_config`).
+//! - What Envoy's loader reads beyond protojson is read too ([`crate::lenient`]): enums
+//!   in any case, one value for a list, `{seconds: 5}` durations, `{}` as an empty `Any`,
+//!   …; a `TypedStruct`'s `value` is checked against the type it names.
 //! - Unknown fields and unknown `@type` URLs are errors that name the field path:
 //!   `listener "https": filter_chains[0].filters[0].typed_config: unknown type URL
 //!   type.googleapis.com/foo.Bar`. Paths reach inside `Any` values because serde_json's

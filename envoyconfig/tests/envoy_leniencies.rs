@@ -36,6 +36,16 @@ fn route_with_per_filter_config(config: Value) -> Value {
     }]}]})
 }
 
+fn cluster(extra: Value) -> Value {
+    let mut c = json!({"name": "c", "load_assignment": {"cluster_name": "c", "endpoints": [
+        {"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
+            "address": "127.0.0.1", "port_value": 1}}}}]}]}});
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
 // --- 1. Empty Any --------------------------------------------------------------------
 
 /// Envoy: ACCEPT (`config: {}` in a route's `FilterConfig`).
@@ -232,4 +242,146 @@ fn cel_matcher() {
         e.contains(".expr_match.cel_expr_parsed: unknown field \"bogus\""),
         "{e}"
     );
+}
+
+// --- 4. Envoy's YAML leniencies ------------------------------------------------------
+
+/// Envoy: ACCEPT (`type: strict_dns`, `lb_policy: round_robin`; also `Strict_Dns`,
+/// `Least_Request`).
+#[test]
+fn enums_in_any_case() {
+    let r = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"type": "strict_dns", "lb_policy": "least_request"})),
+    );
+    let back = to_json(&r).unwrap();
+    assert_eq!(back["type"], "STRICT_DNS");
+    assert_eq!(back["lbPolicy"], "LEAST_REQUEST");
+    let mixed = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"type": "Strict_Dns", "lb_policy": "Least_Request"})),
+    );
+    assert_eq!(r.digest, mixed.digest);
+    let upper = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"type": "STRICT_DNS", "lb_policy": "LEAST_REQUEST"})),
+    );
+    assert_eq!(r.body.value, upper.body.value);
+    // Envoy: ACCEPT (`dns_lookup_family: "1"`, a number as a string).
+    let n = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"dns_lookup_family": "1"})),
+    );
+    assert_eq!(to_json(&n).unwrap()["dnsLookupFamily"], "V4_ONLY");
+}
+
+/// Envoy: REFUSE ("unknown enum value: 'round_robbin'").
+#[test]
+fn unknown_enum_names_are_refused() {
+    let e = err(
+        ResourceType::Cluster,
+        &cluster(json!({"lb_policy": "round_robbin"})),
+    );
+    assert!(e.starts_with(r#"cluster "c": lb_policy: "#), "{e}");
+}
+
+/// Envoy: ACCEPT (`filter_chains: {filters: {name: …, typed_config: …}}`, and
+/// `endpoints: {lb_endpoints: {…}}`; `domains: "*"`).
+#[test]
+fn one_value_where_a_list_is_expected() {
+    let single = json!({"name": "l",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+        "filter_chains": {"filters": {"name": "envoy.filters.network.tcp_proxy",
+            "typed_config": {"@type": TCP_PROXY, "stat_prefix": "t", "cluster": "c"}}}});
+    let listed = json!({"name": "l",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.tcp_proxy",
+            "typed_config": {"@type": TCP_PROXY, "stat_prefix": "t", "cluster": "c"}}]}]});
+    let a = ok(ResourceType::Listener, &single);
+    let b = ok(ResourceType::Listener, &listed);
+    assert_eq!(a.body.value, b.body.value);
+    assert_eq!(a.digest, b.digest);
+
+    let route = json!({"name": "r", "virtual_hosts": {"name": "v", "domains": "*"}});
+    let back = to_json(&ok(ResourceType::Route, &route)).unwrap();
+    assert_eq!(back["virtualHosts"][0]["domains"], json!(["*"]));
+
+    // Envoy: ACCEPT (`filter_chains: [[{…}]]`: a list in a list is flattened).
+    let nested = json!({"name": "l",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+        "filter_chains": [[{"filters": [{"name": "envoy.filters.network.tcp_proxy",
+            "typed_config": {"@type": TCP_PROXY, "stat_prefix": "t", "cluster": "c"}}]}]]});
+    assert_eq!(ok(ResourceType::Listener, &nested).body.value, b.body.value);
+}
+
+/// Envoy: REFUSE (a single filter with an unknown field `nme`; `filter_chains: "x"`).
+#[test]
+fn one_bad_value_where_a_list_is_expected_is_refused() {
+    let bad = json!({"name": "l",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+        "filter_chains": {"filters": {"nme": "envoy.filters.network.tcp_proxy"}}});
+    let e = err(ResourceType::Listener, &bad);
+    assert!(e.contains("filter_chains[0].filters[0]"), "{e}");
+    assert!(e.contains("nme"), "{e}");
+    let e = err(
+        ResourceType::Listener,
+        &json!({"name": "l", "filter_chains": "x"}),
+    );
+    assert!(e.contains("filter_chains[0]"), "{e}");
+}
+
+/// Envoy: ACCEPT (`connect_timeout: {seconds: 5}`, `{seconds: 5, nanos: 500000000}`,
+/// `{seconds: "5"}`).
+#[test]
+fn duration_as_an_object() {
+    let a = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"connect_timeout": {"seconds": 5}})),
+    );
+    let b = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"connect_timeout": "5s"})),
+    );
+    assert_eq!(a.body.value, b.body.value);
+    assert_eq!(a.digest, b.digest);
+    let c = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"connect_timeout": {"seconds": "5", "nanos": 500_000_000}})),
+    );
+    assert_eq!(to_json(&c).unwrap()["connectTimeout"], "5.500s");
+}
+
+/// Envoy: REFUSE (`connect_timeout: {seconds: 5, minutes: 1}`).
+#[test]
+fn duration_object_with_another_field_is_refused() {
+    let e = err(
+        ResourceType::Cluster,
+        &cluster(json!({"connect_timeout": {"seconds": 5, "minutes": 1}})),
+    );
+    assert_eq!(
+        e,
+        r#"cluster "c": connect_timeout: unknown field "minutes""#
+    );
+}
+
+/// Envoy: ACCEPT (`per_connection_buffer_limit_bytes: {value: 1024}`,
+/// `respect_dns_ttl: "yes"`); REFUSE (`respect_dns_ttl: "maybe"`).
+#[test]
+fn wrappers_as_objects_and_quoted_booleans() {
+    let a = ok(
+        ResourceType::Cluster,
+        &cluster(
+            json!({"per_connection_buffer_limit_bytes": {"value": 1024}, "respect_dns_ttl": "yes"}),
+        ),
+    );
+    let b = ok(
+        ResourceType::Cluster,
+        &cluster(json!({"per_connection_buffer_limit_bytes": 1024, "respect_dns_ttl": true})),
+    );
+    assert_eq!(a.body.value, b.body.value);
+    let e = err(
+        ResourceType::Cluster,
+        &cluster(json!({"respect_dns_ttl": "maybe"})),
+    );
+    assert!(e.starts_with(r#"cluster "c": respect_dns_ttl: "#), "{e}");
 }
