@@ -440,20 +440,7 @@ fn format_path(segments: &[&Segment]) -> String {
         match segment {
             Segment::Seq { index } => out.push_str(&format!("[{index}]")),
             Segment::Map { key } | Segment::Enum { variant: key } => {
-                if !key.is_empty()
-                    && key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@')
-                {
-                    if !out.is_empty() {
-                        out.push('.');
-                    }
-                    out.push_str(key);
-                } else {
-                    out.push('[');
-                    out.push_str(&serde_json::to_string(key).unwrap_or_default());
-                    out.push(']');
-                }
+                out = join_path(&out, &key_segment(key));
             }
             Segment::Unknown => {
                 if !out.is_empty() {
@@ -464,6 +451,20 @@ fn format_path(segments: &[&Segment]) -> String {
         }
     }
     out
+}
+
+/// A path segment for a map key or field name: plain identifiers as they are, anything
+/// else quoted in brackets (`["envoy.filters.http.cors"]`).
+pub(crate) fn key_segment(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@')
+    {
+        key.to_string()
+    } else {
+        format!("[{}]", serde_json::to_string(key).unwrap_or_default())
+    }
 }
 
 fn value_at<'a>(root: &'a Value, segments: &[&Segment]) -> Option<&'a Value> {

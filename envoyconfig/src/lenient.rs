@@ -31,7 +31,7 @@
 use prost_reflect::{Kind, MessageDescriptor};
 use serde_json::{Map, Value};
 
-use crate::decode::{DecodeError, Location, join_path};
+use crate::decode::{DecodeError, Location, join_path, key_segment};
 use crate::registry;
 
 /// The type URL an empty `Any` (`{}`) is decoded with; the canonical encoding writes it
@@ -402,20 +402,6 @@ fn is_well_known(name: &str) -> bool {
         )
 }
 
-/// A path segment for a map key: plain identifiers as is, anything else quoted
-/// (`["envoy.filters.http.cors"]`), as [`crate::decode`] writes paths.
-fn key_segment(key: &str) -> String {
-    if !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@')
-    {
-        key.to_string()
-    } else {
-        format!("[{}]", serde_json::to_string(key).unwrap_or_default())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +419,5 @@ mod tests {
         assert_eq!(simple_atob("YES"), Some(true));
         assert_eq!(simple_atob("0"), Some(false));
         assert_eq!(simple_atob("maybe"), None);
-        assert_eq!(key_segment("a.b"), r#"["a.b"]"#);
     }
 }
