@@ -20,8 +20,9 @@
 //!
 //! Checked against Envoy 1.40's `--mode validate` (`tests/envoy_leniencies.rs`): enums in
 //! any case and as numeric strings, one value for a list, nested lists, `Duration` and
-//! wrappers as objects, quoted booleans, `{}` for an `Any`. Taken from the parser's
-//! source only: `null` in a list, `Timestamp` and `ListValue` as objects.
+//! wrappers as objects, quoted booleans, `{}` for an `Any`, `null` in a list (seen in
+//! the element index of Envoy's later constraint error). Taken from the parser's source
+//! only: `Timestamp` and `ListValue` as objects.
 //!
 //! Anything else is left as written, so prost-reflect reports it with its field path.
 //! The rewrite also checks the `value` of a `TypedStruct` (`xds.type.v3` or `udpa.type.v1`)

@@ -385,3 +385,19 @@ fn wrappers_as_objects_and_quoted_booleans() {
     );
     assert!(e.starts_with(r#"cluster "c": respect_dns_ttl: "#), "{e}");
 }
+
+/// Envoy's parser reads `null` in a list as the default element: with
+/// `response_headers_to_remove: ["x-a", null]` Envoy 1.40 REFUSEs, but with its field
+/// constraint error on element `[1]` ("ResponseHeadersToRemove[1]: value length"), i.e.
+/// after parsing an empty string there. marin3r reads it the same way and does not check
+/// protoc-gen-validate constraints.
+#[test]
+fn null_in_a_list_is_the_default_element() {
+    let route = json!({"name": "r", "virtual_hosts": [{"name": "v", "domains": ["*"],
+        "response_headers_to_remove": ["x-a", null]}]});
+    let back = to_json(&ok(ResourceType::Route, &route)).unwrap();
+    assert_eq!(
+        back["virtualHosts"][0]["responseHeadersToRemove"],
+        json!(["x-a", ""])
+    );
+}
