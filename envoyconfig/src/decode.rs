@@ -5,6 +5,9 @@
 //! - Field names in `snake_case` or `lowerCamelCase`; enums by name (or number);
 //!   well-known types (`"1s"` durations, `Struct`, wrappers, timestamps, …); `Any` with
 //!   `@type`, nested to any depth (`typed_config` inside `typed_config`).
+//! - What Envoy's loader reads beyond protojson is read too ([`crate::lenient`]): enums
+//!   in any case, one value for a list, `{seconds: 5}` durations, `{}` as an empty `Any`,
+//!   …; a `TypedStruct`'s `value` is checked against the type it names.
 //! - Unknown fields and unknown `@type` URLs are errors that name the field path:
 //!   `listener "https": filter_chains[0].filters[0].typed_config: unknown type URL
 //!   type.googleapis.com/foo.Bar`. Paths reach inside `Any` values because serde_json's
@@ -29,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_path_to_error::Segment;
 
+use crate::lenient::EMPTY_ANY_URL;
 use crate::registry;
 use crate::resource::{Resource, ResourceType, fnv1a64};
 
@@ -68,7 +72,7 @@ pub struct Location {
 }
 
 impl Location {
-    fn new(resource: impl Into<String>, path: impl Into<String>) -> Self {
+    pub(crate) fn new(resource: impl Into<String>, path: impl Into<String>) -> Self {
         Location {
             resource: resource.into(),
             path: path.into(),
@@ -289,7 +293,10 @@ pub fn parse_text(text: &str, serialization: Serialization) -> Result<Value, Dec
 /// config dump shows them). For status pages and tests.
 pub fn to_json(resource: &Resource) -> Result<Value, DecodeError> {
     let desc = registry::message_descriptor(resource.kind)?;
-    let message = DynamicMessage::decode(desc, resource.body.value.as_slice())
+    // Empty `Any`s get their placeholder type back, so prost-reflect can print them.
+    let bytes = canonical_bytes(&resource.body.value, &desc, 0, EmptyAny::Mark)
+        .unwrap_or_else(|| resource.body.value.clone());
+    let message = DynamicMessage::decode(desc, bytes.as_slice())
         .map_err(|e| DecodeError::Registry(format!("cannot decode {}: {e}", resource.kind)))?;
     message_to_json(&message)
 }
@@ -314,7 +321,19 @@ pub(crate) fn finish(
     let mut canonical = Vec::new();
     write_canonical_json(&json, &mut canonical);
     let raw = message.encode_to_vec();
-    let value = canonical_bytes(&raw, &message.descriptor(), 0).unwrap_or(raw);
+    let value = match canonical_bytes(&raw, &message.descriptor(), 0, EmptyAny::Strip) {
+        Some(value) => value,
+        // The placeholder of an empty `Any` must never be served.
+        None if raw
+            .windows(EMPTY_ANY_URL.len())
+            .any(|w| w == EMPTY_ANY_URL.as_bytes()) =>
+        {
+            return Err(DecodeError::Registry(format!(
+                "cannot re-encode {label} with an empty Any"
+            )));
+        }
+        None => raw,
+    };
     Ok(Resource {
         kind,
         name,
@@ -355,8 +374,21 @@ fn snake_to_camel(s: &str) -> String {
     out
 }
 
-/// protojson → message, mapping serde errors to path-carrying [`DecodeError`]s.
+/// protojson → message with Envoy's leniencies ([`crate::lenient`]), mapping serde
+/// errors to path-carrying [`DecodeError`]s.
 fn decode_message(desc: MessageDescriptor, value: &Value) -> Result<DynamicMessage, DecodeError> {
+    let mut value = value.clone();
+    crate::lenient::normalize(&desc, &mut value)?;
+    strict_decode(desc, &value)
+}
+
+/// Checks that strict protojson (already through [`crate::lenient`]) is a `desc`.
+pub(crate) fn check_message(desc: MessageDescriptor, value: &Value) -> Result<(), DecodeError> {
+    strict_decode(desc, value).map(|_| ())
+}
+
+/// protojson → message, as prost-reflect reads it.
+fn strict_decode(desc: MessageDescriptor, value: &Value) -> Result<DynamicMessage, DecodeError> {
     let mut track = serde_path_to_error::Track::new();
     let options = DeserializeOptions::new().deny_unknown_fields(true);
     let result = DynamicMessage::deserialize_with_options(
@@ -408,20 +440,7 @@ fn format_path(segments: &[&Segment]) -> String {
         match segment {
             Segment::Seq { index } => out.push_str(&format!("[{index}]")),
             Segment::Map { key } | Segment::Enum { variant: key } => {
-                if !key.is_empty()
-                    && key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@')
-                {
-                    if !out.is_empty() {
-                        out.push('.');
-                    }
-                    out.push_str(key);
-                } else {
-                    out.push('[');
-                    out.push_str(&serde_json::to_string(key).unwrap_or_default());
-                    out.push(']');
-                }
+                out = join_path(&out, &key_segment(key));
             }
             Segment::Unknown => {
                 if !out.is_empty() {
@@ -432,6 +451,20 @@ fn format_path(segments: &[&Segment]) -> String {
         }
     }
     out
+}
+
+/// A path segment for a map key or field name: plain identifiers as they are, anything
+/// else quoted in brackets (`["envoy.filters.http.cors"]`).
+pub(crate) fn key_segment(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '@')
+    {
+        key.to_string()
+    } else {
+        format!("[{}]", serde_json::to_string(key).unwrap_or_default())
+    }
 }
 
 fn value_at<'a>(root: &'a Value, segments: &[&Segment]) -> Option<&'a Value> {
@@ -448,10 +481,27 @@ fn value_at<'a>(root: &'a Value, segments: &[&Segment]) -> Option<&'a Value> {
 
 /// The message as protojson with stable options (camelCase names, defaults skipped,
 /// enums by name, 64-bit integers as strings).
+/// An empty `Any` (decoded with the placeholder type [`EMPTY_ANY_URL`]) prints as `{}`.
 fn message_to_json(message: &DynamicMessage) -> Result<Value, DecodeError> {
-    message
+    let mut json = message
         .serialize_with_options(serde_json::value::Serializer, &SerializeOptions::new())
-        .map_err(|e| DecodeError::Registry(format!("cannot serialise message: {e}")))
+        .map_err(|e| DecodeError::Registry(format!("cannot serialise message: {e}")))?;
+    restore_empty_anys(&mut json);
+    Ok(json)
+}
+
+/// `{"@type": EMPTY_ANY_URL}` → `{}`, at any depth.
+fn restore_empty_anys(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.len() == 1 && map.get("@type").and_then(Value::as_str) == Some(EMPTY_ANY_URL) {
+                map.clear();
+            }
+            map.values_mut().for_each(restore_empty_anys);
+        }
+        Value::Array(items) => items.iter_mut().for_each(restore_empty_anys),
+        _ => {}
+    }
 }
 
 /// Writes JSON with object keys sorted, whatever serde_json's map order is.
@@ -488,11 +538,27 @@ fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
 /// Nesting bound of [`canonical_bytes`] (protobuf's own recursion limit is 100).
 const MAX_DEPTH: u32 = 128;
 
+/// What [`canonical_bytes`] does with an empty `Any`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EmptyAny {
+    /// Writes an `Any` of the placeholder type [`EMPTY_ANY_URL`] as an empty `Any` (what
+    /// Envoy reads `{}` as), for serving.
+    Strip,
+    /// Gives an `Any` without type URL the placeholder type, for printing.
+    Mark,
+}
+
 /// Re-encodes protobuf bytes of `desc` with every map field's entries in a deterministic
 /// order (sorted by their encoding), recursing into sub-messages and into `Any` payloads
-/// whose type is in the registry. Everything else keeps its order. `None` if the bytes
-/// cannot be walked (the caller then keeps them as they are).
-fn canonical_bytes(bytes: &[u8], desc: &MessageDescriptor, depth: u32) -> Option<Vec<u8>> {
+/// whose type is in the registry, and with empty `Any`s as `empty_any` says. Everything
+/// else keeps its order. `None` if the bytes cannot be walked (the caller then keeps them
+/// as they are).
+fn canonical_bytes(
+    bytes: &[u8],
+    desc: &MessageDescriptor,
+    depth: u32,
+    empty_any: EmptyAny,
+) -> Option<Vec<u8>> {
     if depth > MAX_DEPTH {
         return None;
     }
@@ -530,7 +596,7 @@ fn canonical_bytes(bytes: &[u8], desc: &MessageDescriptor, depth: u32) -> Option
                 let payload = match field.as_ref().map(|f| (f.kind(), f.is_map())) {
                     Some((Kind::Message(sub), map)) => {
                         is_map = map;
-                        canonical_bytes(payload, &sub, depth + 1)?
+                        canonical_bytes(payload, &sub, depth + 1, empty_any)?
                     }
                     _ if is_any && number == 1 => {
                         any_type_url = std::str::from_utf8(payload).ok().map(str::to_string);
@@ -538,7 +604,7 @@ fn canonical_bytes(bytes: &[u8], desc: &MessageDescriptor, depth: u32) -> Option
                     }
                     _ if is_any && number == 2 => {
                         match any_type_url.as_deref().and_then(registry::resolve_type_url) {
-                            Some(inner) => canonical_bytes(payload, &inner, depth + 1)?,
+                            Some(inner) => canonical_bytes(payload, &inner, depth + 1, empty_any)?,
                             None => payload.to_vec(),
                         }
                     }
@@ -563,6 +629,19 @@ fn canonical_bytes(bytes: &[u8], desc: &MessageDescriptor, depth: u32) -> Option
             fields[start..end].sort_by(|a, b| a.2.cmp(&b.2));
         }
         start = end;
+    }
+    if is_any {
+        match (empty_any, any_type_url.as_deref()) {
+            (EmptyAny::Strip, Some(EMPTY_ANY_URL)) => return Some(Vec::new()),
+            (EmptyAny::Mark, None | Some("")) => {
+                let mut marked = Vec::new();
+                encode_key(1, WireType::LengthDelimited, &mut marked);
+                encode_varint(EMPTY_ANY_URL.len() as u64, &mut marked);
+                marked.extend_from_slice(EMPTY_ANY_URL.as_bytes());
+                return Some(marked);
+            }
+            _ => {}
+        }
     }
     Some(fields.into_iter().flat_map(|(_, _, bytes)| bytes).collect())
 }

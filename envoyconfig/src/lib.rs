@@ -13,6 +13,7 @@
 pub mod decode;
 pub mod envoyconfig;
 pub mod envoyconfigrevision;
+mod lenient;
 pub mod manifest;
 pub mod registry;
 pub mod resource;

@@ -1,7 +1,9 @@
 //! The committed Envoy type registry (`registry/envoy.descriptor.bin`, written by
 //! `scripts/gen-registry`) matches what it claims to be built from: the `envoy-types`
-//! version in `Cargo.lock` and that version's `.proto` files. Fails after an
-//! `envoy-types` upgrade until `scripts/gen-registry` is run again.
+//! version in `Cargo.lock` and that version's `.proto` files, and the cncf/xds `.proto`
+//! files vendored in `proto/cncf-xds/` (commit in its `PROVENANCE`). Fails after an
+//! `envoy-types` upgrade or a change of the vendored files until `scripts/gen-registry`
+//! is run again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -124,4 +126,27 @@ fn embedded_registry_is_the_generated_file() {
         recorded["descriptor-set-sha256"],
         "registry/envoy.descriptor.bin was changed by hand: run scripts/gen-registry"
     );
+}
+
+#[test]
+fn registry_matches_the_vendored_cncf_xds() {
+    let recorded = recorded();
+    let dir = crate_dir().join("proto/cncf-xds");
+    let (protos, count) = protos_digest(&dir);
+    assert_eq!(
+        count, 34,
+        "cncf/xds has 34 .proto files, {count} are vendored"
+    );
+    assert_eq!(
+        recorded["cncf-xds-protos-sha256"], protos,
+        "proto/cncf-xds/ differs from the files the registry was generated from: run scripts/gen-registry"
+    );
+    let provenance = std::fs::read_to_string(dir.join("PROVENANCE")).unwrap();
+    let commit = provenance
+        .lines()
+        .find_map(|l| l.strip_prefix("commit = "))
+        .expect("PROVENANCE names the commit");
+    assert_eq!(recorded["cncf-xds-commit"], commit);
+    assert!(provenance.contains("license = Apache-2.0"));
+    assert!(dir.join("LICENSE").is_file());
 }

@@ -323,3 +323,114 @@ async fn validations_are_counted() {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
 }
+
+/// `marin3r validate` (`validate_file`) and the webhook give the same verdict on what
+/// Envoy 1.40 reads beyond protojson (an empty `Any`, cncf/xds types, lower-case enums,
+/// one value for a list, `{seconds}` durations), on each one's negative twin, and on
+/// upstream MARIN3R's example EnvoyConfigs.
+#[tokio::test]
+async fn same_verdicts_as_marin3r_validate() {
+    let lua = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua";
+    let typed_struct = |value: Value| {
+        json!({"type": "listener", "value": {"name": "l",
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+            "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "h", "route_config": {"name": "r"},
+                    "http_filters": [{"name": "envoy.filters.http.lua", "typed_config": {
+                        "@type": "type.googleapis.com/xds.type.v3.TypedStruct",
+                        "type_url": lua, "value": value}}]}}]}]}})
+    };
+    let route = |config: Value| {
+        json!({"type": "route", "value": {"name": "r", "virtual_hosts": [{"name": "v",
+            "domains": ["*"], "routes": [{"match": {"prefix": "/"},
+            "direct_response": {"status": 200},
+            "typed_per_filter_config": {"envoy.filters.http.lua": {
+                "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
+                "config": config}}}]}]}})
+    };
+    let cluster = |extra: Value| {
+        let mut c = json!({"name": "c"});
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        json!({"type": "cluster", "value": c})
+    };
+    let tcp = |filters: Value| {
+        json!({"type": "listener", "value": {"name": "t",
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10001}},
+            "filter_chains": {"filters": filters}}})
+    };
+    let tcp_proxy = json!({"name": "envoy.filters.network.tcp_proxy", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+        "stat_prefix": "t", "cluster": "c"}});
+    let cases = [
+        ("empty Any", route(json!({})), true),
+        (
+            "Any without @type",
+            route(json!({"source_code": "x"})),
+            false,
+        ),
+        (
+            "TypedStruct",
+            typed_struct(json!({"default_source_code": {"inline_string": "x"}})),
+            true,
+        ),
+        (
+            "TypedStruct, bad value",
+            typed_struct(json!({"bogus": 1})),
+            false,
+        ),
+        (
+            "lower-case enums",
+            cluster(json!({"type": "strict_dns", "lb_policy": "round_robin"})),
+            true,
+        ),
+        (
+            "unknown enum",
+            cluster(json!({"lb_policy": "round_robbin"})),
+            false,
+        ),
+        ("one value for a list", tcp(tcp_proxy.clone()), true),
+        ("one bad value for a list", tcp(json!({"nme": "x"})), false),
+        (
+            "duration object",
+            cluster(json!({"connect_timeout": {"seconds": 5}})),
+            true,
+        ),
+        (
+            "bad duration object",
+            cluster(json!({"connect_timeout": {"seconds": 5, "minutes": 1}})),
+            false,
+        ),
+    ];
+    for (label, resource, expected) in cases {
+        let config = json!({
+            "apiVersion": "marin3r.3scale.net/v1alpha1",
+            "kind": "EnvoyConfig",
+            "metadata": {"name": "kuard", "namespace": "default"},
+            "spec": {"nodeID": "kuard", "resources": [resource]}
+        });
+        let cli = marin3r_envoyconfig::envoyconfig::validate_file(&config.to_string());
+        assert_eq!(cli.is_ok(), expected, "{label}: {cli:?}");
+        let response = admit(state(), &review("CREATE", config, Value::Null)).await;
+        assert_eq!(response["allowed"] == true, expected, "{label}: {response}");
+    }
+
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../envoyconfig/tests/corpus/marin3r");
+    let mut files = 0;
+    for entry in std::fs::read_dir(corpus).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let cli = marin3r_envoyconfig::envoyconfig::validate_file(&text).is_ok();
+        for doc in marin3r_envoyconfig::manifest::documents(&text).unwrap() {
+            if doc["kind"] != "EnvoyConfig" {
+                continue;
+            }
+            files += 1;
+            let response = admit(state(), &review("CREATE", doc, Value::Null)).await;
+            assert_eq!(response["allowed"] == true, cli, "{response}");
+        }
+    }
+    assert!(files >= 7);
+}
