@@ -28,8 +28,12 @@ pub struct DrainSettings {
 pub enum PollResult {
     /// The admin answered; this many downstream connections are open.
     Open(u64),
-    /// The admin did not answer usefully (refused, timed out, bad status or body).
+    /// The admin could not be reached (refused, reset, timed out): Envoy may be gone.
     Failed,
+    /// The admin answered, but the open connections cannot be told (an error status,
+    /// HTML, non-UTF-8, a negative count): Envoy is there, the count is unknown. Never
+    /// "Envoy gone", never "drained"; the drain waits for a count or its timeout.
+    Unknown,
 }
 
 /// Why a drain finished.
@@ -109,7 +113,8 @@ impl DrainState {
 ///
 /// Rules, in order:
 /// 1. A successful poll resets the failure count; a failed one increments it, and
-///    reaching `envoy_gone_after` finishes with [`DoneReason::EnvoyGone`].
+///    reaching `envoy_gone_after` finishes with [`DoneReason::EnvoyGone`]; an answer with
+///    an unknown count resets the failures (Envoy answered) and decides nothing.
 /// 2. `open ≤ min_open_connections` and `now - started ≥ min_drain_duration` finishes
 ///    with [`DoneReason::Drained`].
 /// 3. `now ≥ started + drain_timeout` finishes with [`DoneReason::TimedOut`].
@@ -135,6 +140,7 @@ pub fn decide(
                 });
             }
         }
+        PollResult::Unknown => state.consecutive_failures = 0,
         PollResult::Open(open) => {
             state.consecutive_failures = 0;
             if open <= settings.min_open_connections {
@@ -365,6 +371,32 @@ mod tests {
             decide(&mut st, PollResult::Failed, t0, &s),
             Decision::KeepPolling { .. }
         ));
+    }
+
+    #[test]
+    fn an_unknown_count_is_neither_gone_nor_drained() {
+        let settings = settings();
+        let t0 = Instant::now();
+        let mut state = DrainState::new(t0);
+        // Two failed polls, then answers that cannot be read: never "gone".
+        decide(&mut state, PollResult::Failed, t0, &settings);
+        decide(&mut state, PollResult::Failed, t0, &settings);
+        for i in 1..20 {
+            let now = t0 + settings.check_drain_interval * i;
+            if now >= state.deadline(&settings) {
+                break;
+            }
+            assert!(matches!(
+                decide(&mut state, PollResult::Unknown, now, &settings),
+                Decision::KeepPolling { .. }
+            ));
+            assert_eq!(state.consecutive_failures(), 0);
+        }
+        let deadline = state.deadline(&settings);
+        assert_eq!(
+            decide(&mut state, PollResult::Unknown, deadline, &settings),
+            Decision::Done(DoneReason::TimedOut)
+        );
     }
 
     #[test]

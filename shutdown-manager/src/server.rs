@@ -367,6 +367,17 @@ async fn drain_steps(state: &AppState, started: Instant) -> DoneReason {
                 );
                 PollResult::Open(open)
             }
+            // Envoy answered, but not with a count we can read: unknown, not gone.
+            Err(
+                e @ (ShutdownManagerError::AdminStatus { .. }
+                | ShutdownManagerError::InvalidStats { .. }),
+            ) => {
+                warn!(
+                    error = %error_chain(&e),
+                    "envoy admin answered, but the open connections are unknown; polling on"
+                );
+                PollResult::Unknown
+            }
             Err(e) => {
                 warn!(
                     error = %error_chain(&e),

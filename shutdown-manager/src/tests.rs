@@ -62,6 +62,15 @@ impl FakeAdmin {
         !self.gone && n >= self.healthcheck_failures
     }
 
+    /// A scripted error status instead of the next `/stats` body (`status:503`).
+    fn next_status(&self) -> Option<u16> {
+        let script = self.stats.lock().unwrap();
+        let status = script.front()?.strip_prefix("status:")?.parse().ok()?;
+        drop(script);
+        self.next_stats();
+        Some(status)
+    }
+
     /// The next `/stats` body.
     fn next_stats(&self) -> String {
         self.stats_calls.fetch_add(1, Ordering::SeqCst);
@@ -93,7 +102,16 @@ impl Admin for FakeAdmin {
     fn open_connections(&self) -> AdminCall<'_, u64> {
         let result = if self.gone {
             self.stats_calls.fetch_add(1, Ordering::SeqCst);
-            Err(Self::unavailable())
+            Err(ShutdownManagerError::AdminTimeout {
+                url: "fake".into(),
+                timeout: Duration::from_secs(1),
+            })
+        } else if let Some(status) = self.next_status() {
+            Err(ShutdownManagerError::AdminStatus {
+                url: "fake".into(),
+                status,
+                body: "<html>Service Unavailable</html>".into(),
+            })
         } else {
             crate::stats::open_connections(&self.next_stats())
         };
@@ -528,15 +546,36 @@ async fn unreachable_admin_means_envoy_is_gone() {
     assert!(file.exists());
 }
 
+/// An admin that answers, but not with a readable count (HTML, an error status, a
+/// negative count): Envoy is there, so the drain is never "envoy-gone"; it waits for a
+/// count, or its timeout.
 #[tokio::test(start_paused = true)]
-async fn garbage_stats_count_as_failed_polls() {
-    let fake = FakeAdmin::new(0, &["<html>not envoy</html>"]);
+async fn unreadable_stats_are_unknown_not_envoy_gone() {
+    for stats in [
+        "<html>not envoy</html>",
+        "status:503",
+        "listener.x.downstream_cx_active: -5",
+    ] {
+        let fake = FakeAdmin::new(0, &[stats]);
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            drain_timeout: Duration::from_secs(1),
+            ..fast_config("http://fake", &dir)
+        };
+        let (status, _, header) = get_path(app(&fake, config), "/drain").await;
+        assert_eq!(status, StatusCode::OK, "{stats}");
+        assert_eq!(header.as_deref(), Some("timeout"), "{stats}");
+        assert!(
+            fake.stats_calls() > 3,
+            "{stats}: polled on, {}",
+            fake.stats_calls()
+        );
+    }
+    // Unknown answers between readable ones: the readable zero still ends the drain.
+    let fake = FakeAdmin::new(0, &["<html>x</html>", "status:503", &listener_stats(0)]);
     let dir = tempfile::tempdir().unwrap();
-    let (status, _, header) =
-        get_path(app(&fake, fast_config("http://fake", &dir)), "/drain").await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(header.as_deref(), Some("envoy-gone"));
-    assert_eq!(fake.stats_calls(), 3);
+    let (_, _, header) = get_path(app(&fake, fast_config("http://fake", &dir)), "/drain").await;
+    assert_eq!(header.as_deref(), Some("drained"));
 }
 
 #[tokio::test(start_paused = true)]

@@ -369,7 +369,7 @@ async fn no_secret_material_in_any_log_line() {
     // The scenarios did run and log: the malformed inputs and the reloads are reported.
     for expected in [
         "invalid base64",
-        "cannot parse manifest file",
+        "cannot use manifest file",
         "reloaded TLS credentials",
         "reloading TLS credentials failed",
         "hard-secrets-broken",
