@@ -163,23 +163,11 @@ pub fn mutate_pod(
         return Err(invalid("spec.containers", "is required and must be a list"));
     }
 
-    // Remove what an earlier injection added, so injecting twice gives the same Pod.
-    let strip = |list: &mut Vec<Value>, names: &[String]| {
-        list.retain(|c| {
-            c.get("name")
-                .and_then(Value::as_str)
-                .is_none_or(|n| !names.iter().any(|x| x == n))
-        });
-    };
-    let injected_containers: Vec<String> = previous
-        .containers
-        .iter()
-        .chain(&previous.init_containers)
-        .cloned()
-        .collect();
-    strip(array_mut(spec, "containers")?, &injected_containers);
-    strip(array_mut(spec, "initContainers")?, &injected_containers);
-    strip(array_mut(spec, "volumes")?, &previous.volumes);
+    // Remove what an earlier injection added, so injecting twice gives the same Pod. The
+    // status annotation is user-writable, so it is trusted only for objects that look
+    // like what injection creates; anything else it lists is kept (and a name clash is
+    // then denied by `check_conflicts`).
+    strip_injected(spec, &previous)?;
 
     let app_containers: BTreeSet<String> = names(array_mut(spec, "containers")?)
         .map(str::to_string)
@@ -275,6 +263,87 @@ pub fn mutate_pod(
         .ok_or_else(|| invalid("metadata.annotations", "must be a map of strings"))?
         .insert(SIDECAR_STATUS.to_string(), Value::String(status_json));
     Ok(Mutation::Injected(Box::new(out)))
+}
+
+/// `c[key]` as a list of strings, if it is one.
+fn strings<'a>(c: &'a Value, key: &str) -> Option<Vec<&'a str>> {
+    c.get(key)?.as_array()?.iter().map(Value::as_str).collect()
+}
+
+/// Whether a container has the shape of one injection creates: the Envoy sidecar
+/// (`command: [envoy]`, `args: [-c, <bootstrap>, …]`), the init manager or the shutdown
+/// manager (fixed names, first argument the subcommand).
+fn looks_injected(c: &Value) -> bool {
+    let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+    let command = strings(c, "command");
+    let args = strings(c, "args").unwrap_or_default();
+    let envoy = command.as_deref() == Some(&["envoy"][..])
+        && args.starts_with(&["-c", generate::CONFIG_FILE]);
+    let subcommand = |expected_name: &str, sub: &str| {
+        name == expected_name && command.is_none() && args.first() == Some(&sub)
+    };
+    envoy
+        || subcommand(generate::INIT_MANAGER_NAME, "init-manager")
+        || subcommand(generate::SHUTDOWN_MANAGER_NAME, "shutdown-manager")
+}
+
+/// `(volume name, mount path)` of each volume mount of a container.
+fn mounts(c: &Value) -> impl Iterator<Item = (&str, &str)> {
+    c.get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| Some((m.get("name")?.as_str()?, m.get("mountPath")?.as_str()?)))
+}
+
+/// Removes the containers and volumes `previous` lists, but only those that look like
+/// what injection creates: a container must have an injected shape ([`looks_injected`]);
+/// a volume must be mounted by a removed container where injection mounts it, be of the
+/// kind injection creates there (the tls Secret volume, the config emptyDir) and be
+/// mounted by no remaining container.
+fn strip_injected(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Result<(), Error> {
+    let listed = |c: &Value| {
+        c.get("name").and_then(Value::as_str).is_some_and(|n| {
+            previous
+                .containers
+                .iter()
+                .chain(&previous.init_containers)
+                .any(|x| x == n)
+        })
+    };
+    let mut removed: Vec<Value> = Vec::new();
+    for key in ["containers", "initContainers"] {
+        let list = array_mut(spec, key)?;
+        let (gone, kept): (Vec<Value>, Vec<Value>) = std::mem::take(list)
+            .into_iter()
+            .partition(|c| listed(c) && looks_injected(c));
+        *list = kept;
+        removed.extend(gone);
+    }
+    let kept_mounts: BTreeSet<String> = ["containers", "initContainers", "ephemeralContainers"]
+        .into_iter()
+        .filter_map(|key| spec.get(key).and_then(Value::as_array))
+        .flatten()
+        .flat_map(|c| mounts(c).map(|(n, _)| n.to_string()))
+        .collect();
+    let removable = |v: &Value| {
+        let Some(name) = v.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        let kind_at = |path: &str| match path {
+            generate::TLS_MOUNT_PATH => v.get("secret").is_some_and(Value::is_object),
+            generate::CONFIG_MOUNT_PATH => v.get("emptyDir").is_some_and(Value::is_object),
+            _ => false,
+        };
+        previous.volumes.iter().any(|x| x == name)
+            && !kept_mounts.contains(name)
+            && removed
+                .iter()
+                .flat_map(mounts)
+                .any(|(n, path)| n == name && kind_at(path))
+    };
+    array_mut(spec, "volumes")?.retain(|v| !removable(v));
+    Ok(())
 }
 
 /// Replaces only `lifecycle.preStop` of a container, keeping `postStart`.
@@ -430,5 +499,86 @@ mod tests {
             mutate_pod(&p, None, &Defaults::default()).ok(),
             Some(Mutation::Skipped(SkipReason::NotLabelled))
         );
+    }
+
+    fn labelled(annotations: Value, spec: Value) -> Value {
+        json!({
+            "metadata": {"name": "p", "labels": {STATUS_LABEL: STATUS_ENABLED}, "annotations": annotations},
+            "spec": spec
+        })
+    }
+
+    fn container_names(pod: &Value, key: &str) -> Vec<String> {
+        names(
+            pod["spec"][key]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        )
+        .map(str::to_string)
+        .collect()
+    }
+
+    #[test]
+    fn forged_status_does_not_remove_user_containers_or_volumes() {
+        let forged = json!({
+            "marin3r.3scale.net/node-id": "n",
+            SIDECAR_STATUS: r#"{"containers":["app"],"initContainers":["setup"],"volumes":["data","certs"]}"#,
+        });
+        let before = labelled(
+            forged,
+            json!({
+                "containers": [{"name": "app", "image": "app:1",
+                    "volumeMounts": [{"name": "data", "mountPath": "/etc/envoy/bootstrap"}]}],
+                "initContainers": [{"name": "setup", "image": "setup:1"}],
+                "volumes": [{"name": "data", "emptyDir": {}},
+                            {"name": "certs", "secret": {"secretName": "c"}}]
+            }),
+        );
+        let after = injected(&before);
+        assert_eq!(
+            container_names(&after, "containers"),
+            ["app", "envoy-sidecar"]
+        );
+        assert_eq!(
+            container_names(&after, "initContainers"),
+            ["setup", "envoy-init-mgr"]
+        );
+        assert_eq!(
+            container_names(&after, "volumes"),
+            [
+                "data",
+                "certs",
+                "envoy-sidecar-tls",
+                "envoy-sidecar-bootstrap"
+            ]
+        );
+        assert_eq!(
+            after["spec"]["containers"][0],
+            before["spec"]["containers"][0]
+        );
+        assert_eq!(injected(&after), after);
+    }
+
+    #[test]
+    fn forged_status_listing_a_user_container_named_like_the_sidecar_is_denied() {
+        let before = labelled(
+            json!({
+                "marin3r.3scale.net/node-id": "n",
+                SIDECAR_STATUS: r#"{"containers":["envoy-sidecar"],"volumes":["envoy-sidecar-tls"]}"#,
+            }),
+            json!({
+                "containers": [{"name": "app", "image": "app:1"},
+                               {"name": "envoy-sidecar", "image": "envoy:mine"}],
+                "volumes": [{"name": "envoy-sidecar-tls", "secret": {"secretName": "mine"}}]
+            }),
+        );
+        match mutate_pod(&before, Some("ns"), &Defaults::default()) {
+            Err(Error::Annotations(e)) => {
+                let fields: Vec<&str> = e.0.iter().map(|e| e.annotation.as_str()).collect();
+                assert_eq!(fields, ["container-name", "tls-volume"], "{e}");
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
     }
 }
