@@ -190,7 +190,22 @@ pub fn mutate_pod(
     let volume_names: BTreeSet<String> = names(array_mut(spec, "volumes")?)
         .map(str::to_string)
         .collect();
-    check_conflicts(&cfg, &app_containers, &init_names, &volume_names)?;
+    let ephemeral_names: BTreeSet<String> = spec
+        .get("ephemeralContainers")
+        .and_then(Value::as_array)
+        .map(|l| names(l).map(str::to_string).collect())
+        .unwrap_or_default();
+    let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    check_conflicts(
+        &cfg,
+        &PodNames {
+            containers: &app_containers,
+            init_containers: &init_names,
+            ephemeral_containers: &ephemeral_names,
+            volumes: &volume_names,
+        },
+        host_network,
+    )?;
 
     let envoy = to_value(&generate::envoy_container(&cfg))?;
     let init = to_value(&generate::init_manager_container(&cfg))?;
@@ -374,19 +389,41 @@ fn set_pre_stop(container: &mut Value, hook: Value) -> Result<(), Error> {
     Ok(())
 }
 
+/// The names already in the Pod (after removing an earlier injection).
+struct PodNames<'a> {
+    containers: &'a BTreeSet<String>,
+    init_containers: &'a BTreeSet<String>,
+    ephemeral_containers: &'a BTreeSet<String>,
+    volumes: &'a BTreeSet<String>,
+}
+
+/// Denies up front what the API server would reject after injection: names the injected
+/// objects share with the Pod's (containers, init and ephemeral containers, volumes), and
+/// with `hostNetwork: true` a hostPort different from its containerPort.
 fn check_conflicts(
     cfg: &SidecarConfig,
-    containers: &BTreeSet<String>,
-    init_containers: &BTreeSet<String>,
-    volumes: &BTreeSet<String>,
+    pod: &PodNames<'_>,
+    host_network: bool,
 ) -> Result<(), Error> {
     let mut errors = Vec::new();
-    let taken = |n: &str| containers.contains(n) || init_containers.contains(n);
+    let taken = |n: &str| {
+        pod.containers.contains(n)
+            || pod.init_containers.contains(n)
+            || pod.ephemeral_containers.contains(n)
+    };
+    let kind = |n: &str| {
+        if pod.ephemeral_containers.contains(n) {
+            "an ephemeral container (spec.ephemeralContainers)"
+        } else {
+            "a container"
+        }
+    };
     if taken(&cfg.container_name) {
         errors.push(AnnotationError {
             annotation: annotations::keys::CONTAINER_NAME.into(),
             message: format!(
-                "the pod already has a container named {:?}",
+                "the pod already has {} named {:?}",
+                kind(&cfg.container_name),
                 cfg.container_name
             ),
         });
@@ -399,7 +436,10 @@ fn check_conflicts(
         if taken(name) || cfg.container_name == name {
             errors.push(AnnotationError {
                 annotation: "spec.containers".into(),
-                message: format!("the pod already has a container named {name:?}, which the sidecar injection adds"),
+                message: format!(
+                    "the pod already has {} named {name:?}, which the sidecar injection adds",
+                    kind(name)
+                ),
             });
         }
     }
@@ -407,10 +447,30 @@ fn check_conflicts(
         (annotations::keys::TLS_VOLUME, &cfg.tls_volume),
         (annotations::keys::CONFIG_VOLUME, &cfg.config_volume),
     ] {
-        if volumes.contains(vol) {
+        if pod.volumes.contains(vol) {
             errors.push(AnnotationError {
                 annotation: key.into(),
                 message: format!("the pod already has a volume named {vol:?}"),
+            });
+        }
+    }
+    if host_network {
+        let mismatched: Vec<String> = cfg
+            .ports
+            .iter()
+            .filter_map(|p| {
+                p.host_port.filter(|h| *h != p.port).map(|h| {
+                    format!(
+                        "port {:?}: hostPort {h} must equal containerPort {} because spec.hostNetwork is true",
+                        p.name, p.port
+                    )
+                })
+            })
+            .collect();
+        if !mismatched.is_empty() {
+            errors.push(AnnotationError {
+                annotation: annotations::keys::HOST_PORT_MAPPINGS.into(),
+                message: mismatched.join(", "),
             });
         }
     }
@@ -580,5 +640,54 @@ mod tests {
             }
             other => panic!("expected a denial, got {other:?}"),
         }
+    }
+
+    fn denied_fields(pod: &Value) -> Vec<(String, String)> {
+        match mutate_pod(pod, Some("ns"), &Defaults::default()) {
+            Err(Error::Annotations(e)) => {
+                e.0.into_iter().map(|e| (e.annotation, e.message)).collect()
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ephemeral_container_named_like_an_injected_container_is_denied() {
+        for (annotations, name) in [
+            (json!({"marin3r.3scale.net/node-id": "n"}), "envoy-sidecar"),
+            (
+                json!({"marin3r.3scale.net/node-id": "n", "marin3r.3scale.net/container-name": "proxy"}),
+                "proxy",
+            ),
+        ] {
+            let p = labelled(
+                annotations,
+                json!({"containers": [{"name": "app", "image": "a"}],
+                       "ephemeralContainers": [{"name": name, "image": "debug"}]}),
+            );
+            let denied = denied_fields(&p);
+            assert_eq!(denied.len(), 1, "{denied:?}");
+            assert_eq!(denied[0].0, "container-name");
+            assert!(
+                denied[0].1.contains("spec.ephemeralContainers"),
+                "{denied:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn host_network_requires_host_port_equal_to_container_port() {
+        let annotations = |mappings: &str| {
+            json!({"marin3r.3scale.net/node-id": "n",
+                   "marin3r.3scale.net/ports": "http:8080",
+                   "marin3r.3scale.net/host-port-mappings": mappings})
+        };
+        let spec = json!({"hostNetwork": true, "containers": [{"name": "app", "image": "a"}]});
+        let denied = denied_fields(&labelled(annotations("http:30000"), spec.clone()));
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert_eq!(denied[0].0, "host-port-mappings");
+        assert!(denied[0].1.contains("spec.hostNetwork"), "{denied:?}");
+        // Equal ports are what Kubernetes requires, and are accepted.
+        injected(&labelled(annotations("http:8080"), spec));
     }
 }
