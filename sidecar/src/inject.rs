@@ -56,6 +56,36 @@ pub struct SidecarStatus {
     pub init_containers: Vec<String>,
     #[serde(default)]
     pub volumes: Vec<String>,
+    /// The `terminationGracePeriodSeconds` injection raised (shutdown manager on), so a
+    /// re-injection without the shutdown manager can put it back. Absent in statuses
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period: Option<GracePeriodChange>,
+    /// The containers whose preStop injection replaced with `GET /drain`
+    /// (`shutdown-manager.extra-lifecycle-hooks`), with their lifecycle before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_stop_hooks: Vec<PreStopChange>,
+}
+
+/// `spec.terminationGracePeriodSeconds` before and after injection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GracePeriodChange {
+    /// The Pod's own value; `None` when it had none.
+    #[serde(default)]
+    pub previous: Option<i64>,
+    /// The value injection set.
+    pub injected: i64,
+}
+
+/// A container's `lifecycle` before injection set its preStop to `GET /drain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreStopChange {
+    pub container: String,
+    /// The container's `lifecycle`; `None` when it had none.
+    #[serde(default)]
+    pub lifecycle: Option<Value>,
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> Error {
@@ -168,6 +198,7 @@ pub fn mutate_pod(
     // like what injection creates; anything else it lists is kept (and a name clash is
     // then denied by `check_conflicts`).
     strip_injected(spec, &previous)?;
+    undo_pod_changes(spec, &previous)?;
 
     let app_containers: BTreeSet<String> = names(array_mut(spec, "containers")?)
         .map(str::to_string)
@@ -216,9 +247,9 @@ pub fn mutate_pod(
         .transpose()?;
 
     let mut status = SidecarStatus {
-        containers: Vec::new(),
         init_containers: vec![generate::INIT_MANAGER_NAME.to_string()],
         volumes: vec![cfg.tls_volume.clone(), cfg.config_volume.clone()],
+        ..SidecarStatus::default()
     };
     let mut sidecars = vec![envoy];
     sidecars.extend(shtdn);
@@ -239,23 +270,32 @@ pub fn mutate_pod(
     }
 
     if let Some(sm) = &cfg.shutdown_manager {
-        let current = match spec.get("terminationGracePeriodSeconds") {
-            None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_PERIOD,
-            Some(v) => v.as_i64().ok_or_else(|| {
+        let own = match spec.get("terminationGracePeriodSeconds") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| {
                 invalid("spec.terminationGracePeriodSeconds", "must be an integer")
-            })?,
+            })?),
         };
-        spec.insert(
-            "terminationGracePeriodSeconds".into(),
-            Value::from(current.max(sm.drain_time_seconds)),
-        );
+        let raised = own
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD)
+            .max(sm.drain_time_seconds);
+        spec.insert("terminationGracePeriodSeconds".into(), Value::from(raised));
+        if own != Some(raised) {
+            status.termination_grace_period = Some(GracePeriodChange {
+                previous: own,
+                injected: raised,
+            });
+        }
         let hook = to_value(&generate::drain_pre_stop(sm.port))?;
         for c in array_mut(spec, "containers")?.iter_mut() {
-            let hooked = c
-                .get("name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| sm.extra_lifecycle_hooks.iter().any(|h| h == n));
-            if hooked {
+            let Some(name) = c.get("name").and_then(Value::as_str).map(str::to_string) else {
+                continue;
+            };
+            if sm.extra_lifecycle_hooks.contains(&name) {
+                status.pre_stop_hooks.push(PreStopChange {
+                    container: name,
+                    lifecycle: c.get("lifecycle").filter(|l| !l.is_null()).cloned(),
+                });
                 set_pre_stop(c, hook.clone())?;
             }
         }
@@ -358,6 +398,44 @@ fn strip_injected(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Re
                 .any(|(n, path)| n == name && kind_at(path))
     };
     array_mut(spec, "volumes")?.retain(|v| !removable(v));
+    Ok(())
+}
+
+/// Whether a lifecycle handler is the `GET <port>/drain` preStop injection sets.
+fn is_drain_hook(pre_stop: Option<&Value>) -> bool {
+    let get = pre_stop.and_then(|h| h.get("httpGet"));
+    get.and_then(|g| g.get("path")).and_then(Value::as_str) == Some(generate::DRAIN_PATH)
+        && get.and_then(|g| g.get("port")).is_some_and(Value::is_u64)
+}
+
+/// Undoes the Pod changes an earlier injection recorded in its status: the raised
+/// `terminationGracePeriodSeconds` (only if it still has the injected value) and the
+/// `GET /drain` preStop hooks (only on containers whose preStop is still such a hook).
+fn undo_pod_changes(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Result<(), Error> {
+    if let Some(grace) = &previous.termination_grace_period
+        && spec
+            .get("terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            == Some(grace.injected)
+    {
+        match grace.previous {
+            Some(v) => spec.insert("terminationGracePeriodSeconds".into(), Value::from(v)),
+            None => spec.remove("terminationGracePeriodSeconds"),
+        };
+    }
+    for change in &previous.pre_stop_hooks {
+        for c in array_mut(spec, "containers")?.iter_mut() {
+            let named = c.get("name").and_then(Value::as_str) == Some(change.container.as_str());
+            let hooked = is_drain_hook(c.get("lifecycle").and_then(|l| l.get("preStop")));
+            let Some(obj) = c.as_object_mut().filter(|_| named && hooked) else {
+                continue;
+            };
+            match &change.lifecycle {
+                Some(l) => obj.insert("lifecycle".into(), l.clone()),
+                None => obj.remove("lifecycle"),
+            };
+        }
+    }
     Ok(())
 }
 
@@ -689,5 +767,74 @@ mod tests {
         assert!(denied[0].1.contains("spec.hostNetwork"), "{denied:?}");
         // Equal ports are what Kubernetes requires, and are accepted.
         injected(&labelled(annotations("http:8080"), spec));
+    }
+
+    fn shutdown_manager_pod(enabled: &str, status: Option<&str>) -> Value {
+        let mut annotations = json!({
+            "marin3r.3scale.net/node-id": "n",
+            "marin3r.3scale.net/shutdown-manager.enabled": enabled,
+            "marin3r.3scale.net/shutdown-manager.extra-lifecycle-hooks": "app,worker",
+        });
+        if let Some(s) = status {
+            annotations[SIDECAR_STATUS] = json!(s);
+        }
+        labelled(
+            annotations,
+            json!({"containers": [
+                {"name": "app", "image": "a",
+                 "lifecycle": {"postStart": {"exec": {"command": ["warm"]}},
+                               "preStop": {"exec": {"command": ["sleep", "5"]}}}},
+                {"name": "worker", "image": "w"}
+            ]}),
+        )
+    }
+
+    #[test]
+    fn reinjection_without_shutdown_manager_undoes_hooks_and_grace_period() {
+        let original = shutdown_manager_pod("false", None);
+        let plain = injected(&original);
+        let mut with_sm = shutdown_manager_pod("true", None);
+        with_sm = injected(&with_sm);
+        assert_eq!(with_sm["spec"]["terminationGracePeriodSeconds"], 300);
+        assert_eq!(
+            with_sm["spec"]["containers"][1]["lifecycle"]["preStop"]["httpGet"]["path"],
+            "/drain"
+        );
+        // The user turns the shutdown manager off and the Pod goes through again.
+        let mut turned_off = with_sm.clone();
+        turned_off["metadata"]["annotations"]["marin3r.3scale.net/shutdown-manager.enabled"] =
+            json!("false");
+        let again = injected(&turned_off);
+        assert_eq!(again["spec"], plain["spec"]);
+        assert_eq!(
+            again["metadata"]["annotations"][SIDECAR_STATUS],
+            plain["metadata"]["annotations"][SIDECAR_STATUS]
+        );
+        assert_eq!(injected(&again), again);
+    }
+
+    #[test]
+    fn old_status_annotations_without_recorded_changes_are_still_read() {
+        let old = r#"{"containers":["envoy-sidecar"],"initContainers":["envoy-init-mgr"],"volumes":["envoy-sidecar-tls","envoy-sidecar-bootstrap"]}"#;
+        let status: SidecarStatus = serde_json::from_str(old).unwrap();
+        assert_eq!(status.termination_grace_period, None);
+        assert!(status.pre_stop_hooks.is_empty());
+        assert_eq!(serde_json::to_string(&status).unwrap(), old);
+    }
+
+    #[test]
+    fn recorded_changes_are_not_undone_when_the_user_changed_them_since() {
+        let mut with_sm = injected(&shutdown_manager_pod("true", None));
+        with_sm["spec"]["terminationGracePeriodSeconds"] = json!(600);
+        with_sm["spec"]["containers"][1]["lifecycle"] =
+            json!({"preStop": {"exec": {"command": ["mine"]}}});
+        with_sm["metadata"]["annotations"]["marin3r.3scale.net/shutdown-manager.enabled"] =
+            json!("false");
+        let again = injected(&with_sm);
+        assert_eq!(again["spec"]["terminationGracePeriodSeconds"], 600);
+        assert_eq!(
+            again["spec"]["containers"][1]["lifecycle"],
+            json!({"preStop": {"exec": {"command": ["mine"]}}})
+        );
     }
 }
