@@ -57,6 +57,13 @@ impl Default for Timeouts {
     }
 }
 
+/// The acceptor every accepted admission TCP stream goes through before TLS: it sets
+/// `TCP_NODELAY`, so a small answer is not held back by Nagle's algorithm waiting for the
+/// client's delayed ACK (~40 ms on fresh connections).
+pub fn tcp_acceptor() -> axum_server::accept::NoDelayAcceptor {
+    axum_server::accept::NoDelayAcceptor::new()
+}
+
 /// Errors of the webhook server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -182,7 +189,11 @@ pub async fn serve_with_timeouts(
         server: "webhook",
         source,
     })?
-    .map(|acceptor| acceptor.handshake_timeout(timeouts.handshake))
+    .map(|acceptor| {
+        acceptor
+            .handshake_timeout(timeouts.handshake)
+            .acceptor(tcp_acceptor())
+    })
     .handle(handle.clone())
     .http1_only();
     tls_server
@@ -245,4 +256,23 @@ pub async fn serve_with_timeouts(
         source,
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use axum_server::accept::Accept as _;
+
+    #[tokio::test]
+    async fn accepted_streams_have_tcp_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(tokio::net::TcpStream::connect(addr));
+        let (stream, _) = listener.accept().await.unwrap();
+        assert!(!stream.nodelay().unwrap(), "the OS default is Nagle on");
+        let (stream, ()) = super::tcp_acceptor().accept(stream, ()).await.unwrap();
+        assert!(stream.nodelay().unwrap());
+        drop(client.await.unwrap().unwrap());
+    }
 }
