@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod validation;

@@ -15,6 +15,7 @@ use serde_json::json;
 use marin3r_sidecar::Defaults;
 
 use crate::admission::{self, BadRequest, Outcome, ReviewOut};
+use crate::logging::bounded;
 use crate::metrics::Metrics;
 use crate::validation::{self, Verdict};
 
@@ -68,7 +69,7 @@ async fn read_body(req: Request) -> Result<Bytes, String> {
 fn respond<O>(result: Result<(ReviewOut, O), BadRequest>) -> Response {
     match result {
         Err(BadRequest(message)) => {
-            tracing::warn!(error = %message, "rejected admission request");
+            tracing::warn!(error = %bounded(&message), "rejected admission request");
             json_response(
                 StatusCode::BAD_REQUEST,
                 &json!({"error": message, "code": 400}),
@@ -109,10 +110,10 @@ async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
         .metrics
         .observe(result.as_ref().ok().map(|(_, o)| o), elapsed);
     if let Ok((out, outcome)) = &result {
-        let uid = &out.response.uid;
+        let uid = bounded(&out.response.uid);
         match outcome {
             Outcome::Denied => {
-                tracing::info!(%uid, message = denial_message(out), "denied pod")
+                tracing::info!(%uid, denial = %bounded(denial_message(out)), "denied pod")
             }
             Outcome::Injected => tracing::info!(%uid, seconds = elapsed, "injected sidecar"),
             Outcome::Skipped(s) => tracing::debug!(%uid, reason = s.as_str(), "skipped"),
@@ -129,10 +130,10 @@ async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response 
         .metrics
         .observe_validation(result.as_ref().ok().map(|(_, v)| v), elapsed);
     if let Ok((out, verdict)) = &result {
-        let uid = &out.response.uid;
+        let uid = bounded(&out.response.uid);
         match verdict {
             Verdict::Denied => {
-                tracing::info!(%uid, message = denial_message(out), "denied EnvoyConfig")
+                tracing::info!(%uid, denial = %bounded(denial_message(out)), "denied EnvoyConfig")
             }
             Verdict::Allowed => {
                 tracing::debug!(%uid, seconds = elapsed, "EnvoyConfig is valid")
