@@ -171,10 +171,7 @@ pub async fn serve_with_timeouts(
         .map_err(Error::Tls)?;
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
-    let state = Arc::new(AppState {
-        defaults: config.defaults.clone(),
-        metrics: metrics.clone(),
-    });
+    let state = Arc::new(AppState::new(config.defaults.clone(), metrics.clone()));
     let Listeners {
         https,
         probes,

@@ -323,3 +323,40 @@ async fn validations_are_counted() {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
 }
+
+#[tokio::test]
+async fn a_full_validation_queue_answers_429_and_never_holds_injection() {
+    use marin3r_sidecar::Defaults;
+    use marin3r_webhook::MUTATE_PATH;
+    use marin3r_webhook::metrics::Metrics;
+
+    let state = Arc::new(AppState::with_validation_slots(
+        Defaults::default(),
+        Arc::new(Metrics::new()),
+        1,
+    ));
+    let config = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+    // A validation in progress holds the only slot: a deterministic gate, no clock.
+    let running = state.validation_slots.clone().try_acquire_owned().unwrap();
+    let (status, out) = post_to(state.clone(), serde_json::to_vec(&config).unwrap()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{out}");
+    assert_eq!(out["code"], 429);
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("too many EnvoyConfig validations in progress"),
+        "{out}"
+    );
+    // Pod injection does not go through the validation slots.
+    let pod = common::pod_review(UID, common::labelled_pod());
+    let (status, out) =
+        common::post(state.clone(), MUTATE_PATH, pod.to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["response"]["allowed"], true);
+    assert!(out["response"]["patch"].is_string(), "{out}");
+    // Once the slot is free, validations run again.
+    drop(running);
+    assert_eq!(admit(state.clone(), &config).await["allowed"], true);
+    assert_eq!(state.validation_slots.available_permits(), 1);
+}

@@ -21,10 +21,7 @@ use marin3r_webhook::metrics::Metrics;
 use marin3r_webhook::{AppState, Config, Listeners, Timeouts, router, serve_with_timeouts};
 
 pub fn state_with(defaults: Defaults) -> Arc<AppState> {
-    Arc::new(AppState {
-        defaults,
-        metrics: Arc::new(Metrics::new()),
-    })
+    Arc::new(AppState::new(defaults, Arc::new(Metrics::new())))
 }
 
 pub fn state() -> Arc<AppState> {
