@@ -430,6 +430,27 @@ where
         }
     }
 
+    // Kubernetes rejects two ports with the same hostPort and protocol.
+    let mut host_ports: Vec<(u16, Protocol, &str)> = Vec::new();
+    let mut duplicate_host_ports = Vec::new();
+    for spec in &ports {
+        let Some(hp) = spec.host_port else { continue };
+        match host_ports
+            .iter()
+            .find(|(h, proto, _)| *h == hp && *proto == spec.protocol)
+        {
+            Some((_, _, first)) => duplicate_host_ports.push(format!(
+                "hostPort {hp}/{} is used by both {first:?} and {:?}",
+                spec.protocol.as_str(),
+                spec.name
+            )),
+            None => host_ports.push((hp, spec.protocol, &spec.name)),
+        }
+    }
+    if !duplicate_host_ports.is_empty() {
+        p.error(HOST_PORT_MAPPINGS, duplicate_host_ports.join(", "));
+    }
+
     let extra_args = p.parse(ENVOY_EXTRA_ARGS, Vec::new(), |v| {
         shell_words::split(v).map_err(|e| format!("cannot split {v:?} like a shell: {e}"))
     });
@@ -796,6 +817,20 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("invalid marin3r annotations: envoy-extra-args: cannot split")
+        );
+    }
+
+    #[test]
+    fn duplicate_host_ports_are_denied_naming_both_ports() {
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("ports", "a:8080,b:8081,c:8082:UDP"),
+            ("host-port-mappings", "a:30000,b:30000,c:30000"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid marin3r annotations: host-port-mappings: hostPort 30000/TCP is used by both \"a\" and \"b\""
         );
     }
 }

@@ -56,6 +56,36 @@ pub struct SidecarStatus {
     pub init_containers: Vec<String>,
     #[serde(default)]
     pub volumes: Vec<String>,
+    /// The `terminationGracePeriodSeconds` injection raised (shutdown manager on), so a
+    /// re-injection without the shutdown manager can put it back. Absent in statuses
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period: Option<GracePeriodChange>,
+    /// The containers whose preStop injection replaced with `GET /drain`
+    /// (`shutdown-manager.extra-lifecycle-hooks`), with their lifecycle before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_stop_hooks: Vec<PreStopChange>,
+}
+
+/// `spec.terminationGracePeriodSeconds` before and after injection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GracePeriodChange {
+    /// The Pod's own value; `None` when it had none.
+    #[serde(default)]
+    pub previous: Option<i64>,
+    /// The value injection set.
+    pub injected: i64,
+}
+
+/// A container's `lifecycle` before injection set its preStop to `GET /drain`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreStopChange {
+    pub container: String,
+    /// The container's `lifecycle`; `None` when it had none.
+    #[serde(default)]
+    pub lifecycle: Option<Value>,
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> Error {
@@ -163,23 +193,12 @@ pub fn mutate_pod(
         return Err(invalid("spec.containers", "is required and must be a list"));
     }
 
-    // Remove what an earlier injection added, so injecting twice gives the same Pod.
-    let strip = |list: &mut Vec<Value>, names: &[String]| {
-        list.retain(|c| {
-            c.get("name")
-                .and_then(Value::as_str)
-                .is_none_or(|n| !names.iter().any(|x| x == n))
-        });
-    };
-    let injected_containers: Vec<String> = previous
-        .containers
-        .iter()
-        .chain(&previous.init_containers)
-        .cloned()
-        .collect();
-    strip(array_mut(spec, "containers")?, &injected_containers);
-    strip(array_mut(spec, "initContainers")?, &injected_containers);
-    strip(array_mut(spec, "volumes")?, &previous.volumes);
+    // Remove what an earlier injection added, so injecting twice gives the same Pod. The
+    // status annotation is user-writable, so it is trusted only for objects that look
+    // like what injection creates; anything else it lists is kept (and a name clash is
+    // then denied by `check_conflicts`).
+    strip_injected(spec, &previous)?;
+    undo_pod_changes(spec, &previous)?;
 
     let app_containers: BTreeSet<String> = names(array_mut(spec, "containers")?)
         .map(str::to_string)
@@ -202,7 +221,22 @@ pub fn mutate_pod(
     let volume_names: BTreeSet<String> = names(array_mut(spec, "volumes")?)
         .map(str::to_string)
         .collect();
-    check_conflicts(&cfg, &app_containers, &init_names, &volume_names)?;
+    let ephemeral_names: BTreeSet<String> = spec
+        .get("ephemeralContainers")
+        .and_then(Value::as_array)
+        .map(|l| names(l).map(str::to_string).collect())
+        .unwrap_or_default();
+    let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    check_conflicts(
+        &cfg,
+        &PodNames {
+            containers: &app_containers,
+            init_containers: &init_names,
+            ephemeral_containers: &ephemeral_names,
+            volumes: &volume_names,
+        },
+        host_network,
+    )?;
 
     let envoy = to_value(&generate::envoy_container(&cfg))?;
     let init = to_value(&generate::init_manager_container(&cfg))?;
@@ -213,9 +247,9 @@ pub fn mutate_pod(
         .transpose()?;
 
     let mut status = SidecarStatus {
-        containers: Vec::new(),
         init_containers: vec![generate::INIT_MANAGER_NAME.to_string()],
         volumes: vec![cfg.tls_volume.clone(), cfg.config_volume.clone()],
+        ..SidecarStatus::default()
     };
     let mut sidecars = vec![envoy];
     sidecars.extend(shtdn);
@@ -236,23 +270,32 @@ pub fn mutate_pod(
     }
 
     if let Some(sm) = &cfg.shutdown_manager {
-        let current = match spec.get("terminationGracePeriodSeconds") {
-            None | Some(Value::Null) => DEFAULT_TERMINATION_GRACE_PERIOD,
-            Some(v) => v.as_i64().ok_or_else(|| {
+        let own = match spec.get("terminationGracePeriodSeconds") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| {
                 invalid("spec.terminationGracePeriodSeconds", "must be an integer")
-            })?,
+            })?),
         };
-        spec.insert(
-            "terminationGracePeriodSeconds".into(),
-            Value::from(current.max(sm.drain_time_seconds)),
-        );
+        let raised = own
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD)
+            .max(sm.drain_time_seconds);
+        spec.insert("terminationGracePeriodSeconds".into(), Value::from(raised));
+        if own != Some(raised) {
+            status.termination_grace_period = Some(GracePeriodChange {
+                previous: own,
+                injected: raised,
+            });
+        }
         let hook = to_value(&generate::drain_pre_stop(sm.port))?;
         for c in array_mut(spec, "containers")?.iter_mut() {
-            let hooked = c
-                .get("name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| sm.extra_lifecycle_hooks.iter().any(|h| h == n));
-            if hooked {
+            let Some(name) = c.get("name").and_then(Value::as_str).map(str::to_string) else {
+                continue;
+            };
+            if sm.extra_lifecycle_hooks.contains(&name) {
+                status.pre_stop_hooks.push(PreStopChange {
+                    container: name,
+                    lifecycle: c.get("lifecycle").filter(|l| !l.is_null()).cloned(),
+                });
                 set_pre_stop(c, hook.clone())?;
             }
         }
@@ -275,6 +318,125 @@ pub fn mutate_pod(
         .ok_or_else(|| invalid("metadata.annotations", "must be a map of strings"))?
         .insert(SIDECAR_STATUS.to_string(), Value::String(status_json));
     Ok(Mutation::Injected(Box::new(out)))
+}
+
+/// `c[key]` as a list of strings, if it is one.
+fn strings<'a>(c: &'a Value, key: &str) -> Option<Vec<&'a str>> {
+    c.get(key)?.as_array()?.iter().map(Value::as_str).collect()
+}
+
+/// Whether a container has the shape of one injection creates: the Envoy sidecar
+/// (`command: [envoy]`, `args: [-c, <bootstrap>, …]`), the init manager or the shutdown
+/// manager (fixed names, first argument the subcommand).
+fn looks_injected(c: &Value) -> bool {
+    let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+    let command = strings(c, "command");
+    let args = strings(c, "args").unwrap_or_default();
+    let envoy = command.as_deref() == Some(&["envoy"][..])
+        && args.starts_with(&["-c", generate::CONFIG_FILE]);
+    let subcommand = |expected_name: &str, sub: &str| {
+        name == expected_name && command.is_none() && args.first() == Some(&sub)
+    };
+    envoy
+        || subcommand(generate::INIT_MANAGER_NAME, "init-manager")
+        || subcommand(generate::SHUTDOWN_MANAGER_NAME, "shutdown-manager")
+}
+
+/// `(volume name, mount path)` of each volume mount of a container.
+fn mounts(c: &Value) -> impl Iterator<Item = (&str, &str)> {
+    c.get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| Some((m.get("name")?.as_str()?, m.get("mountPath")?.as_str()?)))
+}
+
+/// Removes the containers and volumes `previous` lists, but only those that look like
+/// what injection creates: a container must have an injected shape ([`looks_injected`]);
+/// a volume must be mounted by a removed container where injection mounts it, be of the
+/// kind injection creates there (the tls Secret volume, the config emptyDir) and be
+/// mounted by no remaining container.
+fn strip_injected(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Result<(), Error> {
+    let listed = |c: &Value| {
+        c.get("name").and_then(Value::as_str).is_some_and(|n| {
+            previous
+                .containers
+                .iter()
+                .chain(&previous.init_containers)
+                .any(|x| x == n)
+        })
+    };
+    let mut removed: Vec<Value> = Vec::new();
+    for key in ["containers", "initContainers"] {
+        let list = array_mut(spec, key)?;
+        let (gone, kept): (Vec<Value>, Vec<Value>) = std::mem::take(list)
+            .into_iter()
+            .partition(|c| listed(c) && looks_injected(c));
+        *list = kept;
+        removed.extend(gone);
+    }
+    let kept_mounts: BTreeSet<String> = ["containers", "initContainers", "ephemeralContainers"]
+        .into_iter()
+        .filter_map(|key| spec.get(key).and_then(Value::as_array))
+        .flatten()
+        .flat_map(|c| mounts(c).map(|(n, _)| n.to_string()))
+        .collect();
+    let removable = |v: &Value| {
+        let Some(name) = v.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        let kind_at = |path: &str| match path {
+            generate::TLS_MOUNT_PATH => v.get("secret").is_some_and(Value::is_object),
+            generate::CONFIG_MOUNT_PATH => v.get("emptyDir").is_some_and(Value::is_object),
+            _ => false,
+        };
+        previous.volumes.iter().any(|x| x == name)
+            && !kept_mounts.contains(name)
+            && removed
+                .iter()
+                .flat_map(mounts)
+                .any(|(n, path)| n == name && kind_at(path))
+    };
+    array_mut(spec, "volumes")?.retain(|v| !removable(v));
+    Ok(())
+}
+
+/// Whether a lifecycle handler is the `GET <port>/drain` preStop injection sets.
+fn is_drain_hook(pre_stop: Option<&Value>) -> bool {
+    let get = pre_stop.and_then(|h| h.get("httpGet"));
+    get.and_then(|g| g.get("path")).and_then(Value::as_str) == Some(generate::DRAIN_PATH)
+        && get.and_then(|g| g.get("port")).is_some_and(Value::is_u64)
+}
+
+/// Undoes the Pod changes an earlier injection recorded in its status: the raised
+/// `terminationGracePeriodSeconds` (only if it still has the injected value) and the
+/// `GET /drain` preStop hooks (only on containers whose preStop is still such a hook).
+fn undo_pod_changes(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Result<(), Error> {
+    if let Some(grace) = &previous.termination_grace_period
+        && spec
+            .get("terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            == Some(grace.injected)
+    {
+        match grace.previous {
+            Some(v) => spec.insert("terminationGracePeriodSeconds".into(), Value::from(v)),
+            None => spec.remove("terminationGracePeriodSeconds"),
+        };
+    }
+    for change in &previous.pre_stop_hooks {
+        for c in array_mut(spec, "containers")?.iter_mut() {
+            let named = c.get("name").and_then(Value::as_str) == Some(change.container.as_str());
+            let hooked = is_drain_hook(c.get("lifecycle").and_then(|l| l.get("preStop")));
+            let Some(obj) = c.as_object_mut().filter(|_| named && hooked) else {
+                continue;
+            };
+            match &change.lifecycle {
+                Some(l) => obj.insert("lifecycle".into(), l.clone()),
+                None => obj.remove("lifecycle"),
+            };
+        }
+    }
+    Ok(())
 }
 
 /// Replaces only `lifecycle.preStop` of a container, keeping `postStart`.
@@ -305,19 +467,41 @@ fn set_pre_stop(container: &mut Value, hook: Value) -> Result<(), Error> {
     Ok(())
 }
 
+/// The names already in the Pod (after removing an earlier injection).
+struct PodNames<'a> {
+    containers: &'a BTreeSet<String>,
+    init_containers: &'a BTreeSet<String>,
+    ephemeral_containers: &'a BTreeSet<String>,
+    volumes: &'a BTreeSet<String>,
+}
+
+/// Denies up front what the API server would reject after injection: names the injected
+/// objects share with the Pod's (containers, init and ephemeral containers, volumes), and
+/// with `hostNetwork: true` a hostPort different from its containerPort.
 fn check_conflicts(
     cfg: &SidecarConfig,
-    containers: &BTreeSet<String>,
-    init_containers: &BTreeSet<String>,
-    volumes: &BTreeSet<String>,
+    pod: &PodNames<'_>,
+    host_network: bool,
 ) -> Result<(), Error> {
     let mut errors = Vec::new();
-    let taken = |n: &str| containers.contains(n) || init_containers.contains(n);
+    let taken = |n: &str| {
+        pod.containers.contains(n)
+            || pod.init_containers.contains(n)
+            || pod.ephemeral_containers.contains(n)
+    };
+    let kind = |n: &str| {
+        if pod.ephemeral_containers.contains(n) {
+            "an ephemeral container (spec.ephemeralContainers)"
+        } else {
+            "a container"
+        }
+    };
     if taken(&cfg.container_name) {
         errors.push(AnnotationError {
             annotation: annotations::keys::CONTAINER_NAME.into(),
             message: format!(
-                "the pod already has a container named {:?}",
+                "the pod already has {} named {:?}",
+                kind(&cfg.container_name),
                 cfg.container_name
             ),
         });
@@ -330,7 +514,10 @@ fn check_conflicts(
         if taken(name) || cfg.container_name == name {
             errors.push(AnnotationError {
                 annotation: "spec.containers".into(),
-                message: format!("the pod already has a container named {name:?}, which the sidecar injection adds"),
+                message: format!(
+                    "the pod already has {} named {name:?}, which the sidecar injection adds",
+                    kind(name)
+                ),
             });
         }
     }
@@ -338,10 +525,30 @@ fn check_conflicts(
         (annotations::keys::TLS_VOLUME, &cfg.tls_volume),
         (annotations::keys::CONFIG_VOLUME, &cfg.config_volume),
     ] {
-        if volumes.contains(vol) {
+        if pod.volumes.contains(vol) {
             errors.push(AnnotationError {
                 annotation: key.into(),
                 message: format!("the pod already has a volume named {vol:?}"),
+            });
+        }
+    }
+    if host_network {
+        let mismatched: Vec<String> = cfg
+            .ports
+            .iter()
+            .filter_map(|p| {
+                p.host_port.filter(|h| *h != p.port).map(|h| {
+                    format!(
+                        "port {:?}: hostPort {h} must equal containerPort {} because spec.hostNetwork is true",
+                        p.name, p.port
+                    )
+                })
+            })
+            .collect();
+        if !mismatched.is_empty() {
+            errors.push(AnnotationError {
+                annotation: annotations::keys::HOST_PORT_MAPPINGS.into(),
+                message: mismatched.join(", "),
             });
         }
     }
@@ -429,6 +636,205 @@ mod tests {
         assert_eq!(
             mutate_pod(&p, None, &Defaults::default()).ok(),
             Some(Mutation::Skipped(SkipReason::NotLabelled))
+        );
+    }
+
+    fn labelled(annotations: Value, spec: Value) -> Value {
+        json!({
+            "metadata": {"name": "p", "labels": {STATUS_LABEL: STATUS_ENABLED}, "annotations": annotations},
+            "spec": spec
+        })
+    }
+
+    fn container_names(pod: &Value, key: &str) -> Vec<String> {
+        names(
+            pod["spec"][key]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        )
+        .map(str::to_string)
+        .collect()
+    }
+
+    #[test]
+    fn forged_status_does_not_remove_user_containers_or_volumes() {
+        let forged = json!({
+            "marin3r.3scale.net/node-id": "n",
+            SIDECAR_STATUS: r#"{"containers":["app"],"initContainers":["setup"],"volumes":["data","certs"]}"#,
+        });
+        let before = labelled(
+            forged,
+            json!({
+                "containers": [{"name": "app", "image": "app:1",
+                    "volumeMounts": [{"name": "data", "mountPath": "/etc/envoy/bootstrap"}]}],
+                "initContainers": [{"name": "setup", "image": "setup:1"}],
+                "volumes": [{"name": "data", "emptyDir": {}},
+                            {"name": "certs", "secret": {"secretName": "c"}}]
+            }),
+        );
+        let after = injected(&before);
+        assert_eq!(
+            container_names(&after, "containers"),
+            ["app", "envoy-sidecar"]
+        );
+        assert_eq!(
+            container_names(&after, "initContainers"),
+            ["setup", "envoy-init-mgr"]
+        );
+        assert_eq!(
+            container_names(&after, "volumes"),
+            [
+                "data",
+                "certs",
+                "envoy-sidecar-tls",
+                "envoy-sidecar-bootstrap"
+            ]
+        );
+        assert_eq!(
+            after["spec"]["containers"][0],
+            before["spec"]["containers"][0]
+        );
+        assert_eq!(injected(&after), after);
+    }
+
+    #[test]
+    fn forged_status_listing_a_user_container_named_like_the_sidecar_is_denied() {
+        let before = labelled(
+            json!({
+                "marin3r.3scale.net/node-id": "n",
+                SIDECAR_STATUS: r#"{"containers":["envoy-sidecar"],"volumes":["envoy-sidecar-tls"]}"#,
+            }),
+            json!({
+                "containers": [{"name": "app", "image": "app:1"},
+                               {"name": "envoy-sidecar", "image": "envoy:mine"}],
+                "volumes": [{"name": "envoy-sidecar-tls", "secret": {"secretName": "mine"}}]
+            }),
+        );
+        match mutate_pod(&before, Some("ns"), &Defaults::default()) {
+            Err(Error::Annotations(e)) => {
+                let fields: Vec<&str> = e.0.iter().map(|e| e.annotation.as_str()).collect();
+                assert_eq!(fields, ["container-name", "tls-volume"], "{e}");
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    fn denied_fields(pod: &Value) -> Vec<(String, String)> {
+        match mutate_pod(pod, Some("ns"), &Defaults::default()) {
+            Err(Error::Annotations(e)) => {
+                e.0.into_iter().map(|e| (e.annotation, e.message)).collect()
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ephemeral_container_named_like_an_injected_container_is_denied() {
+        for (annotations, name) in [
+            (json!({"marin3r.3scale.net/node-id": "n"}), "envoy-sidecar"),
+            (
+                json!({"marin3r.3scale.net/node-id": "n", "marin3r.3scale.net/container-name": "proxy"}),
+                "proxy",
+            ),
+        ] {
+            let p = labelled(
+                annotations,
+                json!({"containers": [{"name": "app", "image": "a"}],
+                       "ephemeralContainers": [{"name": name, "image": "debug"}]}),
+            );
+            let denied = denied_fields(&p);
+            assert_eq!(denied.len(), 1, "{denied:?}");
+            assert_eq!(denied[0].0, "container-name");
+            assert!(
+                denied[0].1.contains("spec.ephemeralContainers"),
+                "{denied:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn host_network_requires_host_port_equal_to_container_port() {
+        let annotations = |mappings: &str| {
+            json!({"marin3r.3scale.net/node-id": "n",
+                   "marin3r.3scale.net/ports": "http:8080",
+                   "marin3r.3scale.net/host-port-mappings": mappings})
+        };
+        let spec = json!({"hostNetwork": true, "containers": [{"name": "app", "image": "a"}]});
+        let denied = denied_fields(&labelled(annotations("http:30000"), spec.clone()));
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert_eq!(denied[0].0, "host-port-mappings");
+        assert!(denied[0].1.contains("spec.hostNetwork"), "{denied:?}");
+        // Equal ports are what Kubernetes requires, and are accepted.
+        injected(&labelled(annotations("http:8080"), spec));
+    }
+
+    fn shutdown_manager_pod(enabled: &str, status: Option<&str>) -> Value {
+        let mut annotations = json!({
+            "marin3r.3scale.net/node-id": "n",
+            "marin3r.3scale.net/shutdown-manager.enabled": enabled,
+            "marin3r.3scale.net/shutdown-manager.extra-lifecycle-hooks": "app,worker",
+        });
+        if let Some(s) = status {
+            annotations[SIDECAR_STATUS] = json!(s);
+        }
+        labelled(
+            annotations,
+            json!({"containers": [
+                {"name": "app", "image": "a",
+                 "lifecycle": {"postStart": {"exec": {"command": ["warm"]}},
+                               "preStop": {"exec": {"command": ["sleep", "5"]}}}},
+                {"name": "worker", "image": "w"}
+            ]}),
+        )
+    }
+
+    #[test]
+    fn reinjection_without_shutdown_manager_undoes_hooks_and_grace_period() {
+        let original = shutdown_manager_pod("false", None);
+        let plain = injected(&original);
+        let mut with_sm = shutdown_manager_pod("true", None);
+        with_sm = injected(&with_sm);
+        assert_eq!(with_sm["spec"]["terminationGracePeriodSeconds"], 300);
+        assert_eq!(
+            with_sm["spec"]["containers"][1]["lifecycle"]["preStop"]["httpGet"]["path"],
+            "/drain"
+        );
+        // The user turns the shutdown manager off and the Pod goes through again.
+        let mut turned_off = with_sm.clone();
+        turned_off["metadata"]["annotations"]["marin3r.3scale.net/shutdown-manager.enabled"] =
+            json!("false");
+        let again = injected(&turned_off);
+        assert_eq!(again["spec"], plain["spec"]);
+        assert_eq!(
+            again["metadata"]["annotations"][SIDECAR_STATUS],
+            plain["metadata"]["annotations"][SIDECAR_STATUS]
+        );
+        assert_eq!(injected(&again), again);
+    }
+
+    #[test]
+    fn old_status_annotations_without_recorded_changes_are_still_read() {
+        let old = r#"{"containers":["envoy-sidecar"],"initContainers":["envoy-init-mgr"],"volumes":["envoy-sidecar-tls","envoy-sidecar-bootstrap"]}"#;
+        let status: SidecarStatus = serde_json::from_str(old).unwrap();
+        assert_eq!(status.termination_grace_period, None);
+        assert!(status.pre_stop_hooks.is_empty());
+        assert_eq!(serde_json::to_string(&status).unwrap(), old);
+    }
+
+    #[test]
+    fn recorded_changes_are_not_undone_when_the_user_changed_them_since() {
+        let mut with_sm = injected(&shutdown_manager_pod("true", None));
+        with_sm["spec"]["terminationGracePeriodSeconds"] = json!(600);
+        with_sm["spec"]["containers"][1]["lifecycle"] =
+            json!({"preStop": {"exec": {"command": ["mine"]}}});
+        with_sm["metadata"]["annotations"]["marin3r.3scale.net/shutdown-manager.enabled"] =
+            json!("false");
+        let again = injected(&with_sm);
+        assert_eq!(again["spec"]["terminationGracePeriodSeconds"], 600);
+        assert_eq!(
+            again["spec"]["containers"][1]["lifecycle"],
+            json!({"preStop": {"exec": {"command": ["mine"]}}})
         );
     }
 }

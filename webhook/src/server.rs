@@ -15,6 +15,7 @@ use serde_json::json;
 use marin3r_sidecar::Defaults;
 
 use crate::admission::{self, BadRequest, Outcome, ReviewOut};
+use crate::logging::bounded;
 use crate::metrics::Metrics;
 use crate::validation::{self, Verdict};
 
@@ -25,11 +26,34 @@ pub const MUTATE_PATH: &str = "/pod-v1-mutate";
 /// Path of the EnvoyConfig validating webhook (upstream's path).
 pub const VALIDATE_ENVOYCONFIG_PATH: &str = "/validate-marin3r-3scale-net-v1alpha1-envoyconfig";
 
+/// How many EnvoyConfig validations run at once by default; more are answered 429.
+pub const VALIDATION_SLOTS: usize = 2;
+
 /// Shared state of the admission router.
 #[derive(Debug)]
 pub struct AppState {
     pub defaults: Defaults,
     pub metrics: Arc<Metrics>,
+    /// Slots for EnvoyConfig validations, which run on tokio's blocking pool so they
+    /// never hold the async workers Pod injection runs on. A validation that finds no
+    /// free slot is answered 429 at once instead of queueing.
+    pub validation_slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    /// State with [`VALIDATION_SLOTS`] validation slots.
+    pub fn new(defaults: Defaults, metrics: Arc<Metrics>) -> Self {
+        Self::with_validation_slots(defaults, metrics, VALIDATION_SLOTS)
+    }
+
+    /// State with `slots` validation slots.
+    pub fn with_validation_slots(defaults: Defaults, metrics: Arc<Metrics>, slots: usize) -> Self {
+        Self {
+            defaults,
+            metrics,
+            validation_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+        }
+    }
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
@@ -68,7 +92,7 @@ async fn read_body(req: Request) -> Result<Bytes, String> {
 fn respond<O>(result: Result<(ReviewOut, O), BadRequest>) -> Response {
     match result {
         Err(BadRequest(message)) => {
-            tracing::warn!(error = %message, "rejected admission request");
+            tracing::warn!(error = %bounded(&message), "rejected admission request");
             json_response(
                 StatusCode::BAD_REQUEST,
                 &json!({"error": message, "code": 400}),
@@ -109,10 +133,10 @@ async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
         .metrics
         .observe(result.as_ref().ok().map(|(_, o)| o), elapsed);
     if let Ok((out, outcome)) = &result {
-        let uid = &out.response.uid;
+        let uid = bounded(&out.response.uid);
         match outcome {
             Outcome::Denied => {
-                tracing::info!(%uid, message = denial_message(out), "denied pod")
+                tracing::info!(%uid, denial = %bounded(denial_message(out)), "denied pod")
             }
             Outcome::Injected => tracing::info!(%uid, seconds = elapsed, "injected sidecar"),
             Outcome::Skipped(s) => tracing::debug!(%uid, reason = s.as_str(), "skipped"),
@@ -121,18 +145,51 @@ async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
     respond(result)
 }
 
+/// The 429 answer when every validation slot is taken.
+fn validations_busy() -> Response {
+    tracing::warn!("EnvoyConfig validation slots all taken; answered 429");
+    json_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        &json!({
+            "error": "too many EnvoyConfig validations in progress; retry the request",
+            "code": 429
+        }),
+    )
+}
+
+/// Runs an EnvoyConfig validation (CPU-heavy for megabyte configs) on the blocking pool
+/// if a validation slot is free; `None` when none is.
+async fn validate_in_slot(
+    state: &AppState,
+    body: Bytes,
+) -> Option<Result<(ReviewOut, Verdict), BadRequest>> {
+    let permit = state.validation_slots.clone().try_acquire_owned().ok()?;
+    let handled = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        validation::validate(&body)
+    })
+    .await;
+    Some(handled.unwrap_or_else(|e| Err(BadRequest(format!("validation failed: {e}")))))
+}
+
 async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let started = Instant::now();
-    let result = admit(req, validation::validate).await;
+    let result = match read_body(req).await {
+        Err(message) => Err(BadRequest(message)),
+        Ok(body) => match validate_in_slot(&state, body).await {
+            Some(result) => result,
+            None => return validations_busy(),
+        },
+    };
     let elapsed = started.elapsed().as_secs_f64();
     state
         .metrics
         .observe_validation(result.as_ref().ok().map(|(_, v)| v), elapsed);
     if let Ok((out, verdict)) = &result {
-        let uid = &out.response.uid;
+        let uid = bounded(&out.response.uid);
         match verdict {
             Verdict::Denied => {
-                tracing::info!(%uid, message = denial_message(out), "denied EnvoyConfig")
+                tracing::info!(%uid, denial = %bounded(denial_message(out)), "denied EnvoyConfig")
             }
             Verdict::Allowed => {
                 tracing::debug!(%uid, seconds = elapsed, "EnvoyConfig is valid")

@@ -107,21 +107,8 @@ pub fn validate(body: &[u8]) -> Result<(ReviewOut, Verdict), BadRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::{API_VERSION, KIND as REVIEW_KIND};
+    use marin3r_testkit::admission::Review;
     use serde_json::json;
-
-    fn review(operation: &str, object: Value, old: Value) -> Vec<u8> {
-        serde_json::to_vec(&json!({
-            "apiVersion": API_VERSION, "kind": REVIEW_KIND,
-            "request": {
-                "uid": "u-1",
-                "kind": {"group": GROUP, "version": VERSION, "kind": KIND},
-                "namespace": "default", "operation": operation,
-                "object": object, "oldObject": old
-            }
-        }))
-        .unwrap()
-    }
 
     fn config(resources: Value) -> Value {
         json!({
@@ -138,7 +125,12 @@ mod tests {
     #[test]
     fn allows_a_valid_config_and_denies_every_error() {
         let ok = config(json!([cluster("a")]));
-        let (out, verdict) = validate(&review("CREATE", ok, Value::Null)).unwrap();
+        let (out, verdict) = validate(
+            &Review::envoy_config("CREATE", ok, Value::Null)
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         assert_eq!(verdict, Verdict::Allowed);
         assert_eq!(out.response.uid, "u-1");
         assert!(out.response.allowed && out.response.status.is_none());
@@ -148,7 +140,12 @@ mod tests {
             cluster("b"),
             cluster("b"),
         ]));
-        let (out, verdict) = validate(&review("CREATE", bad, Value::Null)).unwrap();
+        let (out, verdict) = validate(
+            &Review::envoy_config("CREATE", bad, Value::Null)
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         assert_eq!(verdict, Verdict::Denied);
         let status = out.response.status.unwrap();
         assert_eq!(status.code, 400);
@@ -162,25 +159,44 @@ mod tests {
     #[test]
     fn missing_secrets_are_not_errors() {
         let c = config(json!([{"type": "secret", "generateFromTlsSecret": "in-the-cluster"}]));
-        let (_, verdict) = validate(&review("CREATE", c, Value::Null)).unwrap();
+        let (_, verdict) = validate(
+            &Review::envoy_config("CREATE", c, Value::Null)
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         assert_eq!(verdict, Verdict::Allowed);
     }
 
     #[test]
     fn skips() {
         let bad = config(json!([{"type": "cluster"}]));
-        let (out, verdict) = validate(&review("DELETE", Value::Null, bad.clone())).unwrap();
+        let (out, verdict) = validate(
+            &Review::envoy_config("DELETE", Value::Null, bad.clone())
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         assert_eq!(verdict, Verdict::Skipped(Pass::Operation));
         assert!(out.response.allowed);
 
         // An UPDATE that keeps an (already stored) invalid spec: finalizers can go.
         let mut updated = bad.clone();
         updated["metadata"]["finalizers"] = json!([]);
-        let (_, verdict) = validate(&review("UPDATE", updated, bad.clone())).unwrap();
+        let (_, verdict) = validate(
+            &Review::envoy_config("UPDATE", updated, bad.clone())
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         assert_eq!(verdict, Verdict::Skipped(Pass::SpecUnchanged));
 
-        let mut other =
-            serde_json::from_slice::<Value>(&review("CREATE", bad, Value::Null)).unwrap();
+        let mut other = serde_json::from_slice::<Value>(
+            &Review::envoy_config("CREATE", bad, Value::Null)
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         other["request"]["kind"]["version"] = json!("v1alpha2");
         let (_, verdict) = validate(&serde_json::to_vec(&other).unwrap()).unwrap();
         assert_eq!(verdict, Verdict::Skipped(Pass::NotAnEnvoyConfig));
@@ -188,7 +204,12 @@ mod tests {
 
     #[test]
     fn an_object_that_is_not_a_map_is_denied() {
-        let (out, verdict) = validate(&review("CREATE", json!("x"), Value::Null)).unwrap();
+        let (out, verdict) = validate(
+            &Review::envoy_config("CREATE", json!("x"), Value::Null)
+                .uid("u-1")
+                .bytes(),
+        )
+        .unwrap();
         assert_eq!(verdict, Verdict::Denied);
         assert!(!out.response.allowed);
     }

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 mod common;
 
 use marin3r_sidecar::Defaults;
+use marin3r_testkit::admission::{Review, UID};
 use marin3r_webhook::MUTATE_PATH;
 
 fn fixtures() -> PathBuf {
@@ -36,38 +37,15 @@ fn defaults() -> Defaults {
     }
 }
 
-fn review(pod: &Value, namespace: &str) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-            "object": pod,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
-}
-
 /// Sends one review through the router and returns the AdmissionResponse.
 async fn admit(pod: &Value, namespace: &str) -> Value {
-    let body = review(pod, namespace).to_string().into_bytes();
+    let body = Review::pod(pod.clone()).namespace(namespace).bytes();
     let (status, out) = common::post(common::state_with(defaults()), MUTATE_PATH, body).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(out["kind"], "AdmissionReview");
-    assert_eq!(
-        out["response"]["uid"],
-        "705ab4f5-6393-11e8-b7cc-42010a800002"
-    );
+    assert_eq!(out["response"]["uid"], UID);
+    assert_eq!(UID, "705ab4f5-6393-11e8-b7cc-42010a800002");
     out["response"].clone()
 }
 

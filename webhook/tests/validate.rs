@@ -12,9 +12,8 @@ use serde_json::{Value, json};
 mod common;
 
 use common::state;
+use marin3r_testkit::admission::{Review, UID};
 use marin3r_webhook::{AppState, MAX_BODY_BYTES, VALIDATE_ENVOYCONFIG_PATH};
-
-const UID: &str = "8f6cbb3c-7e0e-4a44-9b3c-3c1a5d0e2f10";
 
 fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,35 +21,6 @@ fn fixture(name: &str) -> Value {
         .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     serde_saphyr::from_str(&text).unwrap()
-}
-
-/// An AdmissionReview as the API server sends it for an EnvoyConfig.
-fn review(operation: &str, object: Value, old_object: Value) -> Value {
-    let options = match operation {
-        "CREATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}),
-        "UPDATE" => json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
-        _ => json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}),
-    };
-    let ec = json!({"group": "marin3r.3scale.net", "version": "v1alpha1", "kind": "EnvoyConfig"});
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": UID,
-            "kind": ec,
-            "resource": {"group": "marin3r.3scale.net", "version": "v1alpha1", "resource": "envoyconfigs"},
-            "requestKind": ec,
-            "requestResource": {"group": "marin3r.3scale.net", "version": "v1alpha1", "resource": "envoyconfigs"},
-            "name": "kuard",
-            "namespace": "default",
-            "operation": operation,
-            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
-            "object": object,
-            "oldObject": old_object,
-            "dryRun": false,
-            "options": options
-        }
-    })
 }
 
 async fn post_to(state: Arc<AppState>, body: Vec<u8>) -> (StatusCode, Value) {
@@ -108,7 +78,11 @@ const BROKEN_MESSAGE: &str = concat!(
 async fn kuard_walkthrough_config_is_allowed() {
     // generateFromTlsSecret names a Secret the webhook cannot read: still allowed.
     let config = fixture("kuard_tls.yaml");
-    let response = admit(state(), &review("CREATE", config, Value::Null)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("CREATE", config, Value::Null).json(),
+    )
+    .await;
     assert_eq!(response, allowed());
 }
 
@@ -116,13 +90,21 @@ async fn kuard_walkthrough_config_is_allowed() {
 async fn deprecated_envoy_resources_form_is_allowed() {
     let config = fixture("kuard_tls_deprecated.yaml");
     assert!(config["spec"]["envoyResources"].is_object());
-    let response = admit(state(), &review("CREATE", config.clone(), Value::Null)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("CREATE", config.clone(), Value::Null).json(),
+    )
+    .await;
     assert_eq!(response, allowed());
 
     // The strings of the deprecated form are decoded too.
     let mut bad = config;
     bad["spec"]["envoyResources"]["clusters"][0]["value"] = json!("name: kuard\nbogus: 1\n");
-    let response = admit(state(), &review("CREATE", bad, Value::Null)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("CREATE", bad, Value::Null).json(),
+    )
+    .await;
     assert_eq!(response["allowed"], false);
     assert_eq!(
         response["status"]["message"],
@@ -132,7 +114,11 @@ async fn deprecated_envoy_resources_form_is_allowed() {
 
 #[tokio::test]
 async fn broken_config_is_denied_with_every_error() {
-    let response = admit(state(), &review("CREATE", broken(), Value::Null)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("CREATE", broken(), Value::Null).json(),
+    )
+    .await;
     assert_eq!(response["allowed"], false);
     let status = &response["status"];
     assert_eq!(status["status"], "Failure");
@@ -172,7 +158,11 @@ async fn broken_config_is_denied_with_every_error() {
 async fn schema_errors_are_denied_with_their_path() {
     let mut wrong_blueprint = fixture("kuard_tls.yaml");
     wrong_blueprint["spec"]["resources"][0]["blueprint"] = json!("certificate");
-    let response = admit(state(), &review("CREATE", wrong_blueprint, Value::Null)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("CREATE", wrong_blueprint, Value::Null).json(),
+    )
+    .await;
     let message = response["status"]["message"].as_str().unwrap();
     assert!(
         message.starts_with(
@@ -183,13 +173,21 @@ async fn schema_errors_are_denied_with_their_path() {
 
     let mut both = fixture("kuard_tls.yaml");
     both["spec"]["envoyResources"] = json!({});
-    let response = admit(state(), &review("CREATE", both, Value::Null)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("CREATE", both, Value::Null).json(),
+    )
+    .await;
     assert_eq!(
         response["status"]["message"],
         "invalid EnvoyConfig: spec: set either resources or the deprecated envoyResources, not both"
     );
 
-    let not_a_map = admit(state(), &review("CREATE", json!("kuard"), Value::Null)).await;
+    let not_a_map = admit(
+        state(),
+        &Review::envoy_config("CREATE", json!("kuard"), Value::Null).json(),
+    )
+    .await;
     assert_eq!(not_a_map["allowed"], false);
     assert_eq!(not_a_map["status"]["code"], 400);
 }
@@ -199,7 +197,11 @@ async fn update_is_validated() {
     let good = fixture("kuard_tls.yaml");
 
     // A valid config turned invalid: denied.
-    let response = admit(state(), &review("UPDATE", broken(), good.clone())).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("UPDATE", broken(), good.clone()).json(),
+    )
+    .await;
     assert_eq!(response["allowed"], false);
     assert!(
         response["status"]["message"]
@@ -209,13 +211,21 @@ async fn update_is_validated() {
     );
 
     // An invalid config fixed: allowed.
-    let response = admit(state(), &review("UPDATE", good.clone(), broken())).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("UPDATE", good.clone(), broken()).json(),
+    )
+    .await;
     assert_eq!(response, allowed());
 
     // A valid change: allowed.
     let mut changed = good.clone();
     changed["spec"]["resources"][1]["value"]["connect_timeout"] = json!("5s");
-    let response = admit(state(), &review("UPDATE", changed, good)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("UPDATE", changed, good).json(),
+    )
+    .await;
     assert_eq!(response, allowed());
 
     // Metadata-only UPDATE of a config stored before the webhook (finalizer removal,
@@ -224,13 +234,21 @@ async fn update_is_validated() {
     finalizer_removed["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
     let mut stored = broken();
     stored["metadata"]["finalizers"] = json!(["marin3r.3scale.net/finalizer"]);
-    let response = admit(state(), &review("UPDATE", finalizer_removed, stored)).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("UPDATE", finalizer_removed, stored).json(),
+    )
+    .await;
     assert_eq!(response, allowed());
 }
 
 #[tokio::test]
 async fn delete_and_other_kinds_are_allowed() {
-    let response = admit(state(), &review("DELETE", Value::Null, broken())).await;
+    let response = admit(
+        state(),
+        &Review::envoy_config("DELETE", Value::Null, broken()).json(),
+    )
+    .await;
     assert_eq!(response, allowed());
 
     // Another kind sent to this path (a misconfigured rule): allowed unchanged.
@@ -238,14 +256,15 @@ async fn delete_and_other_kinds_are_allowed() {
         json!({"group": "", "version": "v1", "kind": "Pod"}),
         json!({"group": "marin3r.3scale.net", "version": "v1alpha1", "kind": "EnvoyConfigRevision"}),
     ] {
-        let mut r = review("CREATE", json!({"metadata": {"name": "x"}}), Value::Null);
+        let mut r =
+            Review::envoy_config("CREATE", json!({"metadata": {"name": "x"}}), Value::Null).json();
         r["request"]["kind"] = kind;
         let response = admit(state(), &r).await;
         assert_eq!(response, allowed());
     }
 
     // The status subresource is not validated.
-    let mut status = review("UPDATE", broken(), fixture("kuard_tls.yaml"));
+    let mut status = Review::envoy_config("UPDATE", broken(), fixture("kuard_tls.yaml")).json();
     status["request"]["subResource"] = json!("status");
     let response = admit(state(), &status).await;
     assert_eq!(response, allowed());
@@ -254,14 +273,15 @@ async fn delete_and_other_kinds_are_allowed() {
 #[tokio::test]
 async fn bad_bodies_get_400_with_a_json_error() {
     let huge = {
-        let mut r = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+        let mut r = Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
         r["request"]["object"]["metadata"]["annotations"] =
             json!({"x": "a".repeat(MAX_BODY_BYTES)});
         serde_json::to_vec(&r).unwrap()
     };
-    let mut wrong_version = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+    let mut wrong_version =
+        Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
     wrong_version["apiVersion"] = json!("admission.k8s.io/v1beta1");
-    let mut no_uid = review("CREATE", fixture("kuard_tls.yaml"), Value::Null);
+    let mut no_uid = Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
     no_uid["request"].as_object_mut().unwrap().remove("uid");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -300,10 +320,26 @@ async fn bad_bodies_get_400_with_a_json_error() {
 async fn validations_are_counted() {
     let state = state();
     let good = fixture("kuard_tls.yaml");
-    admit(state.clone(), &review("CREATE", good.clone(), Value::Null)).await;
-    admit(state.clone(), &review("UPDATE", good.clone(), good.clone())).await;
-    admit(state.clone(), &review("CREATE", broken(), Value::Null)).await;
-    admit(state.clone(), &review("DELETE", Value::Null, good)).await;
+    admit(
+        state.clone(),
+        &Review::envoy_config("CREATE", good.clone(), Value::Null).json(),
+    )
+    .await;
+    admit(
+        state.clone(),
+        &Review::envoy_config("UPDATE", good.clone(), good.clone()).json(),
+    )
+    .await;
+    admit(
+        state.clone(),
+        &Review::envoy_config("CREATE", broken(), Value::Null).json(),
+    )
+    .await;
+    admit(
+        state.clone(),
+        &Review::envoy_config("DELETE", Value::Null, good).json(),
+    )
+    .await;
     let (status, _) = post_to(state.clone(), b"nope".to_vec()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
@@ -414,7 +450,11 @@ async fn same_verdicts_as_marin3r_validate() {
         });
         let cli = marin3r_envoyconfig::envoyconfig::validate_file(&config.to_string());
         assert_eq!(cli.is_ok(), expected, "{label}: {cli:?}");
-        let response = admit(state(), &review("CREATE", config, Value::Null)).await;
+        let response = admit(
+            state(),
+            &Review::envoy_config("CREATE", config, Value::Null).json(),
+        )
+        .await;
         assert_eq!(response["allowed"] == true, expected, "{label}: {response}");
     }
 
@@ -428,9 +468,50 @@ async fn same_verdicts_as_marin3r_validate() {
                 continue;
             }
             files += 1;
-            let response = admit(state(), &review("CREATE", doc, Value::Null)).await;
+            let response = admit(
+                state(),
+                &Review::envoy_config("CREATE", doc, Value::Null).json(),
+            )
+            .await;
             assert_eq!(response["allowed"] == true, cli, "{response}");
         }
     }
     assert!(files >= 7);
+}
+
+#[tokio::test]
+async fn a_full_validation_queue_answers_429_and_never_holds_injection() {
+    use marin3r_sidecar::Defaults;
+    use marin3r_webhook::MUTATE_PATH;
+    use marin3r_webhook::metrics::Metrics;
+
+    let state = Arc::new(AppState::with_validation_slots(
+        Defaults::default(),
+        Arc::new(Metrics::new()),
+        1,
+    ));
+    let config = Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
+    // A validation in progress holds the only slot: a deterministic gate, no clock.
+    let running = state.validation_slots.clone().try_acquire_owned().unwrap();
+    let (status, out) = post_to(state.clone(), serde_json::to_vec(&config).unwrap()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{out}");
+    assert_eq!(out["code"], 429);
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("too many EnvoyConfig validations in progress"),
+        "{out}"
+    );
+    // Pod injection does not go through the validation slots.
+    let pod = common::pod_review(UID, common::labelled_pod());
+    let (status, out) =
+        common::post(state.clone(), MUTATE_PATH, pod.to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["response"]["allowed"], true);
+    assert!(out["response"]["patch"].is_string(), "{out}");
+    // Once the slot is free, validations run again.
+    drop(running);
+    assert_eq!(admit(state.clone(), &config).await["allowed"], true);
+    assert_eq!(state.validation_slots.available_permits(), 1);
 }

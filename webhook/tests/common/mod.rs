@@ -17,14 +17,12 @@ use tower::ServiceExt as _;
 
 use marin3r_certs::{Bundle, IssueOptions, issue};
 use marin3r_sidecar::Defaults;
+use marin3r_testkit::admission::Review;
 use marin3r_webhook::metrics::Metrics;
 use marin3r_webhook::{AppState, Config, Listeners, Timeouts, router, serve_with_timeouts};
 
 pub fn state_with(defaults: Defaults) -> Arc<AppState> {
-    Arc::new(AppState {
-        defaults,
-        metrics: Arc::new(Metrics::new()),
-    })
+    Arc::new(AppState::new(defaults, Arc::new(Metrics::new())))
 }
 
 pub fn state() -> Arc<AppState> {
@@ -59,13 +57,7 @@ pub fn labelled_pod() -> Value {
 
 /// A minimal AdmissionReview v1 for the CREATE of `pod` in namespace `default`.
 pub fn pod_review(uid: &str, pod: Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "namespace": "default", "operation": "CREATE", "object": pod
-        }
-    })
+    Review::pod(pod).uid(uid).json()
 }
 
 /// A CA with a server certificate for `localhost` and `127.0.0.1`.

@@ -1,0 +1,59 @@
+//! What the webhook logs about a request stays bounded, and JSON log lines carry one
+//! `message` each.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+mod common;
+
+use marin3r_webhook::MUTATE_PATH;
+use marin3r_webhook::logging::MAX_LOGGED_BYTES;
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_denial_of_a_huge_annotation_logs_a_bounded_line_with_one_message() {
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let huge = "x".repeat(1_500_000);
+    let mut pod = common::labelled_pod();
+    pod["metadata"]["annotations"]["marin3r.3scale.net/ports"] = json!(huge);
+    let uid = "u".repeat(100_000);
+    let body = common::pod_review(&uid, pod).to_string().into_bytes();
+    let (_, out) = common::post(common::state(), MUTATE_PATH, body).await;
+    assert_eq!(out["response"]["allowed"], false);
+
+    let logged = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let denial = logged
+        .lines()
+        .find(|l| l.contains("denied pod"))
+        .unwrap_or_else(|| panic!("no denial logged in {logged:?}"));
+    assert!(
+        denial.len() < 4 * MAX_LOGGED_BYTES,
+        "{} bytes",
+        denial.len()
+    );
+    assert!(denial.contains("bytes)"), "{denial}");
+    assert_eq!(denial.matches("\"message\":").count(), 1, "{denial}");
+}
