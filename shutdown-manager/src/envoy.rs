@@ -172,6 +172,14 @@ fn normalize_base(address: &str) -> Result<String, ShutdownManagerError> {
     if authority.host().is_empty() {
         return Err(invalid("missing host"));
     }
+    // The port as written (`Authority::port` drops one that does not fit in a u16).
+    let text = authority.as_str();
+    let after_host = text.rsplit_once(']').map_or(text, |(_, rest)| rest);
+    if let Some((_, port)) = after_host.rsplit_once(':')
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Err(invalid(&format!("port {port} is out of range (1-65535)")));
+    }
     if uri.query().is_some() {
         return Err(invalid("a query is not allowed"));
     }
@@ -182,6 +190,18 @@ fn normalize_base(address: &str) -> Result<String, ShutdownManagerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admin_ports_out_of_range_are_refused() {
+        for address in ["127.0.0.1:99999", "http://127.0.0.1:0", "localhost:65536"] {
+            let err = normalize_base(address).unwrap_err().to_string();
+            assert!(err.contains("out of range"), "{address}: {err}");
+        }
+        assert_eq!(
+            normalize_base("127.0.0.1:65535").unwrap(),
+            "http://127.0.0.1:65535"
+        );
+    }
 
     #[test]
     fn normalizes_admin_addresses() {

@@ -234,8 +234,16 @@ pub fn quantity(s: &str) -> Result<Quantity, String> {
         return Err(bad());
     }
     let body = s.strip_prefix('+').unwrap_or(s);
-    if body.starts_with('-') {
-        return Err(format!("{s:?} is negative"));
+    if let Some(magnitude) = body.strip_prefix('-') {
+        // `-0` (in any spelling) is zero, as Kubernetes reads it; anything else is negative.
+        return match quantity(magnitude) {
+            Ok(q) if q.nanos == 0 => Ok(Quantity {
+                text: s.to_string(),
+                nanos: 0,
+            }),
+            Ok(_) => Err(format!("{s:?} is negative")),
+            Err(e) => Err(e.replace(&format!("{magnitude:?}"), &format!("{s:?}"))),
+        };
     }
     let num_end = body
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -272,10 +280,12 @@ pub fn quantity(s: &str) -> Result<Quantity, String> {
                 .or_else(|| other.strip_prefix('E'))
                 .ok_or_else(bad)?;
             let e: i32 = exp.parse().map_err(|_| bad())?;
-            if !(-40..=40).contains(&e) {
+            if e > 40 {
                 return Err(too_big());
             }
-            (e, 0)
+            // A very negative exponent is a tiny value, not a large one: below one nano
+            // unit it rounds up like any other (-60 is as small as it needs to be).
+            (e.max(-60), 0)
         }
     };
     // Trailing zeros of the fraction carry no value (`2.000…0e-11` is a small number):
@@ -359,6 +369,19 @@ mod tests {
             "trailing zeros do not overflow"
         );
         assert_eq!(q("+2"), Ok(2_000_000_000));
+        // Zero written with a minus sign is zero, not negative.
+        for zero in ["-0", "-0.0", "-0Mi", "-0e3"] {
+            assert_eq!(q(zero), Ok(0), "{zero}");
+        }
+        assert_eq!(quantity("-1m"), Err("\"-1m\" is negative".into()));
+        assert_eq!(
+            quantity("-x"),
+            Err("\"-x\" is not a valid Kubernetes quantity".into())
+        );
+        // A tiny value is tiny, not "too large".
+        assert_eq!(q("1e-100000"), Ok(1), "rounds up below nano precision");
+        assert_eq!(q("0e-100000"), Ok(0));
+        assert_eq!(quantity("1e41"), Err("\"1e41\" is too large".into()));
         assert!(q("100m") < q("1"));
         for bad in [
             "", "abc", "1x", "1.2.3", "Gi", ".", "1 Gi", "1e", "1e999", "-1",
