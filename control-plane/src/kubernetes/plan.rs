@@ -231,14 +231,22 @@ pub fn elected<'a>(ordered: &[&'a EnvoyConfigRevision]) -> Option<&'a EnvoyConfi
 /// The version whose snapshot the cache holds for the node of `ecr`, as far as the
 /// statuses tell: `ecr`'s own when it is published, else the newest published sibling.
 pub fn served(ordered: &[&EnvoyConfigRevision], ecr: &EnvoyConfigRevision) -> Option<String> {
-    let published = |e: &EnvoyConfigRevision| e.status.as_ref().is_some_and(|s| s.is_published());
-    if published(ecr) {
+    if is_published(ecr) {
         return Some(ecr.spec.version.clone());
     }
+    newest_published(ordered)
+}
+
+fn is_published(e: &EnvoyConfigRevision) -> bool {
+    e.status.as_ref().is_some_and(|s| s.is_published())
+}
+
+/// The version of the newest revision whose status says published.
+fn newest_published(ordered: &[&EnvoyConfigRevision]) -> Option<String> {
     ordered
         .iter()
         .rev()
-        .find(|e| published(e))
+        .find(|e| is_published(e))
         .map(|e| e.spec.version.clone())
 }
 
@@ -425,11 +433,7 @@ pub fn plan_envoyconfig<'a>(
     let state = revisions.cache_state();
     // What is served, and whether the elected revision waits, as the revision statuses
     // tell (the revision controller writes them).
-    let served = current
-        .iter()
-        .rev()
-        .find(|e| e.status.as_ref().is_some_and(|s| s.is_published()))
-        .map(|e| e.spec.version.clone());
+    let served = newest_published(&current);
     let waiting = revisions
         .published()
         .and_then(|p| current.iter().find(|e| e.spec.version == p.version))
