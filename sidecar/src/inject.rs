@@ -1,12 +1,14 @@
-//! Pod mutation: decides whether a Pod (or a pod template) gets a sidecar and returns the
-//! mutated object.
+//! Pod mutation: decides whether a Pod (or a pod template) gets a sidecar, and what
+//! injection adds and removes ([`Injection`]): the admission response's JSON patch and the
+//! injected Pod are both built from those edits.
 //!
 //! The Pod is handled as raw JSON, not as a typed `k8s_openapi` Pod: a round trip through
-//! typed structs would drop fields this build does not know (newer Kubernetes versions),
-//! and the JSON patch computed from the difference would then delete them.
+//! typed structs would drop fields this build does not know (newer Kubernetes versions).
+//! The patch names only the paths injection edits, so such fields are never touched.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, jsonptr};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -119,17 +121,14 @@ fn string_map<'a>(
     }
 }
 
-/// Returns the array at `spec[key]`, creating it when absent.
-fn array_mut<'a>(spec: &'a mut Map<String, Value>, key: &str) -> Result<&'a mut Vec<Value>, Error> {
-    let entry = spec
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if entry.is_null() {
-        *entry = Value::Array(Vec::new());
+/// `spec[key]` as a list: `(entries, present)`; absent and `null` are an empty list that
+/// is not present.
+fn list<'a>(spec: &'a Map<String, Value>, key: &str) -> Result<(&'a [Value], bool), Error> {
+    match spec.get(key) {
+        None | Some(Value::Null) => Ok((&[], false)),
+        Some(Value::Array(a)) => Ok((a, true)),
+        Some(_) => Err(invalid(&format!("spec.{key}"), "must be a list")),
     }
-    entry
-        .as_array_mut()
-        .ok_or_else(|| invalid(&format!("spec.{key}"), "must be a list"))
 }
 
 fn names(list: &[Value]) -> impl Iterator<Item = &str> {
@@ -141,15 +140,129 @@ fn to_value<T: Serialize>(t: &T) -> Result<Value, Error> {
     serde_json::to_value(t).map_err(Error::Serialize)
 }
 
-/// Decides and applies sidecar injection for a Pod or pod template (`{metadata, spec}`).
-///
-/// `namespace` is the namespace the Pod is created in (the admission request's
-/// namespace); when `None`, `metadata.namespace` is used, then `default`.
+/// The lists of `spec` injection edits, in the order it edits them.
+const LISTS: [&str; 3] = ["containers", "initContainers", "volumes"];
+const CONTAINERS: usize = 0;
+const INIT_CONTAINERS: usize = 1;
+const VOLUMES: usize = 2;
+
+/// What injection does to one list of the Pod's spec.
+#[derive(Debug, Default)]
+struct ListEdit<'a> {
+    /// The list as it is in the Pod (empty when absent or `null`).
+    original: &'a [Value],
+    /// Whether `spec[key]` is a list in the Pod (absent and `null` are not).
+    present: bool,
+    /// Per original entry: whether injection removes it (an earlier injection's object).
+    removed: Vec<bool>,
+    /// The final `lifecycle` of kept entries whose lifecycle injection sets or restores
+    /// (`None`: no `lifecycle`), by original index.
+    lifecycle: BTreeMap<usize, Option<Value>>,
+    /// The entries injection appends.
+    appended: Vec<Value>,
+}
+
+impl<'a> ListEdit<'a> {
+    fn new(spec: &'a Map<String, Value>, key: &str) -> Result<Self, Error> {
+        let (original, present) = list(spec, key)?;
+        Ok(Self {
+            original,
+            present,
+            removed: vec![false; original.len()],
+            ..Self::default()
+        })
+    }
+
+    /// The entries injection keeps, with their original index.
+    fn kept(&self) -> impl Iterator<Item = (usize, &'a Value)> + '_ {
+        self.original
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.removed[*i])
+    }
+
+    /// The entries injection removes.
+    fn gone(&self) -> impl Iterator<Item = &'a Value> + '_ {
+        self.original
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.removed[*i])
+            .map(|(_, v)| v)
+    }
+
+    /// The `lifecycle` of original entry `i` as injection leaves it so far.
+    fn lifecycle_of(&self, i: usize) -> Option<&Value> {
+        match self.lifecycle.get(&i) {
+            Some(l) => l.as_ref(),
+            None => self.original[i].get("lifecycle"),
+        }
+    }
+
+    /// How many removed entries at the end of the list are given back unchanged by the
+    /// first appended ones (re-injecting an injected Pod): those are left in place.
+    fn reused_tail(&self) -> (usize, usize) {
+        let start = self.removed.iter().rposition(|r| !r).map_or(0, |i| i + 1);
+        let reused = self.original[start..]
+            .iter()
+            .zip(&self.appended)
+            .take_while(|(a, b)| a == b)
+            .count();
+        (start, reused)
+    }
+}
+
+/// `spec.terminationGracePeriodSeconds` after injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GraceEdit {
+    Keep,
+    Set(i64),
+    Remove,
+}
+
+/// The result of [`plan_pod`].
+#[derive(Debug)]
+pub enum Plan<'a> {
+    /// Nothing to do; the Pod is allowed unchanged.
+    Skipped(SkipReason),
+    /// What injection changes in the Pod.
+    Inject(Box<Injection<'a>>),
+}
+
+/// What injecting the sidecar changes in a Pod, decided without copying the Pod: the
+/// objects an earlier injection added are removed ([`SidecarStatus`]), the recorded Pod
+/// changes undone, the new objects appended, the grace period and preStop hooks set, and
+/// the status annotation written. [`Injection::patch`] is the JSON patch for an admission
+/// response; [`Injection::to_pod`] the injected Pod. Both come from the same edits.
+#[derive(Debug)]
+pub struct Injection<'a> {
+    pod: &'a Value,
+    lists: [ListEdit<'a>; 3],
+    grace: GraceEdit,
+    status: String,
+}
+
+/// Decides and applies sidecar injection for a Pod or pod template (`{metadata, spec}`):
+/// [`plan_pod`], then the injected copy ([`Injection::to_pod`]).
 pub fn mutate_pod(
     pod: &Value,
     namespace: Option<&str>,
     defaults: &Defaults,
 ) -> Result<Mutation, Error> {
+    Ok(match plan_pod(pod, namespace, defaults)? {
+        Plan::Skipped(reason) => Mutation::Skipped(reason),
+        Plan::Inject(injection) => Mutation::Injected(Box::new(injection.to_pod())),
+    })
+}
+
+/// Decides sidecar injection for a Pod or pod template (`{metadata, spec}`), borrowing it.
+///
+/// `namespace` is the namespace the Pod is created in (the admission request's
+/// namespace); when `None`, `metadata.namespace` is used, then `default`.
+pub fn plan_pod<'a>(
+    pod: &'a Value,
+    namespace: Option<&str>,
+    defaults: &Defaults,
+) -> Result<Plan<'a>, Error> {
     let root = pod
         .as_object()
         .ok_or_else(|| invalid("object", "must be a JSON object"))?;
@@ -160,7 +273,7 @@ pub fn mutate_pod(
     };
     let labels = string_map(meta, "labels")?;
     if labels.get(STATUS_LABEL).copied() != Some(STATUS_ENABLED) {
-        return Ok(Mutation::Skipped(SkipReason::NotLabelled));
+        return Ok(Plan::Skipped(SkipReason::NotLabelled));
     }
     let annotations = string_map(meta, "annotations")?;
     let namespace = namespace
@@ -185,24 +298,37 @@ pub fn mutate_pod(
         }),
     };
 
-    let mut out = pod.clone();
-    let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = root.get("spec").and_then(Value::as_object) else {
         return Err(invalid("spec", "is required and must be an object"));
     };
     if !matches!(spec.get("containers"), Some(Value::Array(_))) {
         return Err(invalid("spec.containers", "is required and must be a list"));
     }
+    let mut lists = [
+        ListEdit::new(spec, LISTS[CONTAINERS])?,
+        ListEdit::new(spec, LISTS[INIT_CONTAINERS])?,
+        ListEdit::new(spec, LISTS[VOLUMES])?,
+    ];
+    let ephemeral: &[Value] = spec
+        .get("ephemeralContainers")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
 
     // Remove what an earlier injection added, so injecting twice gives the same Pod. The
     // status annotation is user-writable, so it is trusted only for objects that look
     // like what injection creates; anything else it lists is kept (and a name clash is
     // then denied by `check_conflicts`).
-    strip_injected(spec, &previous)?;
-    undo_pod_changes(spec, &previous)?;
+    strip_injected(&mut lists, ephemeral, &previous);
+    let original_grace = spec.get("terminationGracePeriodSeconds");
+    let mut grace = undo_pod_changes(&mut lists[CONTAINERS], original_grace, &previous);
 
-    let app_containers: BTreeSet<String> = names(array_mut(spec, "containers")?)
-        .map(str::to_string)
-        .collect();
+    let kept_names = |edit: &ListEdit<'_>| -> BTreeSet<String> {
+        edit.kept()
+            .filter_map(|(_, c)| c.get("name").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect()
+    };
+    let app_containers = kept_names(&lists[CONTAINERS]);
     let cfg = match (
         annotations::parse(&annotations, &namespace, &app_containers, defaults),
         status_error,
@@ -215,25 +341,15 @@ pub fn mutate_pod(
         }
     };
 
-    let init_names: BTreeSet<String> = names(array_mut(spec, "initContainers")?)
-        .map(str::to_string)
-        .collect();
-    let volume_names: BTreeSet<String> = names(array_mut(spec, "volumes")?)
-        .map(str::to_string)
-        .collect();
-    let ephemeral_names: BTreeSet<String> = spec
-        .get("ephemeralContainers")
-        .and_then(Value::as_array)
-        .map(|l| names(l).map(str::to_string).collect())
-        .unwrap_or_default();
+    let ephemeral_names: BTreeSet<String> = names(ephemeral).map(str::to_string).collect();
     let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
     check_conflicts(
         &cfg,
         &PodNames {
             containers: &app_containers,
-            init_containers: &init_names,
+            init_containers: &kept_names(&lists[INIT_CONTAINERS]),
             ephemeral_containers: &ephemeral_names,
-            volumes: &volume_names,
+            volumes: &kept_names(&lists[VOLUMES]),
         },
         host_network,
     )?;
@@ -257,29 +373,33 @@ pub fn mutate_pod(
     if cfg.shutdown_manager.is_some() {
         sidecar_names.push(generate::SHUTDOWN_MANAGER_NAME.to_string());
     }
-    array_mut(spec, "initContainers")?.push(init);
+    lists[INIT_CONTAINERS].appended.push(init);
     if cfg.native_sidecar {
-        array_mut(spec, "initContainers")?.extend(sidecars);
+        lists[INIT_CONTAINERS].appended.extend(sidecars);
         status.init_containers.extend(sidecar_names);
     } else {
-        array_mut(spec, "containers")?.extend(sidecars);
+        lists[CONTAINERS].appended.extend(sidecars);
         status.containers = sidecar_names;
     }
     for v in generate::volumes(&cfg) {
-        array_mut(spec, "volumes")?.push(to_value(&v)?);
+        lists[VOLUMES].appended.push(to_value(&v)?);
     }
 
     if let Some(sm) = &cfg.shutdown_manager {
-        let own = match spec.get("terminationGracePeriodSeconds") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_i64().ok_or_else(|| {
-                invalid("spec.terminationGracePeriodSeconds", "must be an integer")
-            })?),
+        let own = match grace {
+            GraceEdit::Set(v) => Some(v),
+            GraceEdit::Remove => None,
+            GraceEdit::Keep => match original_grace {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_i64().ok_or_else(|| {
+                    invalid("spec.terminationGracePeriodSeconds", "must be an integer")
+                })?),
+            },
         };
         let raised = own
             .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD)
             .max(sm.drain_time_seconds);
-        spec.insert("terminationGracePeriodSeconds".into(), Value::from(raised));
+        grace = GraceEdit::Set(raised);
         if own != Some(raised) {
             status.termination_grace_period = Some(GracePeriodChange {
                 previous: own,
@@ -287,37 +407,166 @@ pub fn mutate_pod(
             });
         }
         let hook = to_value(&generate::drain_pre_stop(sm.port))?;
-        for c in array_mut(spec, "containers")?.iter_mut() {
-            let Some(name) = c.get("name").and_then(Value::as_str).map(str::to_string) else {
-                continue;
-            };
-            if sm.extra_lifecycle_hooks.contains(&name) {
-                status.pre_stop_hooks.push(PreStopChange {
-                    container: name,
-                    lifecycle: c.get("lifecycle").filter(|l| !l.is_null()).cloned(),
-                });
-                set_pre_stop(c, hook.clone())?;
-            }
+        let containers = &mut lists[CONTAINERS];
+        let hooked: Vec<(usize, String)> = containers
+            .kept()
+            .filter_map(|(i, c)| Some((i, c.get("name")?.as_str()?.to_string())))
+            .filter(|(_, name)| sm.extra_lifecycle_hooks.contains(name))
+            .collect();
+        for (i, name) in hooked {
+            let before = containers.lifecycle_of(i).cloned();
+            let after = with_pre_stop(before.clone(), hook.clone(), &name)?;
+            status.pre_stop_hooks.push(PreStopChange {
+                container: name,
+                lifecycle: before.filter(|l| !l.is_null()),
+            });
+            containers.lifecycle.insert(i, Some(after));
         }
     }
 
-    // Only the status is added: the Pod's other annotations stay as they are (the labels
-    // check above made `metadata` an object, and `string_map` checked `annotations`).
-    let status_json = serde_json::to_string(&status).map_err(Error::Serialize)?;
-    let annotations = out
-        .get_mut("metadata")
-        .and_then(Value::as_object_mut)
-        .ok_or_else(|| invalid("metadata", "must be an object"))?
-        .entry("annotations")
-        .or_insert(Value::Null);
-    if annotations.is_null() {
-        *annotations = Value::Object(Map::new());
+    Ok(Plan::Inject(Box::new(Injection {
+        pod,
+        lists,
+        grace,
+        status: serde_json::to_string(&status).map_err(Error::Serialize)?,
+    })))
+}
+
+/// A JSON pointer from its unescaped tokens (RFC 6901).
+fn pointer<'t>(tokens: impl IntoIterator<Item = &'t str>) -> jsonptr::PointerBuf {
+    jsonptr::PointerBuf::from_tokens(tokens)
+}
+
+fn add(tokens: &[&str], value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: pointer(tokens.iter().copied()),
+        value,
+    })
+}
+
+fn remove(tokens: &[&str]) -> PatchOperation {
+    PatchOperation::Remove(RemoveOperation {
+        path: pointer(tokens.iter().copied()),
+    })
+}
+
+impl Injection<'_> {
+    /// The JSON patch (RFC 6902) that turns the Pod into [`Injection::to_pod`], built from
+    /// the edits, never from a diff of two trees: removals (from the end), lifecycle
+    /// changes of kept containers, appends, the grace period and the status annotation.
+    /// Nothing else of the Pod is touched, fields this build does not know included.
+    /// Objects an earlier injection added that come back unchanged stay in place, so
+    /// re-injecting an injected Pod gives an empty patch.
+    pub fn patch(&self) -> Patch {
+        let mut ops = Vec::new();
+        for (key, edit) in LISTS.iter().zip(&self.lists) {
+            if !edit.present {
+                if !edit.appended.is_empty() {
+                    ops.push(add(&["spec", key], Value::Array(edit.appended.clone())));
+                }
+                continue;
+            }
+            let (tail, reused) = edit.reused_tail();
+            for i in (0..edit.original.len()).rev() {
+                if edit.removed[i] && !(tail..tail + reused).contains(&i) {
+                    ops.push(remove(&["spec", key, &i.to_string()]));
+                }
+            }
+            for (at, (i, entry)) in edit.kept().enumerate() {
+                let Some(after) = edit.lifecycle.get(&i) else {
+                    continue;
+                };
+                let index = at.to_string();
+                let path = ["spec", key, index.as_str(), "lifecycle"];
+                match (entry.get("lifecycle"), after) {
+                    (before, Some(after)) if before != Some(after) => {
+                        ops.push(add(&path, after.clone()));
+                    }
+                    (Some(_), None) => ops.push(remove(&path)),
+                    _ => {}
+                }
+            }
+            for entry in &edit.appended[reused..] {
+                ops.push(add(&["spec", key, "-"], entry.clone()));
+            }
+        }
+        let original_grace = self.pod.pointer("/spec/terminationGracePeriodSeconds");
+        match self.grace {
+            GraceEdit::Set(v) if original_grace != Some(&Value::from(v)) => {
+                ops.push(add(&["spec", "terminationGracePeriodSeconds"], v.into()));
+            }
+            GraceEdit::Remove if original_grace.is_some() => {
+                ops.push(remove(&["spec", "terminationGracePeriodSeconds"]));
+            }
+            _ => {}
+        }
+        match self.pod.pointer("/metadata/annotations") {
+            Some(Value::Object(a)) => {
+                if a.get(SIDECAR_STATUS).and_then(Value::as_str) != Some(self.status.as_str()) {
+                    ops.push(add(
+                        &["metadata", "annotations", SIDECAR_STATUS],
+                        Value::String(self.status.clone()),
+                    ));
+                }
+            }
+            _ => {
+                let mut a = Map::new();
+                a.insert(SIDECAR_STATUS.into(), Value::String(self.status.clone()));
+                ops.push(add(&["metadata", "annotations"], Value::Object(a)));
+            }
+        }
+        Patch(ops)
     }
-    annotations
-        .as_object_mut()
-        .ok_or_else(|| invalid("metadata.annotations", "must be a map of strings"))?
-        .insert(SIDECAR_STATUS.to_string(), Value::String(status_json));
-    Ok(Mutation::Injected(Box::new(out)))
+
+    /// The injected Pod: a copy of the Pod with the edits applied.
+    pub fn to_pod(&self) -> Value {
+        let mut out = self.pod.clone();
+        if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+            for (key, edit) in LISTS.iter().zip(&self.lists) {
+                let slot = spec
+                    .entry(key.to_string())
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                let mut entries = match std::mem::take(slot) {
+                    Value::Array(a) => a,
+                    _ => Vec::new(),
+                };
+                let mut i = 0;
+                entries.retain(|_| {
+                    i += 1;
+                    !edit.removed[i - 1]
+                });
+                for ((i, _), entry) in edit.kept().zip(entries.iter_mut()) {
+                    let (Some(after), Some(obj)) = (edit.lifecycle.get(&i), entry.as_object_mut())
+                    else {
+                        continue;
+                    };
+                    match after {
+                        Some(l) => obj.insert("lifecycle".into(), l.clone()),
+                        None => obj.remove("lifecycle"),
+                    };
+                }
+                entries.extend(edit.appended.iter().cloned());
+                *slot = Value::Array(entries);
+            }
+            match self.grace {
+                GraceEdit::Keep => None,
+                GraceEdit::Set(v) => spec.insert("terminationGracePeriodSeconds".into(), v.into()),
+                GraceEdit::Remove => spec.remove("terminationGracePeriodSeconds"),
+            };
+        }
+        if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !annotations.is_object() {
+                *annotations = Value::Object(Map::new());
+            }
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(SIDECAR_STATUS.into(), Value::String(self.status.clone()));
+            }
+        }
+        out
+    }
 }
 
 /// `c[key]` as a list of strings, if it is one.
@@ -351,12 +600,12 @@ fn mounts(c: &Value) -> impl Iterator<Item = (&str, &str)> {
         .filter_map(|m| Some((m.get("name")?.as_str()?, m.get("mountPath")?.as_str()?)))
 }
 
-/// Removes the containers and volumes `previous` lists, but only those that look like
-/// what injection creates: a container must have an injected shape ([`looks_injected`]);
-/// a volume must be mounted by a removed container where injection mounts it, be of the
-/// kind injection creates there (the tls Secret volume, the config emptyDir) and be
-/// mounted by no remaining container.
-fn strip_injected(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Result<(), Error> {
+/// Marks for removal the containers and volumes `previous` lists, but only those that
+/// look like what injection creates: a container must have an injected shape
+/// ([`looks_injected`]); a volume must be mounted by a removed container where injection
+/// mounts it, be of the kind injection creates there (the tls Secret volume, the config
+/// emptyDir) and be mounted by no remaining container.
+fn strip_injected(lists: &mut [ListEdit<'_>; 3], ephemeral: &[Value], previous: &SidecarStatus) {
     let listed = |c: &Value| {
         c.get("name").and_then(Value::as_str).is_some_and(|n| {
             previous
@@ -366,20 +615,21 @@ fn strip_injected(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Re
                 .any(|x| x == n)
         })
     };
-    let mut removed: Vec<Value> = Vec::new();
-    for key in ["containers", "initContainers"] {
-        let list = array_mut(spec, key)?;
-        let (gone, kept): (Vec<Value>, Vec<Value>) = std::mem::take(list)
-            .into_iter()
-            .partition(|c| listed(c) && looks_injected(c));
-        *list = kept;
-        removed.extend(gone);
+    for edit in &mut lists[..VOLUMES] {
+        for (i, c) in edit.original.iter().enumerate() {
+            edit.removed[i] = listed(c) && looks_injected(c);
+        }
     }
-    let kept_mounts: BTreeSet<String> = ["containers", "initContainers", "ephemeralContainers"]
-        .into_iter()
-        .filter_map(|key| spec.get(key).and_then(Value::as_array))
-        .flatten()
-        .flat_map(|c| mounts(c).map(|(n, _)| n.to_string()))
+    let kept_mounts: BTreeSet<&str> = lists[..VOLUMES]
+        .iter()
+        .flat_map(|edit| edit.kept().map(|(_, c)| c))
+        .chain(ephemeral)
+        .flat_map(|c| mounts(c).map(|(n, _)| n))
+        .collect();
+    let removed_mounts: Vec<(&str, &str)> = lists[..VOLUMES]
+        .iter()
+        .flat_map(ListEdit::gone)
+        .flat_map(mounts)
         .collect();
     let removable = |v: &Value| {
         let Some(name) = v.get("name").and_then(Value::as_str) else {
@@ -392,13 +642,14 @@ fn strip_injected(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Re
         };
         previous.volumes.iter().any(|x| x == name)
             && !kept_mounts.contains(name)
-            && removed
+            && removed_mounts
                 .iter()
-                .flat_map(mounts)
-                .any(|(n, path)| n == name && kind_at(path))
+                .any(|(n, path)| *n == name && kind_at(path))
     };
-    array_mut(spec, "volumes")?.retain(|v| !removable(v));
-    Ok(())
+    let volumes = &mut lists[VOLUMES];
+    for (i, v) in volumes.original.iter().enumerate() {
+        volumes.removed[i] = removable(v);
+    }
 }
 
 /// Whether a lifecycle handler is the `GET <port>/drain` preStop injection sets.
@@ -409,62 +660,50 @@ fn is_drain_hook(pre_stop: Option<&Value>) -> bool {
 }
 
 /// Undoes the Pod changes an earlier injection recorded in its status: the raised
-/// `terminationGracePeriodSeconds` (only if it still has the injected value) and the
-/// `GET /drain` preStop hooks (only on containers whose preStop is still such a hook).
-fn undo_pod_changes(spec: &mut Map<String, Value>, previous: &SidecarStatus) -> Result<(), Error> {
-    if let Some(grace) = &previous.termination_grace_period
-        && spec
-            .get("terminationGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            == Some(grace.injected)
-    {
-        match grace.previous {
-            Some(v) => spec.insert("terminationGracePeriodSeconds".into(), Value::from(v)),
-            None => spec.remove("terminationGracePeriodSeconds"),
-        };
-    }
+/// `terminationGracePeriodSeconds` (only if it still has the injected value; returned)
+/// and the `GET /drain` preStop hooks (only on containers whose preStop is still such a
+/// hook).
+fn undo_pod_changes(
+    containers: &mut ListEdit<'_>,
+    grace: Option<&Value>,
+    previous: &SidecarStatus,
+) -> GraceEdit {
     for change in &previous.pre_stop_hooks {
-        for c in array_mut(spec, "containers")?.iter_mut() {
-            let named = c.get("name").and_then(Value::as_str) == Some(change.container.as_str());
-            let hooked = is_drain_hook(c.get("lifecycle").and_then(|l| l.get("preStop")));
-            let Some(obj) = c.as_object_mut().filter(|_| named && hooked) else {
-                continue;
-            };
-            match &change.lifecycle {
-                Some(l) => obj.insert("lifecycle".into(), l.clone()),
-                None => obj.remove("lifecycle"),
-            };
+        let restored: Vec<usize> = containers
+            .kept()
+            .filter(|(i, c)| {
+                c.is_object()
+                    && c.get("name").and_then(Value::as_str) == Some(change.container.as_str())
+                    && is_drain_hook(containers.lifecycle_of(*i).and_then(|l| l.get("preStop")))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in restored {
+            containers.lifecycle.insert(i, change.lifecycle.clone());
         }
     }
-    Ok(())
+    match &previous.termination_grace_period {
+        Some(g) if grace.and_then(Value::as_i64) == Some(g.injected) => {
+            g.previous.map_or(GraceEdit::Remove, GraceEdit::Set)
+        }
+        _ => GraceEdit::Keep,
+    }
 }
 
-/// Replaces only `lifecycle.preStop` of a container, keeping `postStart`.
-fn set_pre_stop(container: &mut Value, hook: Value) -> Result<(), Error> {
-    let name = container
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let obj = container
-        .as_object_mut()
-        .ok_or_else(|| invalid("spec.containers", "entries must be objects"))?;
-    let lifecycle = obj
-        .entry("lifecycle")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if lifecycle.is_null() {
-        *lifecycle = Value::Object(Map::new());
-    }
-    lifecycle
-        .as_object_mut()
-        .ok_or_else(|| {
-            invalid(
-                &format!("spec.containers[{name:?}].lifecycle"),
+/// `lifecycle` with its preStop replaced by `hook`, keeping `postStart`.
+fn with_pre_stop(lifecycle: Option<Value>, hook: Value, container: &str) -> Result<Value, Error> {
+    let mut l = match lifecycle {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(invalid(
+                &format!("spec.containers[{container:?}].lifecycle"),
                 "must be an object",
-            )
-        })?
-        .insert("preStop".into(), hook);
-    Ok(())
+            ));
+        }
+    };
+    l.insert("preStop".into(), hook);
+    Ok(Value::Object(l))
 }
 
 /// The names already in the Pod (after removing an earlier injection).

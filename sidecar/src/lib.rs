@@ -11,7 +11,7 @@ pub mod validate;
 pub mod workload;
 
 pub use annotations::{AnnotationError, AnnotationErrors, Defaults, SidecarConfig};
-pub use inject::{Mutation, SkipReason, mutate_pod};
+pub use inject::{Injection, Mutation, Plan, SkipReason, mutate_pod, plan_pod};
 
 /// Errors of the sidecar toolkit.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use marin3r_sidecar::{Defaults, Mutation, SkipReason, mutate_pod};
+use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod};
 
 /// The only AdmissionReview version the webhook speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -260,13 +260,13 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
     };
     strip_managed_fields(&mut pod);
 
-    match mutate_pod(&pod, request.namespace.as_deref(), defaults) {
-        Ok(Mutation::Skipped(reason)) => Ok((
+    match plan_pod(&pod, request.namespace.as_deref(), defaults) {
+        Ok(Plan::Skipped(reason)) => Ok((
             ReviewOut::allow(uid),
             Outcome::Skipped(Skip::Sidecar(reason)),
         )),
-        Ok(Mutation::Injected(mutated)) => {
-            let patch = json_patch::diff(&pod, &mutated);
+        Ok(Plan::Inject(injection)) => {
+            let patch = injection.patch();
             if patch.0.is_empty() {
                 return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Unchanged)));
             }
