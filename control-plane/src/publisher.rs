@@ -24,7 +24,11 @@
 
 use std::collections::BTreeMap;
 
-use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretSource, resolve};
+use std::cell::RefCell;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, SecretSource, resolve};
 use marin3r_envoyconfig::{DecodeError, Resource, ResourceType};
 use marin3r_xds::{SharedStats, Snapshot};
 
@@ -304,6 +308,63 @@ pub fn node_owners<'a, K: Ord + Clone + 'a>(
         }
     }
     owners
+}
+
+/// What resolving read from a [`SecretSource`]: each Secret asked for and what it was
+/// (`None`: missing). While every one of them is unchanged, resolving the same spec again
+/// gives the same result, so an unrelated change never re-decodes an EnvoyConfig.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reads {
+    secrets: Vec<(String, Option<SecretData>)>,
+    /// EndpointSlices were listed: their changes are not tracked, so the reads never
+    /// count as unchanged.
+    endpoint_slices: bool,
+}
+
+impl Reads {
+    /// Whether `source` would answer every read the same way now.
+    pub fn unchanged_in(&self, source: &dyn SecretSource) -> bool {
+        !self.endpoint_slices
+            && self
+                .secrets
+                .iter()
+                .all(|(name, data)| source.get(name) == *data)
+    }
+}
+
+/// A [`SecretSource`] that records what is read through it ([`Reads`]).
+pub struct Recording<'a> {
+    inner: &'a dyn SecretSource,
+    reads: RefCell<Reads>,
+}
+
+impl<'a> Recording<'a> {
+    pub fn new(inner: &'a dyn SecretSource) -> Self {
+        Self {
+            inner,
+            reads: RefCell::new(Reads::default()),
+        }
+    }
+
+    pub fn into_reads(self) -> Reads {
+        self.reads.into_inner()
+    }
+}
+
+impl SecretSource for Recording<'_> {
+    fn get(&self, name: &str) -> Option<SecretData> {
+        let data = self.inner.get(name);
+        let mut reads = self.reads.borrow_mut();
+        if !reads.secrets.iter().any(|(n, _)| n == name) {
+            reads.secrets.push((name.to_string(), data.clone()));
+        }
+        data
+    }
+
+    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
+        self.reads.borrow_mut().endpoint_slices = true;
+        self.inner.endpoint_slices(selector)
+    }
 }
 
 #[cfg(test)]

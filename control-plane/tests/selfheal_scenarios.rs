@@ -179,7 +179,7 @@ impl Local {
             })
             .unwrap_or_default();
         Manifests {
-            configs,
+            configs: configs.into_iter().map(std::sync::Arc::new).collect(),
             secrets: ManifestSecrets(secrets),
             ..Manifests::default()
         }

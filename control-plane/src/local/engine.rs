@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -83,6 +84,12 @@ struct Tracked {
     conditions: Vec<Condition>,
     /// The JSON last written to the state dir.
     saved: Option<String>,
+    /// The parsed EnvoyConfig `spec` and `namespace` come from.
+    parsed: Option<Arc<EnvoyConfig>>,
+    /// What the last [`sync`] read from the folder's Secrets: while the spec, its
+    /// namespace and these are unchanged, a folder change elsewhere skips this
+    /// EnvoyConfig (nothing is decoded again).
+    reads: Option<publisher::Reads>,
 }
 
 impl Tracked {
@@ -100,6 +107,8 @@ impl Tracked {
             state: None,
             conditions: Vec::new(),
             saved: None,
+            parsed: None,
+            reads: None,
         }
     }
 }
@@ -129,6 +138,9 @@ pub struct Engine {
     restored: BTreeMap<Key, StateFile>,
     /// The folder's files that cannot be used now, as of the last reconcile.
     file_errors: BTreeMap<PathBuf, String>,
+    /// EnvoyConfigs whose state may differ from their state file (synced since the last
+    /// save, or their save failed).
+    unsaved: BTreeSet<Key>,
 }
 
 fn key_of(ec: &EnvoyConfig) -> Key {
@@ -156,6 +168,7 @@ impl Engine {
             configs: BTreeMap::new(),
             restored: BTreeMap::new(),
             file_errors: BTreeMap::new(),
+            unsaved: BTreeSet::new(),
         }
     }
 
@@ -198,7 +211,7 @@ impl Engine {
         // One definition per EnvoyConfig (the first in file order), then one EnvoyConfig
         // per node id (publisher::node_owners, as in Kubernetes mode). An invalid document
         // of a known EnvoyConfig keeps its last good state, node id included.
-        let mut defined: BTreeMap<Key, &EnvoyConfig> = BTreeMap::new();
+        let mut defined: BTreeMap<Key, &Arc<EnvoyConfig>> = BTreeMap::new();
         for ec in &manifests.configs {
             let key = key_of(ec);
             if defined.contains_key(&key) || kept.contains(&key) {
@@ -217,7 +230,7 @@ impl Engine {
                 .copied()
                 .chain(defined.iter().map(|(k, ec)| (k, ec.spec.node_id.as_str()))),
         );
-        let mut winners: BTreeMap<Key, &EnvoyConfig> = BTreeMap::new();
+        let mut winners: BTreeMap<Key, &Arc<EnvoyConfig>> = BTreeMap::new();
         for (key, ec) in defined {
             let node_id = &ec.spec.node_id;
             match claimed.get(node_id) {
@@ -258,7 +271,13 @@ impl Engine {
 
         for (key, ec) in winners {
             let t = match self.configs.entry(key.clone()) {
-                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::btree_map::Entry::Occupied(o) => {
+                    let t = o.into_mut();
+                    if unchanged(t, ec, &self.secrets) {
+                        continue;
+                    }
+                    t
+                }
                 std::collections::btree_map::Entry::Vacant(v) => {
                     let mut t = Tracked::new(ec.metadata.namespace.clone(), ec.spec.clone());
                     match self.restored.remove(&key) {
@@ -280,7 +299,9 @@ impl Engine {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_else(|| "v3".to_string());
             t.spec = ec.spec.clone();
+            t.parsed = Some(Arc::clone(ec));
             t.revisions.apply(&ec.spec, now);
+            self.unsaved.insert(key.clone());
             sync(
                 t,
                 &key,
@@ -326,6 +347,7 @@ impl Engine {
             {
                 continue;
             }
+            self.unsaved.insert(key.clone());
             sync(t, key, &self.secrets, threshold, nacks, now, &mut effects);
         }
         if !effects.is_empty() {
@@ -363,6 +385,7 @@ impl Engine {
         tracing::info!(envoyconfig = %source(&key), node_id = %t.revisions.node_id, version = %version, "revision deleted");
         let spec = t.spec.clone();
         t.revisions.apply(&spec, now);
+        self.unsaved.insert(key.clone());
         let mut effects = Vec::new();
         sync(
             t,
@@ -407,10 +430,14 @@ impl Engine {
     /// A [`Effect::Save`] for every EnvoyConfig whose state changed since it was last
     /// saved (with `--state-dir`).
     fn persist(&mut self, effects: &mut Vec<Effect>) {
+        let unsaved = std::mem::take(&mut self.unsaved);
         if self.options.state_dir.is_none() {
             return;
         }
-        for (key, t) in &mut self.configs {
+        for key in unsaved {
+            let Some(t) = self.configs.get_mut(&key) else {
+                continue;
+            };
             let state = StateFileRef {
                 namespace: &key.0,
                 name: &key.1,
@@ -421,7 +448,7 @@ impl Engine {
             let json = match serde_json::to_string_pretty(&state) {
                 Ok(json) => json,
                 Err(e) => {
-                    tracing::error!(envoyconfig = %source(key), error = %e, "cannot serialize the revisions");
+                    tracing::error!(envoyconfig = %source(&key), error = %e, "cannot serialize the revisions");
                     continue;
                 }
             };
@@ -429,10 +456,7 @@ impl Engine {
                 continue;
             }
             t.saved = Some(json.clone());
-            effects.push(Effect::Save {
-                key: key.clone(),
-                json,
-            });
+            effects.push(Effect::Save { key, json });
         }
     }
 
@@ -442,6 +466,7 @@ impl Engine {
         for key in keys {
             if let Some(t) = self.configs.get_mut(key) {
                 t.saved = None;
+                self.unsaved.insert(key.clone());
             }
         }
     }
@@ -461,6 +486,21 @@ fn report_of(key: &Key, t: &Tracked) -> EnvoyConfigReport {
     }
 }
 
+/// Whether nothing `t`'s last [`sync`] depended on changed with `ec` and the folder's
+/// `secrets`: same spec, same namespace, every Secret it read unchanged. Such an
+/// EnvoyConfig is not synced again (its NACKs are [`Engine::evaluate`]'s).
+fn unchanged(t: &Tracked, ec: &Arc<EnvoyConfig>, secrets: &ManifestSecrets) -> bool {
+    // The folder parses a file only when it changes: the same parse is the same spec.
+    let same = match &t.parsed {
+        Some(parsed) => Arc::ptr_eq(parsed, ec),
+        None => false,
+    };
+    (same || (t.spec == ec.spec && t.namespace == ec.metadata.namespace))
+        && t.reads
+            .as_ref()
+            .is_some_and(|reads| reads.unchanged_in(&secrets.for_namespace(t.namespace.as_deref())))
+}
+
 /// Brings the cache in line with one EnvoyConfig's revisions: applies what
 /// [`publisher::decide`] decides (taints, publish with NACK counts reset for a newly
 /// served revision, or keep the last good snapshot while waiting or with nothing
@@ -476,7 +516,8 @@ fn sync(
 ) {
     let envoyconfig = source(key);
     let node_id = t.revisions.node_id.clone();
-    let folder = secrets.for_namespace(t.namespace.as_deref());
+    let namespaced = secrets.for_namespace(t.namespace.as_deref());
+    let folder = publisher::Recording::new(&namespaced);
     let decision = publisher::decide(
         &t.revisions,
         t.served.as_deref(),
@@ -510,6 +551,7 @@ fn sync(
         }
     }
     t.restore = None;
+    t.reads = Some(folder.into_reads());
     if let Some(p) = publish {
         let versions = p.snapshot.versions();
         if p.reset_nacks {
@@ -573,6 +615,7 @@ mod tests {
     use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
     use marin3r_xds::{ResourceType, SnapshotCache};
     use serde_json::{Value, json};
+    use std::sync::Arc;
     use std::time::Duration;
 
     /// Runs the engine and carries its effects out on `ctx`, as the shell does.
@@ -641,7 +684,7 @@ mod tests {
 
     fn manifests(configs: Vec<EnvoyConfig>) -> Manifests {
         Manifests {
-            configs,
+            configs: configs.into_iter().map(Arc::new).collect(),
             ..Manifests::default()
         }
     }
@@ -914,13 +957,66 @@ mod tests {
         ));
     }
 
+    /// The nodes an engine run publishes to.
+    fn published_nodes(effects: &[Effect]) -> Vec<&str> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Publish { node_id, .. } => Some(node_id.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_change_syncs_only_the_envoyconfigs_it_concerns() {
+        let mut e = Engine::new(Options::default());
+        let secret_user = || envoy_config("tls", "tls", vec![tls_secret_resource()]);
+        let plain = |n: &str, c: &str| Arc::new(envoy_config(n, n, vec![cluster(c)]));
+        let (a, b) = (plain("a", "one"), plain("b", "one"));
+        let folder = |a: &Arc<EnvoyConfig>, b: &Arc<EnvoyConfig>, cert: &str| Manifests {
+            configs: vec![a.clone(), b.clone(), Arc::new(secret_user())],
+            secrets: ManifestSecrets(vec![tls_secret(cert)]),
+            ..Manifests::default()
+        };
+        let first = e.reconcile(&folder(&a, &b, "one"), &SharedStats::new(), t(1));
+        assert_eq!(published_nodes(&first), ["a", "b", "tls"]);
+
+        // `a` edited: only `a` is synced (before, every EnvoyConfig was resolved and
+        // published again on every change).
+        let a2 = plain("a", "two");
+        let edit = e.reconcile(&folder(&a2, &b, "one"), &SharedStats::new(), t(2));
+        assert_eq!(published_nodes(&edit), ["a"]);
+        // The same content parsed again (another file changed) is compared, not trusted
+        // by identity only: still nothing to do for it.
+        let b_again = plain("b", "one");
+        let same = e.reconcile(&folder(&a2, &b_again, "one"), &SharedStats::new(), t(3));
+        assert_eq!(published_nodes(&same), Vec::<&str>::new());
+        // A Secret change concerns only the EnvoyConfig that read it.
+        let rotated = e.reconcile(&folder(&a2, &b_again, "two"), &SharedStats::new(), t(4));
+        assert_eq!(published_nodes(&rotated), ["tls"]);
+        let r = e.report();
+        let last_published = |name: &str| {
+            r.envoy_configs
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| c.revisions.last())
+                .and_then(|r| r.last_published_at.clone())
+        };
+        assert_eq!(last_published("b").as_deref(), Some("1970-01-01T00:00:01Z"));
+        assert_eq!(
+            last_published("tls").as_deref(),
+            Some("1970-01-01T00:00:04Z")
+        );
+    }
+
     #[test]
     fn a_secret_change_republishes_the_same_revision() {
         let ctx = ctx();
         let mut e = Engine::new(Options::default());
         let ec = || envoy_config("kuard", "kuard", vec![tls_secret_resource()]);
         let with_secret = |cert: &str| Manifests {
-            configs: vec![ec()],
+            configs: vec![ec().into()],
             secrets: ManifestSecrets(vec![tls_secret(cert)]),
             ..Manifests::default()
         };
@@ -1015,7 +1111,7 @@ mod tests {
         // status lists the file.
         let file = PathBuf::from("/config/kuard.yaml");
         let broken_file = Manifests {
-            configs: vec![envoy_config("kuard", "kuard", vec![cluster("a")])],
+            configs: vec![envoy_config("kuard", "kuard", vec![cluster("a")]).into()],
             files: BTreeMap::from([(("default".to_string(), "kuard".to_string()), file.clone())]),
             file_errors: BTreeMap::from([(file, "invalid YAML/JSON: line 3".to_string())]),
             ..Manifests::default()

@@ -3,11 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
 
-use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, parse_envoy_config, parse_secret};
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, SecretData, parse_envoy_config, parse_secret};
 use marin3r_envoyconfig::manifest::ManifestSecrets;
 
 /// Namespace of an EnvoyConfig manifest without `metadata.namespace`.
@@ -43,8 +44,46 @@ struct FileState {
     fingerprint: Option<Fingerprint>,
     /// The documents of the last successful parse.
     docs: Vec<Value>,
+    /// What each of `docs` defines, parsed once when the file changes (a change elsewhere
+    /// in the folder never parses this file again).
+    parsed: Vec<Parsed>,
     /// Why the current content is not used (its last good content is), if so.
     error: Option<String>,
+}
+
+/// What one document defines.
+#[derive(Debug)]
+enum Parsed {
+    /// A `kind: EnvoyConfig` document: its key (when it has a name) and the EnvoyConfig
+    /// or why it is not a valid one.
+    Config {
+        key: Option<Key>,
+        config: Result<Arc<EnvoyConfig>, String>,
+    },
+    Secret(Result<(Option<String>, String, SecretData), String>),
+    /// Any other kind: ignored.
+    Other,
+}
+
+fn parse(doc: &Value) -> Parsed {
+    match doc.get("kind").and_then(Value::as_str) {
+        Some("EnvoyConfig") => {
+            let key = doc["metadata"]["name"].as_str().map(|name| {
+                let namespace = doc["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or(DEFAULT_NAMESPACE);
+                (namespace.to_string(), name.to_string())
+            });
+            Parsed::Config {
+                key,
+                config: parse_envoy_config(doc)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string()),
+            }
+        }
+        Some("Secret") => Parsed::Secret(parse_secret(doc)),
+        _ => Parsed::Other,
+    }
 }
 
 /// The folder's manifests, re-read incrementally.
@@ -125,12 +164,16 @@ impl LocalSource {
         let state = self.files.entry(path.clone()).or_insert(FileState {
             fingerprint: None,
             docs: Vec::new(),
+            parsed: Vec::new(),
             error: None,
         });
         state.fingerprint = fingerprint;
         match read {
             Ok(docs) => {
                 let changed = state.docs != docs || state.error.is_some();
+                if state.docs != docs {
+                    state.parsed = docs.iter().map(parse).collect();
+                }
                 state.docs = docs;
                 state.error = None;
                 changed
@@ -155,53 +198,42 @@ impl LocalSource {
             .collect()
     }
 
-    /// Every document of every file, in file-name order.
-    fn documents(&self) -> impl Iterator<Item = (&Path, &Value)> {
-        self.files
-            .iter()
-            .flat_map(|(p, f)| f.docs.iter().map(move |d| (p.as_path(), d)))
-    }
-
-    /// The EnvoyConfigs and Secrets currently defined.
+    /// The EnvoyConfigs and Secrets currently defined (parsed when their file changed).
     pub fn manifests(&self) -> Manifests {
         let mut out = Manifests {
             file_errors: self.file_errors(),
             ..Manifests::default()
         };
-        for (path, doc) in self.documents() {
-            let key = || {
-                let name = doc["metadata"]["name"].as_str()?;
-                let namespace = doc["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or(DEFAULT_NAMESPACE);
-                Some((namespace.to_string(), name.to_string()))
-            };
-            match doc.get("kind").and_then(Value::as_str) {
-                Some("EnvoyConfig") => match parse_envoy_config(doc) {
-                    Ok(ec) => {
-                        if let Some(key) = key() {
-                            out.files.entry(key).or_insert_with(|| path.to_path_buf());
-                        }
-                        out.configs.push(ec);
+        let parsed = self
+            .files
+            .iter()
+            .flat_map(|(p, f)| f.parsed.iter().map(move |d| (p.as_path(), d)));
+        for (path, doc) in parsed {
+            match doc {
+                Parsed::Config { key, config } => {
+                    if let Some(key) = key {
+                        out.files
+                            .entry(key.clone())
+                            .or_insert_with(|| path.to_path_buf());
                     }
-                    Err(e) => {
-                        out.errors
-                            .push(format!("{}: EnvoyConfig: {e}", path.display()));
-                        if let Some(key) = key() {
-                            out.files
-                                .entry(key.clone())
-                                .or_insert_with(|| path.to_path_buf());
-                            out.invalid_configs
-                                .entry(key)
-                                .or_insert_with(|| format!("invalid EnvoyConfig: {e}"));
+                    match config {
+                        Ok(ec) => out.configs.push(ec.clone()),
+                        Err(e) => {
+                            out.errors
+                                .push(format!("{}: EnvoyConfig: {e}", path.display()));
+                            if let Some(key) = key {
+                                out.invalid_configs
+                                    .entry(key.clone())
+                                    .or_insert_with(|| format!("invalid EnvoyConfig: {e}"));
+                            }
                         }
                     }
-                },
-                Some("Secret") => match parse_secret(doc) {
-                    Ok(secret) => out.secrets.0.push(secret),
-                    Err(e) => out.errors.push(format!("{}: Secret: {e}", path.display())),
-                },
-                _ => {}
+                }
+                Parsed::Secret(Ok(secret)) => out.secrets.0.push(secret.clone()),
+                Parsed::Secret(Err(e)) => {
+                    out.errors.push(format!("{}: Secret: {e}", path.display()));
+                }
+                Parsed::Other => {}
             }
         }
         out
@@ -211,7 +243,7 @@ impl LocalSource {
 /// What a folder defines.
 #[derive(Debug, Default)]
 pub struct Manifests {
-    pub configs: Vec<EnvoyConfig>,
+    pub configs: Vec<Arc<EnvoyConfig>>,
     pub secrets: ManifestSecrets,
     /// Documents that could not be read (logged; they do not stop the others).
     pub errors: Vec<String>,
@@ -268,6 +300,22 @@ mod tests {
         let tmp = path.with_extension("tmp~");
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[test]
+    fn a_rescan_parses_only_the_files_that_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        write(&dir.path().join("a.yaml"), &ec("a", 1));
+        write(&dir.path().join("b.yaml"), &ec("b", 1));
+        let mut source = LocalSource::new(dir.path());
+        assert!(source.scan().unwrap());
+        let before = source.manifests().configs;
+        write(&dir.path().join("b.yaml"), &ec("b", 2));
+        assert!(source.scan().unwrap());
+        let after = source.manifests().configs;
+        assert!(Arc::ptr_eq(&before[0], &after[0]), "a.yaml is not parsed again");
+        assert!(!Arc::ptr_eq(&before[1], &after[1]), "b.yaml is");
+        assert_ne!(before[1], after[1]);
     }
 
     #[test]

@@ -10,11 +10,15 @@
 //!
 //! Self-healing (SPEC §4) runs through [`Engine`], one [`Revisions`] per EnvoyConfig
 //! (`namespace/name`):
-//! - every folder change applies each EnvoyConfig's spec (a new spec is a new desired
-//!   revision, a known one moves to the top) and publishes the topmost untainted revision
-//!   whose resources resolve with the folder's Secrets ([`crate::publisher::decide`]); a
-//!   revision whose resources do not decode is tainted on the way, one waiting for a
-//!   missing Secret is kept and published once the Secret is there;
+//! - every folder change applies the EnvoyConfigs it concerns (a new spec is a new
+//!   desired revision, a known one moves to the top) and publishes the topmost untainted
+//!   revision whose resources resolve with the folder's Secrets
+//!   ([`crate::publisher::decide`]); a revision whose resources do not decode is tainted
+//!   on the way, one waiting for a missing Secret is kept and published once the Secret
+//!   is there. The cost follows the change, not the folder: a file is parsed only when
+//!   its fingerprint changes, and an EnvoyConfig whose spec, namespace and the Secrets
+//!   its last resolution read ([`crate::publisher::Reads`]) are unchanged is not
+//!   resolved again;
 //! - every [`EVALUATE_INTERVAL`] the NACK statistics are checked: when every subscribed
 //!   Envoy of the node rejected a version of the published revision `--nack-threshold`
 //!   times, that revision is tainted and the next untainted one is published (rollback);
