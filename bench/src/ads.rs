@@ -352,3 +352,53 @@ spec:
 "#
     )
 }
+
+/// An EnvoyConfig for `node_id` with `n` clusters and `n` direct-response listeners (the
+/// fleet beside the edited EnvoyConfig in the "other EnvoyConfigs" scaling table).
+pub fn fleet_config_yaml(node_id: &str, n: usize) -> String {
+    let mut out = format!(
+        "apiVersion: marin3r.3scale.net/v1alpha1\nkind: EnvoyConfig\nmetadata:\n  name: {node_id}\n  namespace: default\nspec:\n  nodeID: {node_id}\n  envoyAPI: v3\n  resources:\n"
+    );
+    for i in 0..n {
+        out.push_str(&format!(
+            r#"    - type: cluster
+      value:
+        name: backend-{i}
+        connect_timeout: 1s
+        type: STATIC
+        load_assignment:
+          cluster_name: backend-{i}
+          endpoints:
+            - lb_endpoints:
+                - endpoint:
+                    address:
+                      socket_address: {{address: 127.0.0.1, port_value: {port}}}
+    - type: listener
+      value:
+        name: http-{i}
+        address:
+          socket_address: {{address: 127.0.0.1, port_value: {port}}}
+        filter_chains:
+          - filters:
+              - name: envoy.filters.network.http_connection_manager
+                typed_config:
+                  "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                  stat_prefix: http_{i}
+                  route_config:
+                    name: route-{i}
+                    virtual_hosts:
+                      - name: any
+                        domains: ["*"]
+                        routes:
+                          - match: {{prefix: "/"}}
+                            direct_response: {{status: 200, body: {{inline_string: "{node_id} {i}\n"}}}}
+                  http_filters:
+                    - name: envoy.filters.http.router
+                      typed_config:
+                        "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#,
+            port = 30000 + i
+        ));
+    }
+    out
+}

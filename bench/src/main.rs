@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
 
-use marin3r_bench::ads::{FanOut, Swarm, SwarmConfig, swarm_config_yaml};
+use marin3r_bench::ads::{FanOut, Swarm, SwarmConfig, fleet_config_yaml, swarm_config_yaml};
 use marin3r_bench::echo::EchoServer;
 use marin3r_bench::loadgen::{self, Load, LoadResult, Rate, Target};
 use marin3r_bench::machine::{CpuTicks, Machine, load_average};
@@ -30,6 +30,7 @@ enum Section {
     Cores,
     Webhook,
     Xds,
+    Fleet,
     Shutdown,
 }
 
@@ -62,6 +63,13 @@ struct Args {
     /// ADS stream counts of the scaling table.
     #[arg(long, value_delimiter = ',', default_value = "100,1000,5000,10000")]
     streams: Vec<usize>,
+    /// Counts of other EnvoyConfigs (10 clusters + 10 listeners each, other node ids)
+    /// beside the edited one in the fleet table.
+    #[arg(long, value_delimiter = ',', default_value = "0,100,1000")]
+    fleet: Vec<usize>,
+    /// ADS streams on the edited node in the fleet table.
+    #[arg(long, default_value_t = 10)]
+    fleet_streams: usize,
     /// Webhook / echo connection counts of the throughput table.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     concurrency: Vec<usize>,
@@ -81,7 +89,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "cores,webhook,xds,shutdown"
+        default_value = "cores,webhook,xds,fleet,shutdown"
     )]
     only: Vec<Section>,
     /// Only these CPU cores (for profiling one of them: `perf record … --only cores
@@ -143,6 +151,17 @@ impl XdsRow {
     }
 }
 
+/// One discovery service serving the edited EnvoyConfig beside `others` more.
+#[derive(Debug, Clone)]
+struct FleetRow {
+    others: usize,
+    /// Process start → every stream of the edited node configured.
+    startup: Duration,
+    rss_idle_kib: Vec<f64>,
+    hwm_kib: u64,
+    fanout: Vec<FanOut>,
+}
+
 #[derive(Debug, Default)]
 struct Results {
     injection_us: Vec<f64>,
@@ -152,6 +171,7 @@ struct Results {
     fixed_echo: LoadSamples,
     fixed_webhook: LoadSamples,
     xds: Vec<XdsRow>,
+    fleet: Vec<FleetRow>,
     shutdown_rss_kib: Vec<f64>,
     shutdown_anon_kib: Vec<f64>,
     /// File name of the program the idle shutdown manager ran (`/proc/PID/exe`).
@@ -218,6 +238,7 @@ fn run(args: &Args) -> Result<bool> {
                     webhook_section(args, servers.handle(), &certs, &bundle, &mut results).await
                 }
                 Section::Xds => xds_section(args, dir.path(), &bundle, &mut results).await,
+                Section::Fleet => fleet_section(args, dir.path(), &bundle, &mut results).await,
                 Section::Shutdown => shutdown_section(args, dir.path(), &mut results).await,
             };
             let others = before.zip(CpuTicks::now()).map(|(b, a)| a.others_since(&b));
@@ -517,6 +538,119 @@ async fn xds_point(
     result
 }
 
+async fn fleet_section(
+    args: &Args,
+    dir: &Path,
+    bundle: &marin3r_certs::Bundle,
+    r: &mut Results,
+) -> Result<()> {
+    if !args.marin3r.is_file() {
+        bail!(
+            "{} is missing (cargo build --release -p marin3r)",
+            args.marin3r.display()
+        );
+    }
+    let mut failures = Vec::new();
+    for &others in &args.fleet {
+        match fleet_point(args, dir, bundle, others).await {
+            Ok(row) => r.fleet.push(row),
+            Err(e) => {
+                eprintln!("   {others} other EnvoyConfigs FAILED: {e:#}");
+                failures.push(format!("{others} other EnvoyConfigs: {e:#}"));
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(failures.join("; ")))
+    }
+}
+
+/// The edited node's EnvoyConfig beside `others` EnvoyConfigs of other nodes: startup,
+/// idle RSS and edit → all of the node's streams.
+async fn fleet_point(
+    args: &Args,
+    dir: &Path,
+    bundle: &marin3r_certs::Bundle,
+    others: usize,
+) -> Result<FleetRow> {
+    let node_id = "edited";
+    let point = dir.join(format!("fleet-{others}"));
+    let config_dir = point.join("config");
+    std::fs::create_dir_all(&config_dir)?;
+    for i in 0..others {
+        let node = format!("other-{i:04}");
+        std::fs::write(
+            config_dir.join(format!("{node}.yaml")),
+            fleet_config_yaml(&node, 10),
+        )?;
+    }
+    let file = config_dir.join("edited.yaml");
+    std::fs::write(&file, swarm_config_yaml(node_id, 0))?;
+    let started = Instant::now();
+    let mut ds = DiscoveryService::start(
+        &args.marin3r,
+        &dir.join("certs"),
+        &config_dir,
+        &point.join("discovery-service.log"),
+    )
+    .await?;
+    let config = SwarmConfig {
+        addr: ds.xdss,
+        ca_pem: bundle.ca.cert_pem.clone(),
+        client_cert_pem: bundle.client.cert_pem.clone(),
+        client_key_pem: bundle.client.key_pem.clone(),
+        node_id: node_id.into(),
+        streams: args.fleet_streams,
+        connect_parallelism: 64,
+    };
+    let mut swarm = Swarm::connect(&config)?;
+    let result = async {
+        swarm
+            .wait_converged(started, Duration::from_secs(240))
+            .await?;
+        let startup = started.elapsed();
+        ds.check_running()?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut rss_idle_kib = vec![ds.rss_kib()? as f64];
+        let mut fanout = Vec::new();
+        for revision in 1..=args.runs as u32 {
+            let yaml = swarm_config_yaml(node_id, revision);
+            let f = swarm
+                .measure_change(
+                    || marin3r_tests::xds::write_atomic(&file, &yaml).map_err(|e| anyhow!(e)),
+                    Duration::from_secs(60),
+                )
+                .await?;
+            fanout.push(f);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            rss_idle_kib.push(ds.rss_kib()? as f64);
+        }
+        ds.check_running()?;
+        let hwm_kib = marin3r_bench::process::status_kib(ds.process.id(), "VmHWM")?;
+        let all: Vec<f64> = fanout.iter().map(|f| ms(f.all)).collect();
+        eprintln!(
+            "   {others} other EnvoyConfigs: startup {:.2} s, edit → all {} streams {} ms, RSS {:.1} MiB",
+            startup.as_secs_f64(),
+            args.fleet_streams,
+            spread(&all, 1),
+            median(&rss_idle_kib) / 1024.0
+        );
+        Ok::<_, anyhow::Error>(FleetRow {
+            others,
+            startup,
+            rss_idle_kib,
+            hwm_kib,
+            fanout,
+        })
+    }
+    .await;
+    drop(ds);
+    swarm.shutdown().await;
+    result
+}
+
 async fn shutdown_section(args: &Args, dir: &Path, r: &mut Results) -> Result<()> {
     if !args.marin3r.is_file() {
         bail!(
@@ -675,6 +809,37 @@ fn target_rows(args: &Args, r: &Results) -> Vec<TargetRow> {
             met: None,
         }),
     }
+    let alone = r.fleet.iter().find(|row| row.others == 0);
+    let most = r
+        .fleet
+        .iter()
+        .filter(|row| row.others > 0)
+        .max_by_key(|row| row.others);
+    rows.push(match (alone, most) {
+        (Some(alone), Some(most)) => {
+            let all = |row: &FleetRow| row.fanout.iter().map(|f| ms(f.all)).collect::<Vec<_>>();
+            let (a, m) = (median(&all(alone)), median(&all(most)));
+            TargetRow {
+                figure: format!(
+                    "edit → all {} streams beside {} other EnvoyConfigs, ms",
+                    args.fleet_streams, most.others
+                ),
+                target: "≤ 1.5 × the edit alone".into(),
+                measured: spread(&all(most), 1),
+                baseline: format!("alone {}", spread(&all(alone), 1)),
+                ratio: format!("{:.2}× alone", m / a),
+                met: (!m.is_nan() && !a.is_nan()).then_some(m <= 1.5 * a && most.others >= 1000),
+            }
+        }
+        _ => TargetRow {
+            figure: "edit → all streams beside 1,000 other EnvoyConfigs".into(),
+            target: "≤ 1.5 × the edit alone".into(),
+            measured: "—".into(),
+            baseline: "—".into(),
+            ratio: "—".into(),
+            met: None,
+        },
+    });
     for e in &r.edit_to_serve {
         rows.push(TargetRow {
             figure: format!(
@@ -919,6 +1084,38 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
         args.runs + 1,
         args.runs
     );
+
+    let _ = writeln!(o, "\n## Scaling with other EnvoyConfigs\n");
+    let _ = writeln!(
+        o,
+        "The same discovery service and swarm: {} SotW streams on node `edited`, whose \
+         EnvoyConfig (one cluster, one listener) is replaced {} times, beside N \
+         EnvoyConfigs of other node ids in the same folder (10 clusters + 10 listeners \
+         each, one file each). Startup counts from starting the process to every stream \
+         of `edited` configured (it includes resolving all N + 1 EnvoyConfigs); RSS is \
+         idle `VmRSS` (after converging and after each edit). A fresh discovery service \
+         per row. The edit's cost should follow the change, not N.\n",
+        args.fleet_streams, args.runs
+    );
+    let _ = writeln!(
+        o,
+        "| other EnvoyConfigs | startup, s | edit → first stream, ms | edit → all streams, ms | RSS idle, MiB (median) | peak RSS (VmHWM), MiB |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|");
+    for row in &r.fleet {
+        let pick =
+            |f: fn(&FanOut) -> Duration| row.fanout.iter().map(|x| ms(f(x))).collect::<Vec<_>>();
+        let _ = writeln!(
+            o,
+            "| {} | {:.2} | {} | {} | {:.1} | {:.1} |",
+            row.others,
+            row.startup.as_secs_f64(),
+            spread(&pick(|f| f.first), 1),
+            spread(&pick(|f| f.all), 1),
+            median(&row.rss_idle_kib) / 1024.0,
+            row.hwm_kib as f64 / 1024.0
+        );
+    }
 
     let _ = writeln!(o, "\n## Edit → a real Envoy serving the change\n");
     if r.edit_to_serve.is_empty() {
