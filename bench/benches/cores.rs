@@ -27,7 +27,7 @@ fn injection(c: &mut Criterion) {
         b.iter(|| mutate_pod(black_box(&pod), Some("default"), &defaults).unwrap())
     });
     let body = serde_json::to_vec(&realistic_review()).unwrap();
-    c.bench_function("admission review (parse + inject + diff + encode)", |b| {
+    c.bench_function("admission review (parse + plan + patch + encode)", |b| {
         b.iter(|| {
             let (out, _) = mutate(black_box(&body), &defaults).unwrap();
             serde_json::to_vec(&out).unwrap()

@@ -1,7 +1,7 @@
 //! Runs one CPU-bound core N times on one thread, for instruction-count profiles:
 //! `valgrind --tool=callgrind target/release/examples/cores_loop review 2000`.
 //! `injection` = `mutate_pod` on the realistic Pod; `review` = the whole AdmissionReview
-//! path (parse, inject, diff, base64, serialise).
+//! path (parse, plan, patch, base64, serialise).
 #![allow(clippy::print_stdout)]
 
 use std::hint::black_box;

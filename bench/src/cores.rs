@@ -45,7 +45,7 @@ pub fn injection(run_for: Duration) -> Result<Duration> {
     })
 }
 
-/// One run of the whole AdmissionReview path (parse JSON, inject, diff, base64,
+/// One run of the whole AdmissionReview path (parse JSON, plan the injection, build the patch, base64,
 /// serialise): mean time per review.
 pub fn admission_review(run_for: Duration) -> Result<Duration> {
     let defaults = Defaults::default();

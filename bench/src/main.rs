@@ -1030,7 +1030,7 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
     );
     let _ = writeln!(
         o,
-        "| whole AdmissionReview (parse, inject, diff, base64, serialise), µs | {} |",
+        "| whole AdmissionReview (parse, plan the injection, build the patch, base64, serialise), µs | {} |",
         spread(&r.review_us, 1)
     );
     let _ = writeln!(
