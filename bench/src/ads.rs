@@ -298,53 +298,54 @@ impl Swarm {
     }
 }
 
-/// An EnvoyConfig for `node_id` with one cluster and one direct-response listener;
-/// `revision` changes both (the cluster's endpoint port and the listener's body).
-pub fn swarm_config_yaml(node_id: &str, revision: u32) -> String {
-    let port = 20000 + revision % 20000;
+/// The header of an EnvoyConfig for `node_id`, up to its `resources:` list.
+fn envoy_config_head(node_id: &str) -> String {
     format!(
-        r#"apiVersion: marin3r.3scale.net/v1alpha1
-kind: EnvoyConfig
-metadata:
-  name: {node_id}
-  namespace: default
-spec:
-  nodeID: {node_id}
-  envoyAPI: v3
-  resources:
-    - type: cluster
+        "apiVersion: marin3r.3scale.net/v1alpha1\nkind: EnvoyConfig\nmetadata:\n  name: {node_id}\n  namespace: default\nspec:\n  nodeID: {node_id}\n  envoyAPI: v3\n  resources:\n"
+    )
+}
+
+/// A `resources` entry pair: cluster `cluster` with one endpoint on `endpoint_port`, and
+/// listener `listener` on `listen_port` answering `body` to every request.
+fn cluster_and_listener(
+    cluster: &str,
+    endpoint_port: u32,
+    listener: &str,
+    listen_port: u32,
+    body: &str,
+) -> String {
+    format!(
+        r#"    - type: cluster
       value:
-        name: backend
+        name: {cluster}
         connect_timeout: 1s
         type: STATIC
         load_assignment:
-          cluster_name: backend
+          cluster_name: {cluster}
           endpoints:
             - lb_endpoints:
                 - endpoint:
                     address:
-                      socket_address: {{address: 127.0.0.1, port_value: {port}}}
+                      socket_address: {{address: 127.0.0.1, port_value: {endpoint_port}}}
     - type: listener
       value:
-        name: http
+        name: {listener}
         address:
-          socket_address: {{address: 127.0.0.1, port_value: 8080}}
+          socket_address: {{address: 127.0.0.1, port_value: {listen_port}}}
         filter_chains:
           - filters:
               - name: envoy.filters.network.http_connection_manager
                 typed_config:
                   "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                  stat_prefix: http
+                  stat_prefix: {listener}
                   route_config:
-                    name: local_route
+                    name: {listener}-route
                     virtual_hosts:
                       - name: any
                         domains: ["*"]
                         routes:
                           - match: {{prefix: "/"}}
-                            direct_response:
-                              status: 200
-                              body: {{inline_string: "revision {revision}\n"}}
+                            direct_response: {{status: 200, body: {{inline_string: "{body}\n"}}}}
                   http_filters:
                     - name: envoy.filters.http.router
                       typed_config:
@@ -353,51 +354,32 @@ spec:
     )
 }
 
+/// An EnvoyConfig for `node_id` with one cluster and one direct-response listener;
+/// `revision` changes both (the cluster's endpoint port and the listener's body).
+pub fn swarm_config_yaml(node_id: &str, revision: u32) -> String {
+    let port = 20000 + revision % 20000;
+    envoy_config_head(node_id)
+        + &cluster_and_listener(
+            "backend",
+            port,
+            "http",
+            8080,
+            &format!("revision {revision}"),
+        )
+}
+
 /// An EnvoyConfig for `node_id` with `n` clusters and `n` direct-response listeners (the
 /// fleet beside the edited EnvoyConfig in the "other EnvoyConfigs" scaling table).
 pub fn fleet_config_yaml(node_id: &str, n: usize) -> String {
-    let mut out = format!(
-        "apiVersion: marin3r.3scale.net/v1alpha1\nkind: EnvoyConfig\nmetadata:\n  name: {node_id}\n  namespace: default\nspec:\n  nodeID: {node_id}\n  envoyAPI: v3\n  resources:\n"
-    );
+    let mut out = envoy_config_head(node_id);
     for i in 0..n {
-        out.push_str(&format!(
-            r#"    - type: cluster
-      value:
-        name: backend-{i}
-        connect_timeout: 1s
-        type: STATIC
-        load_assignment:
-          cluster_name: backend-{i}
-          endpoints:
-            - lb_endpoints:
-                - endpoint:
-                    address:
-                      socket_address: {{address: 127.0.0.1, port_value: {port}}}
-    - type: listener
-      value:
-        name: http-{i}
-        address:
-          socket_address: {{address: 127.0.0.1, port_value: {port}}}
-        filter_chains:
-          - filters:
-              - name: envoy.filters.network.http_connection_manager
-                typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                  stat_prefix: http_{i}
-                  route_config:
-                    name: route-{i}
-                    virtual_hosts:
-                      - name: any
-                        domains: ["*"]
-                        routes:
-                          - match: {{prefix: "/"}}
-                            direct_response: {{status: 200, body: {{inline_string: "{node_id} {i}\n"}}}}
-                  http_filters:
-                    - name: envoy.filters.http.router
-                      typed_config:
-                        "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-"#,
-            port = 30000 + i
+        let port = 30000 + i as u32;
+        out.push_str(&cluster_and_listener(
+            &format!("backend-{i}"),
+            port,
+            &format!("http-{i}"),
+            port,
+            &format!("{node_id} {i}"),
         ));
     }
     out

@@ -419,36 +419,46 @@ async fn webhook_section(
     Ok(())
 }
 
-async fn xds_section(
-    args: &Args,
-    dir: &Path,
-    bundle: &marin3r_certs::Bundle,
-    r: &mut Results,
-) -> Result<()> {
+/// The release `marin3r` binary the discovery-service sections run.
+fn require_marin3r(args: &Args) -> Result<()> {
     if !args.marin3r.is_file() {
         bail!(
             "{} is missing (cargo build --release -p marin3r)",
             args.marin3r.display()
         );
     }
+    Ok(())
+}
+
+async fn xds_section(
+    args: &Args,
+    dir: &Path,
+    bundle: &marin3r_certs::Bundle,
+    r: &mut Results,
+) -> Result<()> {
+    require_marin3r(args)?;
     let limit = open_files_limit()?;
-    let mut failures = Vec::new();
-    for &n in &args.streams {
-        // One descriptor per stream here and in the discovery service, plus slack.
-        if (n as u64) + 256 > limit {
-            failures.push(format!(
+    // One descriptor per stream here and in the discovery service, plus slack.
+    let (fit, too_many): (Vec<usize>, Vec<usize>) = args
+        .streams
+        .iter()
+        .partition(|&&n| (n as u64) + 256 <= limit);
+    let run = points(
+        &fit,
+        |n| format!("{n} streams"),
+        |n| xds_point(args, dir, bundle, n),
+        &mut r.xds,
+    )
+    .await;
+    let mut failures: Vec<String> = too_many
+        .iter()
+        .map(|n| {
+            format!(
                 "{n} streams: the open-files limit is {limit} (scripts/bench raises it with ulimit -n)"
-            ));
-            continue;
-        }
-        match xds_point(args, dir, bundle, n).await {
-            Ok(row) => r.xds.push(row),
-            Err(e) => {
-                eprintln!("   {n} streams FAILED: {e:#}");
-                failures.push(format!("{n} streams: {e:#}"));
-            }
-        }
-    }
+            )
+        })
+        .collect();
+    failures.extend(run.err().map(|e| format!("{e:#}")));
     if failures.is_empty() {
         Ok(())
     } else {
@@ -456,18 +466,35 @@ async fn xds_section(
     }
 }
 
-async fn xds_point(
+/// What one discovery service measured under a swarm on one node.
+struct SwarmRun {
+    /// Process start → `/readyz`.
+    ready: Duration,
+    /// Swarm connect → every stream configured.
+    connect: Duration,
+    rss_before_kib: u64,
+    rss_idle_kib: Vec<f64>,
+    hwm_kib: u64,
+    fanout: Vec<FanOut>,
+}
+
+/// Starts a discovery service on `point/config` (already holding any other files) with
+/// the swarm's EnvoyConfig for `node_id`, connects `streams` streams, then edits that
+/// EnvoyConfig `args.runs` times; `label` prefixes the progress lines.
+async fn swarm_run(
     args: &Args,
     dir: &Path,
     bundle: &marin3r_certs::Bundle,
-    n: usize,
-) -> Result<XdsRow> {
+    point: &Path,
+    streams: usize,
+    label: &str,
+) -> Result<SwarmRun> {
     let node_id = "swarm";
-    let point = dir.join(format!("xds-{n}"));
     let config_dir = point.join("config");
     std::fs::create_dir_all(&config_dir)?;
     let file = config_dir.join("swarm.yaml");
     std::fs::write(&file, swarm_config_yaml(node_id, 0))?;
+    let started = Instant::now();
     let mut ds = DiscoveryService::start(
         &args.marin3r,
         &dir.join("certs"),
@@ -475,6 +502,7 @@ async fn xds_point(
         &point.join("discovery-service.log"),
     )
     .await?;
+    let ready = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before_kib = ds.rss_kib()?;
     let config = SwarmConfig {
@@ -483,7 +511,7 @@ async fn xds_point(
         client_cert_pem: bundle.client.cert_pem.clone(),
         client_key_pem: bundle.client.key_pem.clone(),
         node_id: node_id.into(),
-        streams: n,
+        streams,
         connect_parallelism: 64,
     };
     let connecting = Instant::now();
@@ -493,7 +521,8 @@ async fn xds_point(
             .wait_converged(connecting, Duration::from_secs(240))
             .await?;
         eprintln!(
-            "   {n} streams: connected and configured in {:.1} s",
+            "   {label}: ready in {:.2} s, {streams} streams connected and configured in {:.1} s",
+            ready.as_secs_f64(),
             connect.as_secs_f64()
         );
         ds.check_running()?;
@@ -509,7 +538,7 @@ async fn xds_point(
                 )
                 .await?;
             eprintln!(
-                "   {n} streams: edit {revision} reached the first stream in {:.0} ms, half in {:.0} ms, all in {:.0} ms",
+                "   {label}: edit {revision} reached the first stream in {:.0} ms, half in {:.0} ms, all in {:.0} ms",
                 ms(f.first),
                 ms(f.median),
                 ms(f.all)
@@ -521,8 +550,8 @@ async fn xds_point(
         }
         ds.check_running()?;
         let hwm_kib = marin3r_bench::process::status_kib(ds.process.id(), "VmHWM")?;
-        Ok::<_, anyhow::Error>(XdsRow {
-            streams: n,
+        Ok::<_, anyhow::Error>(SwarmRun {
+            ready,
             connect,
             rss_before_kib,
             rss_idle_kib,
@@ -538,25 +567,38 @@ async fn xds_point(
     result
 }
 
-async fn fleet_section(
+async fn xds_point(
     args: &Args,
     dir: &Path,
     bundle: &marin3r_certs::Bundle,
-    r: &mut Results,
+    n: usize,
+) -> Result<XdsRow> {
+    let point = dir.join(format!("xds-{n}"));
+    let run = swarm_run(args, dir, bundle, &point, n, &format!("{n} streams")).await?;
+    Ok(XdsRow {
+        streams: n,
+        connect: run.connect,
+        rss_before_kib: run.rss_before_kib,
+        rss_idle_kib: run.rss_idle_kib,
+        hwm_kib: run.hwm_kib,
+        fanout: run.fanout,
+    })
+}
+
+/// Runs `point` for each item, collecting the rows and naming each failure.
+async fn points<T: Copy, R, F: Future<Output = Result<R>>>(
+    items: &[T],
+    name: impl Fn(T) -> String,
+    point: impl Fn(T) -> F,
+    rows: &mut Vec<R>,
 ) -> Result<()> {
-    if !args.marin3r.is_file() {
-        bail!(
-            "{} is missing (cargo build --release -p marin3r)",
-            args.marin3r.display()
-        );
-    }
     let mut failures = Vec::new();
-    for &others in &args.fleet {
-        match fleet_point(args, dir, bundle, others).await {
-            Ok(row) => r.fleet.push(row),
+    for &item in items {
+        match point(item).await {
+            Ok(row) => rows.push(row),
             Err(e) => {
-                eprintln!("   {others} other EnvoyConfigs FAILED: {e:#}");
-                failures.push(format!("{others} other EnvoyConfigs: {e:#}"));
+                eprintln!("   {} FAILED: {e:#}", name(item));
+                failures.push(format!("{}: {e:#}", name(item)));
             }
         }
     }
@@ -567,15 +609,30 @@ async fn fleet_section(
     }
 }
 
-/// The edited node's EnvoyConfig beside `others` EnvoyConfigs of other nodes: startup,
-/// idle RSS and edit → all of the node's streams.
+async fn fleet_section(
+    args: &Args,
+    dir: &Path,
+    bundle: &marin3r_certs::Bundle,
+    r: &mut Results,
+) -> Result<()> {
+    require_marin3r(args)?;
+    points(
+        &args.fleet,
+        |others| format!("{others} other EnvoyConfigs"),
+        |others| fleet_point(args, dir, bundle, others),
+        &mut r.fleet,
+    )
+    .await
+}
+
+/// The swarm's EnvoyConfig beside `others` EnvoyConfigs of other nodes: startup, idle RSS
+/// and edit → all of the node's streams.
 async fn fleet_point(
     args: &Args,
     dir: &Path,
     bundle: &marin3r_certs::Bundle,
     others: usize,
 ) -> Result<FleetRow> {
-    let node_id = "edited";
     let point = dir.join(format!("fleet-{others}"));
     let config_dir = point.join("config");
     std::fs::create_dir_all(&config_dir)?;
@@ -586,78 +643,19 @@ async fn fleet_point(
             fleet_config_yaml(&node, 10),
         )?;
     }
-    let file = config_dir.join("edited.yaml");
-    std::fs::write(&file, swarm_config_yaml(node_id, 0))?;
-    let started = Instant::now();
-    let mut ds = DiscoveryService::start(
-        &args.marin3r,
-        &dir.join("certs"),
-        &config_dir,
-        &point.join("discovery-service.log"),
-    )
-    .await?;
-    let config = SwarmConfig {
-        addr: ds.xdss,
-        ca_pem: bundle.ca.cert_pem.clone(),
-        client_cert_pem: bundle.client.cert_pem.clone(),
-        client_key_pem: bundle.client.key_pem.clone(),
-        node_id: node_id.into(),
-        streams: args.fleet_streams,
-        connect_parallelism: 64,
-    };
-    let mut swarm = Swarm::connect(&config)?;
-    let result = async {
-        swarm
-            .wait_converged(started, Duration::from_secs(240))
-            .await?;
-        let startup = started.elapsed();
-        ds.check_running()?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let mut rss_idle_kib = vec![ds.rss_kib()? as f64];
-        let mut fanout = Vec::new();
-        for revision in 1..=args.runs as u32 {
-            let yaml = swarm_config_yaml(node_id, revision);
-            let f = swarm
-                .measure_change(
-                    || marin3r_tests::xds::write_atomic(&file, &yaml).map_err(|e| anyhow!(e)),
-                    Duration::from_secs(60),
-                )
-                .await?;
-            fanout.push(f);
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            rss_idle_kib.push(ds.rss_kib()? as f64);
-        }
-        ds.check_running()?;
-        let hwm_kib = marin3r_bench::process::status_kib(ds.process.id(), "VmHWM")?;
-        let all: Vec<f64> = fanout.iter().map(|f| ms(f.all)).collect();
-        eprintln!(
-            "   {others} other EnvoyConfigs: startup {:.2} s, edit → all {} streams {} ms, RSS {:.1} MiB",
-            startup.as_secs_f64(),
-            args.fleet_streams,
-            spread(&all, 1),
-            median(&rss_idle_kib) / 1024.0
-        );
-        Ok::<_, anyhow::Error>(FleetRow {
-            others,
-            startup,
-            rss_idle_kib,
-            hwm_kib,
-            fanout,
-        })
-    }
-    .await;
-    drop(ds);
-    swarm.shutdown().await;
-    result
+    let label = format!("{others} other EnvoyConfigs");
+    let run = swarm_run(args, dir, bundle, &point, args.fleet_streams, &label).await?;
+    Ok(FleetRow {
+        others,
+        startup: run.ready + run.connect,
+        rss_idle_kib: run.rss_idle_kib,
+        hwm_kib: run.hwm_kib,
+        fanout: run.fanout,
+    })
 }
 
 async fn shutdown_section(args: &Args, dir: &Path, r: &mut Results) -> Result<()> {
-    if !args.marin3r.is_file() {
-        bail!(
-            "{} is missing (cargo build --release -p marin3r)",
-            args.marin3r.display()
-        );
-    }
+    require_marin3r(args)?;
     for run in 0..args.runs {
         let d = dir.join(format!("shutdown-manager-{run}"));
         std::fs::create_dir_all(&d)?;
@@ -1088,13 +1086,14 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
     let _ = writeln!(o, "\n## Scaling with other EnvoyConfigs\n");
     let _ = writeln!(
         o,
-        "The same discovery service and swarm: {} SotW streams on node `edited`, whose \
+        "The same discovery service and swarm: {} SotW streams on node `swarm`, whose \
          EnvoyConfig (one cluster, one listener) is replaced {} times, beside N \
          EnvoyConfigs of other node ids in the same folder (10 clusters + 10 listeners \
-         each, one file each). Startup counts from starting the process to every stream \
-         of `edited` configured (it includes resolving all N + 1 EnvoyConfigs); RSS is \
-         idle `VmRSS` (after converging and after each edit). A fresh discovery service \
-         per row. The edit's cost should follow the change, not N.\n",
+         each, one file each). Startup = process start → `/readyz`, plus the swarm's \
+         connect → every stream configured (together they include resolving all N + 1 \
+         EnvoyConfigs); RSS is idle `VmRSS` (after converging and after each edit). A \
+         fresh discovery service per row. The edit's cost should follow the change, not \
+         N.\n",
         args.fleet_streams, args.runs
     );
     let _ = writeln!(
