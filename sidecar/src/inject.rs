@@ -231,7 +231,7 @@ pub enum Plan<'a> {
 /// What injecting the sidecar changes in a Pod, decided without copying the Pod: the
 /// objects an earlier injection added are removed ([`SidecarStatus`]), the recorded Pod
 /// changes undone, the new objects appended, the grace period and preStop hooks set, and
-/// the status annotation written. [`Injection::patch`] is the JSON patch for an admission
+/// the status annotation written. [`Injection::into_patch`] is the JSON patch for an admission
 /// response; [`Injection::to_pod`] the injected Pod. Both come from the same edits.
 #[derive(Debug)]
 pub struct Injection<'a> {
@@ -457,12 +457,12 @@ impl Injection<'_> {
     /// Nothing else of the Pod is touched, fields this build does not know included.
     /// Objects an earlier injection added that come back unchanged stay in place, so
     /// re-injecting an injected Pod gives an empty patch.
-    pub fn patch(&self) -> Patch {
+    pub fn into_patch(self) -> Patch {
         let mut ops = Vec::new();
-        for (key, edit) in LISTS.iter().zip(&self.lists) {
+        for (key, mut edit) in LISTS.iter().zip(self.lists) {
             if !edit.present {
                 if !edit.appended.is_empty() {
-                    ops.push(add(&["spec", key], Value::Array(edit.appended.clone())));
+                    ops.push(add(&["spec", key], Value::Array(edit.appended)));
                 }
                 continue;
             }
@@ -472,22 +472,23 @@ impl Injection<'_> {
                     ops.push(remove(&["spec", key, &i.to_string()]));
                 }
             }
-            for (at, (i, entry)) in edit.kept().enumerate() {
-                let Some(after) = edit.lifecycle.get(&i) else {
+            let kept: Vec<(usize, &Value)> = edit.kept().collect();
+            for (at, (i, entry)) in kept.into_iter().enumerate() {
+                let Some(after) = edit.lifecycle.remove(&i) else {
                     continue;
                 };
                 let index = at.to_string();
                 let path = ["spec", key, index.as_str(), "lifecycle"];
                 match (entry.get("lifecycle"), after) {
-                    (before, Some(after)) if before != Some(after) => {
-                        ops.push(add(&path, after.clone()));
+                    (before, Some(after)) if before != Some(&after) => {
+                        ops.push(add(&path, after));
                     }
                     (Some(_), None) => ops.push(remove(&path)),
                     _ => {}
                 }
             }
-            for entry in &edit.appended[reused..] {
-                ops.push(add(&["spec", key, "-"], entry.clone()));
+            for entry in edit.appended.into_iter().skip(reused) {
+                ops.push(add(&["spec", key, "-"], entry));
             }
         }
         let original_grace = self.pod.pointer("/spec/terminationGracePeriodSeconds");
@@ -505,13 +506,13 @@ impl Injection<'_> {
                 if a.get(SIDECAR_STATUS).and_then(Value::as_str) != Some(self.status.as_str()) {
                     ops.push(add(
                         &["metadata", "annotations", SIDECAR_STATUS],
-                        Value::String(self.status.clone()),
+                        Value::String(self.status),
                     ));
                 }
             }
             _ => {
                 let mut a = Map::new();
-                a.insert(SIDECAR_STATUS.into(), Value::String(self.status.clone()));
+                a.insert(SIDECAR_STATUS.into(), Value::String(self.status));
                 ops.push(add(&["metadata", "annotations"], Value::Object(a)));
             }
         }

@@ -1,5 +1,5 @@
 //! The admission patch is built from what injection adds and removes
-//! ([`Injection::patch`]), not from a diff of two trees. These properties prove it is
+//! ([`Injection::into_patch`]), not from a diff of two trees. These properties prove it is
 //! exact: applying the patch to the input gives exactly [`Injection::to_pod`], for every
 //! golden input of the webhook and for generated Pods (user containers with and without
 //! lifecycles and unknown fields, absent or `null` lists, grace periods, the shutdown
@@ -21,11 +21,11 @@ fn check(pod: &Value) -> Option<Value> {
     let Ok(Plan::Inject(injection)) = plan_pod(pod, Some("ns"), &Defaults::default()) else {
         return None;
     };
+    let injected = injection.to_pod();
     let mut patched = pod.clone();
-    let patch = injection.patch();
+    let patch = injection.into_patch();
     json_patch::patch(&mut patched, &patch)
         .unwrap_or_else(|e| panic!("patch {patch:?} does not apply to {pod}: {e}"));
-    let injected = injection.to_pod();
     assert_eq!(patched, injected, "patch {patch:?} on {pod}");
     Some(injected)
 }
@@ -38,8 +38,8 @@ fn check_with_reinjection(pod: &Value, variants: &[Map<String, Value>]) {
     };
     match plan_pod(&injected, Some("ns"), &Defaults::default()) {
         Ok(Plan::Inject(again)) => {
-            assert_eq!(again.patch().0, vec![], "re-injecting {injected}");
             assert_eq!(again.to_pod(), injected);
+            assert_eq!(again.into_patch().0, vec![], "re-injecting {injected}");
         }
         other => panic!("re-injecting {injected}: {other:?}"),
     }
@@ -74,7 +74,10 @@ fn golden_inputs() {
         }
     }
     assert!(injected > 0);
-    assert!(injected <= expected, "{injected} injected, {expected} expected");
+    assert!(
+        injected <= expected,
+        "{injected} injected, {expected} expected"
+    );
 }
 
 fn name() -> impl Strategy<Value = String> {

@@ -266,7 +266,7 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
             Outcome::Skipped(Skip::Sidecar(reason)),
         )),
         Ok(Plan::Inject(injection)) => {
-            let patch = injection.patch();
+            let patch = injection.into_patch();
             if patch.0.is_empty() {
                 return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Unchanged)));
             }
