@@ -15,7 +15,7 @@ use marin3r_control_plane::kubernetes::KubernetesBackend;
 use marin3r_control_plane::{Backend as _, Context};
 use marin3r_envoyconfig::config_version;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
-use marin3r_xds::{NodeInfo, ResourceType, SharedStats, SnapshotCache, StreamEvent};
+use marin3r_xds::{NodeInfo, ResourceType, SharedStats, StreamEvent};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -129,10 +129,7 @@ async fn backend_warm_starts_reconciles_and_forgets_deleted_pods() {
     let (client, api) = mock_client();
     let (writes_tx, mut writes) = mpsc::unbounded_channel();
     let router = tokio::spawn(router(api, writes_tx));
-    let ctx = Context {
-        cache: SnapshotCache::new(),
-        stats: SharedStats::new(),
-    };
+    let ctx = Context::new(SharedStats::new());
     // kuard-0 NACKed some version earlier.
     let pod = NodeInfo {
         id: "kuard".into(),
@@ -236,10 +233,7 @@ async fn real_cluster_envoyconfig_becomes_in_sync() {
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => panic!("cannot create namespace {NS}: {e}"),
     }
-    let ctx = Context {
-        cache: SnapshotCache::new(),
-        stats: SharedStats::new(),
-    };
+    let ctx = Context::new(SharedStats::new());
     let mut backend = KubernetesBackend::new(client.clone(), NS, 5);
     backend.start(&ctx).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

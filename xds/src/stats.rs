@@ -47,19 +47,22 @@ impl NodeInfo {
         if node.id.is_empty() {
             return None;
         }
-        let pod_name = node
-            .metadata
-            .as_ref()
-            .and_then(|m| m.fields.get(POD_NAME_METADATA_KEY))
-            .and_then(|v| match &v.kind {
-                Some(Kind::StringValue(s)) => Some(s.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let pod_name = Self::pod_name_of(node).unwrap_or_default().to_string();
         Some(Self {
             id: node.id.clone(),
             pod_name,
         })
+    }
+
+    /// `node.metadata.pod_name` when it is a string.
+    pub fn pod_name_of(node: &Node) -> Option<&str> {
+        node.metadata
+            .as_ref()
+            .and_then(|m| m.fields.get(POD_NAME_METADATA_KEY))
+            .and_then(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => Some(s.as_str()),
+                _ => None,
+            })
     }
 
     /// The `Node` an Envoy bootstrapped by `marin3r init-manager` sends: this id, and the

@@ -263,25 +263,42 @@ impl KubernetesBackend {
             self.evaluate_interval,
         )));
 
-        let synced = async {
+        let (configs, revisions, secrets, slices) = (
+            configs.clone(),
+            revisions.clone(),
+            secrets.clone(),
+            slices.clone(),
+        );
+        let synced = async move {
             let _ = configs.wait_until_ready().await;
             let _ = revisions.wait_until_ready().await;
             let _ = secrets.wait_until_ready().await;
             let _ = slices.wait_until_ready().await;
         };
-        match tokio::time::timeout(self.initial_sync_timeout, synced).await {
-            Ok(()) => {
-                let loaded = warm_start(&shared);
-                tracing::info!(
-                    namespace = self.namespace.as_deref().unwrap_or("<all>"),
-                    nodes = loaded,
-                    "Kubernetes mode: caches synced"
-                );
-            }
-            Err(_) => tracing::warn!(
+        let shared_for_sync = shared.clone();
+        let ready = ctx.ready.clone();
+        let namespace = self.namespace.clone();
+        let synced = async move {
+            synced.await;
+            let loaded = warm_start(&shared_for_sync);
+            tracing::info!(
+                namespace = namespace.as_deref().unwrap_or("<all>"),
+                nodes = loaded,
+                "Kubernetes mode: caches synced"
+            );
+            ready.set_synced();
+        };
+        let mut synced = Box::pin(synced);
+        if tokio::time::timeout(self.initial_sync_timeout, &mut synced)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
                 timeout = ?self.initial_sync_timeout,
-                "Kubernetes mode: the first lists did not complete in time (are the CRDs installed and is RBAC granted?); serving anyway, retrying in the background"
-            ),
+                "Kubernetes mode: the first lists did not complete in time (are the CRDs installed and is RBAC granted?); serving (not ready) anyway, retrying in the background"
+            );
+            // Ready once they do (the held streams are answered as revisions publish).
+            tasks.0.push(tokio::spawn(synced));
         }
         Running {
             shared,
