@@ -286,6 +286,11 @@ pub struct DiscoveryServiceArgs {
     /// file each, replaced atomically) so taints and rollbacks survive restarts.
     #[arg(long, env = "MARIN3R_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// On SIGTERM, close the open ADS streams spread evenly over this window so the
+    /// Envoys reconnect to another replica a few at a time (0s: all at once). Keep it
+    /// well below the pod's termination grace period (30s by default).
+    #[arg(long, env = "MARIN3R_DRAIN_TIME", default_value = "5s", value_parser = duration)]
+    pub drain_time: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
