@@ -367,4 +367,20 @@ mod tests {
         assert!(bind_address("8081").is_err());
         assert!(bind_address(":x").is_err());
     }
+
+    #[test]
+    fn discovery_service_drain_time_defaults_to_the_library_default() {
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from(["marin3r", "discovery-service"]).unwrap();
+        let Command::DiscoveryService(a) = cli.command else {
+            panic!("not the discovery service");
+        };
+        assert_eq!(a.drain_time, marin3r_xds::AdsConfig::default().drain_time);
+        let cli =
+            Cli::try_parse_from(["marin3r", "discovery-service", "--drain-time", "0s"]).unwrap();
+        let Command::DiscoveryService(a) = cli.command else {
+            panic!("not the discovery service");
+        };
+        assert_eq!(a.drain_time, std::time::Duration::ZERO);
+    }
 }

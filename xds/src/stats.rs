@@ -135,6 +135,9 @@ pub struct PodCounts {
     pub last_nack_message: Option<String>,
 }
 
+/// Longest NACK message kept per pod and version (a longer one keeps its first 4 KiB).
+pub const MAX_NACK_MESSAGE_BYTES: usize = 4096;
+
 /// Default number of versions remembered per `(node, type)`.
 pub const DEFAULT_MAX_VERSIONS: usize = 32;
 
@@ -278,7 +281,12 @@ impl AckNackStats {
             None => c.acks += 1,
             Some(message) => {
                 c.nacks += 1;
-                c.last_nack_message = Some(message.clone());
+                // Envoy's NACK messages name the offending field; a bounded prefix
+                // keeps what a client can make the server hold per pod and version small.
+                let kept = crate::tracking::log_prefix(message, MAX_NACK_MESSAGE_BYTES);
+                if c.last_nack_message.as_deref() != Some(kept) {
+                    c.last_nack_message = Some(kept.to_string());
+                }
             }
         }
     }
@@ -1102,6 +1110,24 @@ mod tests {
         let mut only_silent = AckNackStats::new();
         only_silent.stream_opened("m", "silent", t0);
         assert!(!only_silent.rejected_by_all_pods("m", Route, "v", 1, later(SILENT_POD_GRACE)));
+    }
+
+    #[test]
+    fn nack_messages_are_kept_bounded() {
+        let mut s = AckNackStats::new();
+        s.record(&nack("p", Cluster, "v", &"é".repeat(1 << 20)));
+        let kept = s.counts("n", Cluster, "v")["p"]
+            .last_nack_message
+            .clone()
+            .unwrap();
+        assert_eq!(kept.len(), MAX_NACK_MESSAGE_BYTES);
+        s.record(&nack("p", Cluster, "v", "short"));
+        assert_eq!(
+            s.counts("n", Cluster, "v")["p"]
+                .last_nack_message
+                .as_deref(),
+            Some("short")
+        );
     }
 
     #[test]
