@@ -11,7 +11,12 @@
 //! - a NACK storm (200 SotW streams NACKing every response) is paced by the backoff:
 //!   bounded responses, bounded memory, and a newer version still goes out at once;
 //! - shutdown ends the open streams (UNAVAILABLE), frees the port, and a new server on
-//!   the same port serves the reconnecting client.
+//!   the same port serves the reconnecting client;
+//! - not ready (`/readyz`, gRPC health) until the backend's first sync is published;
+//!   on shutdown not ready at once and the streams closed spread over the drain window;
+//! - node ids, clusters, pod names and metadata over their limits are refused with
+//!   INVALID_ARGUMENT and leave nothing in `/metrics`; per-node series go with the
+//!   node's last stream.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use marin3r_testkit::wait_until_some;

@@ -4,6 +4,8 @@
 //! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
 //! edits, and TLS GETs (on the test kit's HTTP client) with polling until a deadline.
 //!
+//! [`Xds::start_process`] runs the `marin3r` binary instead (signals, exit).
+//!
 //! Used by `tests/xds_e2e.rs` and `benches/edit_to_serve.rs`. Every address is on
 //! 127.0.0.1. Nothing here panics: failures come back as `Err(String)` (the message is
 //! meant for a human), so a bench can report them and exit non-zero while the
