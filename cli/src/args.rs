@@ -286,6 +286,11 @@ pub struct DiscoveryServiceArgs {
     /// file each, replaced atomically) so taints and rollbacks survive restarts.
     #[arg(long, env = "MARIN3R_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// On SIGTERM, close the open ADS streams spread evenly over this window so the
+    /// Envoys reconnect to another replica a few at a time (0s: all at once). Keep it
+    /// well below the pod's termination grace period (30s by default).
+    #[arg(long, env = "MARIN3R_DRAIN_TIME", default_value = "5s", value_parser = duration)]
+    pub drain_time: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -361,5 +366,21 @@ mod tests {
         assert_eq!(bind_address("[::1]:1").unwrap().to_string(), "[::1]:1");
         assert!(bind_address("8081").is_err());
         assert!(bind_address(":x").is_err());
+    }
+
+    #[test]
+    fn discovery_service_drain_time_defaults_to_the_library_default() {
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from(["marin3r", "discovery-service"]).unwrap();
+        let Command::DiscoveryService(a) = cli.command else {
+            panic!("not the discovery service");
+        };
+        assert_eq!(a.drain_time, marin3r_xds::AdsConfig::default().drain_time);
+        let cli =
+            Cli::try_parse_from(["marin3r", "discovery-service", "--drain-time", "0s"]).unwrap();
+        let Command::DiscoveryService(a) = cli.command else {
+            panic!("not the discovery service");
+        };
+        assert_eq!(a.drain_time, std::time::Duration::ZERO);
     }
 }

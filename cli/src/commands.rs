@@ -39,7 +39,10 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
         ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
         metrics_addr: a.metrics_bind_address,
         health_addr: a.health_probe_bind_address,
-        ads: marin3r_xds::AdsConfig::default(),
+        ads: marin3r_xds::AdsConfig {
+            drain_time: a.drain_time,
+            ..marin3r_xds::AdsConfig::default()
+        },
     };
     match a.config_dir {
         Some(config_dir) => {

@@ -265,10 +265,7 @@ async fn status_routes_over_http_with_the_status_client() {
     };
     let cluster = json!({"type": "cluster", "value": {"name": "a", "connect_timeout": "1s"}});
     std::fs::write(dir.path().join("kuard.json"), ec(vec![cluster])).unwrap();
-    let ctx = marin3r_control_plane::Context {
-        cache: marin3r_xds::SnapshotCache::new(),
-        stats: marin3r_xds::SharedStats::new(),
-    };
+    let ctx = marin3r_control_plane::Context::new(marin3r_xds::SharedStats::new());
     let mut backend = LocalBackend::new(dir.path()).with_nack_threshold(7);
     backend.start(&ctx).await.unwrap();
     assert_eq!(backend.engine().lock().unwrap().options().nack_threshold, 7);

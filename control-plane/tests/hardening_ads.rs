@@ -11,7 +11,12 @@
 //! - a NACK storm (200 SotW streams NACKing every response) is paced by the backoff:
 //!   bounded responses, bounded memory, and a newer version still goes out at once;
 //! - shutdown ends the open streams (UNAVAILABLE), frees the port, and a new server on
-//!   the same port serves the reconnecting client.
+//!   the same port serves the reconnecting client;
+//! - not ready (`/readyz`, gRPC health) until the backend's first sync is published;
+//!   on shutdown not ready at once and the streams closed spread over the drain window;
+//! - node ids, clusters, pod names and metadata over their limits are refused with
+//!   INVALID_ARGUMENT and leave nothing in `/metrics`; per-node series go with the
+//!   node's last stream.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use marin3r_testkit::wait_until_some;
@@ -128,6 +133,7 @@ impl Backend for TestBackend {
         if let Some(tx) = self.0.take() {
             let _ = tx.send(ctx.clone());
         }
+        ctx.ready.set_synced();
         Ok(())
     }
 
@@ -136,8 +142,33 @@ impl Backend for TestBackend {
     }
 }
 
+/// A backend whose `start` waits for `gate` before running `inner`'s.
+struct Gated<B> {
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    inner: B,
+}
+
+impl<B: Backend + Sync> Backend for Gated<B> {
+    async fn start(&mut self, ctx: &Context) -> Result<(), marin3r_control_plane::Error> {
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.await;
+        }
+        self.inner.start(ctx).await
+    }
+
+    fn routes(&self, ctx: &Context) -> axum::Router {
+        self.inner.routes(ctx)
+    }
+
+    async fn run(self, ctx: Context, shutdown: marin3r_control_plane::Shutdown) {
+        self.inner.run(ctx, shutdown).await;
+    }
+}
+
 struct Server {
     addr: SocketAddr,
+    health: SocketAddr,
+    metrics: SocketAddr,
     ctx: Context,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), marin3r_control_plane::Error>>,
@@ -168,7 +199,22 @@ fn write_certs(dir: &Path, pki: &Pki) -> (PathBuf, PathBuf, PathBuf) {
     (crt, key, ca)
 }
 
-async fn start_on(xdss: tokio::net::TcpListener, dir: &Path, pki: &Pki, ads: AdsConfig) -> Server {
+/// A server running `backend`, without waiting for anything.
+struct Launched {
+    addr: SocketAddr,
+    health: SocketAddr,
+    metrics: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), marin3r_control_plane::Error>>,
+}
+
+async fn launch<B: Backend>(
+    xdss: tokio::net::TcpListener,
+    dir: &Path,
+    pki: &Pki,
+    ads: AdsConfig,
+    backend: B,
+) -> Launched {
     let (server_cert, server_key, ca_file) = write_certs(dir, pki);
     let bind = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
     let listeners = Listeners {
@@ -186,22 +232,36 @@ async fn start_on(xdss: tokio::net::TcpListener, dir: &Path, pki: &Pki, ads: Ads
         health_addr: listeners.health.local_addr().unwrap(),
         ads,
     };
-    let (ctx_tx, ctx_rx) = tokio::sync::oneshot::channel();
+    let (health, metrics) = (config.health_addr, config.metrics_addr);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(marin3r_control_plane::serve_with(
         config,
         listeners,
-        TestBackend(Some(ctx_tx)),
+        backend,
         async move {
             let _ = stopped.await;
         },
     ));
+    Launched {
+        addr,
+        health,
+        metrics,
+        stop,
+        task,
+    }
+}
+
+async fn start_on(xdss: tokio::net::TcpListener, dir: &Path, pki: &Pki, ads: AdsConfig) -> Server {
+    let (ctx_tx, ctx_rx) = tokio::sync::oneshot::channel();
+    let l = launch(xdss, dir, pki, ads, TestBackend(Some(ctx_tx))).await;
     let ctx = ctx_rx.await.unwrap();
     Server {
-        addr,
+        addr: l.addr,
+        health: l.health,
+        metrics: l.metrics,
         ctx,
-        stop: Some(stop),
-        task,
+        stop: Some(l.stop),
+        task: l.task,
     }
 }
 
@@ -788,4 +848,417 @@ async fn shutdown_ends_open_streams_and_a_new_server_on_the_port_is_reached() {
     assert_eq!(resp.version_info, snapshot(2, 64).version(LISTENER));
     drop(stream);
     server.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+// ------------------------------------------------ readiness, drain, bounded nodes
+
+/// gRPC health of `service` (1 SERVING, 2 NOT_SERVING).
+async fn health_of(ch: Channel, service: &str) -> Result<i32, String> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    HealthClient::new(ch)
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .map(|r| r.into_inner().status)
+        .map_err(|e| format!("health: {e:?}"))
+}
+
+const ADS_SERVICE: &str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+const SERVING: i32 = 1;
+const NOT_SERVING: i32 = 2;
+const LONG: Duration = Duration::from_secs(20);
+
+/// `(gRPC health of "", of ADS, /readyz status)`.
+async fn readiness(ch: &Channel, health: SocketAddr) -> (i32, i32, u16) {
+    let readyz = marin3r_testkit::http::get(health, "/readyz").await.unwrap();
+    (
+        health_of(ch.clone(), "").await.unwrap(),
+        health_of(ch.clone(), ADS_SERVICE).await.unwrap(),
+        readyz.status,
+    )
+}
+
+async fn wait_readiness(ch: &Channel, health: SocketAddr, want: (i32, i32, u16)) {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let got = readiness(ch, health).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readiness stayed {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const LOCAL_CONFIG: &str = r#"apiVersion: marin3r.3scale.net/v1alpha1
+kind: EnvoyConfig
+metadata:
+  name: hardening
+  namespace: default
+spec:
+  nodeID: hardening
+  resources:
+    - type: listener
+      value:
+        name: http
+        address:
+          socket_address: {address: 127.0.0.1, port_value: 8080}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_and_not_serving_until_the_first_folder_scan_is_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("config");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("hardening.yaml"), LOCAL_CONFIG).unwrap();
+    let pki = pki();
+    let (gate, gated) = tokio::sync::oneshot::channel();
+    let backend = Gated {
+        gate: Some(gated),
+        inner: marin3r_control_plane::local::LocalBackend::new(&folder),
+    };
+    let xdss = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = launch(xdss, dir.path(), &pki, AdsConfig::default(), backend).await;
+    let ch = channel(l.addr, &pki.ca, Some(&pki.client)).await.unwrap();
+
+    // The first scan is held back: everything listens, nothing says ready, and a stream
+    // of the node is held (not answered with an empty config).
+    assert_eq!(
+        readiness(&ch, l.health).await,
+        (NOT_SERVING, NOT_SERVING, 503)
+    );
+    let (_tx, mut stream) = open(ch.clone(), "early").await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stream.message())
+            .await
+            .is_err(),
+        "a node is not answered before its snapshot is published"
+    );
+    assert_eq!(
+        readiness(&ch, l.health).await,
+        (NOT_SERVING, NOT_SERVING, 503)
+    );
+
+    // The scan runs and publishes: the held stream gets the config, then ready.
+    gate.send(()).unwrap();
+    let first = tokio::time::timeout(LONG, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.type_url, LISTENER.type_url());
+    assert_eq!(first.resources.len(), 1);
+    wait_readiness(&ch, l.health, (SERVING, SERVING, 200)).await;
+
+    let _ = l.stop.send(());
+    tokio::time::timeout(LONG, l.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_reports_not_ready_at_once_and_closes_streams_spread_over_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    // Two streams over 6 s: the first closes at once, the second 3 s later.
+    let ads = AdsConfig {
+        drain_time: Duration::from_secs(6),
+        ..AdsConfig::default()
+    };
+    let server = start(dir.path(), &pki, ads).await;
+    server.ctx.cache.set(NODE, snapshot(1, 64));
+    let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    wait_readiness(&ch, server.health, (SERVING, SERVING, 200)).await;
+    let mut streams = Vec::new();
+    for pod in ["drain-a", "drain-b"] {
+        let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+            .await
+            .unwrap();
+        let (tx, mut stream) = open(ch, pod).await.unwrap();
+        let first = stream.message().await.unwrap().unwrap();
+        tx.send(answer(&first, "", false)).await.unwrap();
+        streams.push((tx, stream));
+    }
+    let (health, addr) = (server.health, server.addr);
+    let ctx = server.ctx.clone();
+    let (stop_result_tx, mut stop_result) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = stop_result_tx.send(server.stop(Duration::from_secs(60)).await);
+    });
+
+    // One stream ends at once, cleanly, with the shutdown status.
+    let ends = futures::future::select_all(streams.iter_mut().map(|(_, s)| Box::pin(s.message())));
+    let (first_end, index, _) = tokio::time::timeout(LONG, ends).await.unwrap();
+    let status = first_end.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), "discovery service shutting down");
+    let (tx, mut other) = streams.swap_remove(1 - index);
+    drop(streams);
+
+    // Meanwhile: not ready, while the other stream is still served (a new version
+    // reaches it). gRPC health went NOT_SERVING too, but cannot be asked any more: the
+    // listener is closed and the open connections got a GOAWAY.
+    let readyz = marin3r_testkit::http::get(health, "/readyz").await.unwrap();
+    assert_eq!((readyz.status, readyz.body.as_str()), (503, "not ready"));
+    assert!(health_of(ch.clone(), "").await.is_err());
+    ctx.cache.set(NODE, snapshot(2, 64));
+    let pushed = tokio::time::timeout(LONG, other.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(pushed.version_info, snapshot(2, 64).version(LISTENER));
+    tx.send(answer(&pushed, "", false)).await.unwrap();
+    // No new connection is accepted: the listener is closed.
+    let late = tokio::time::timeout(LONG, channel(addr, &pki.ca, Some(&pki.client)))
+        .await
+        .unwrap();
+    assert!(
+        late.is_err(),
+        "a new connection during the drain is refused"
+    );
+
+    // Then it ends too, the same way, and the server returns by itself.
+    let end = tokio::time::timeout(LONG, other.message()).await.unwrap();
+    let status = end.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), "discovery service shutting down");
+    tokio::time::timeout(Duration::from_secs(60), &mut stop_result)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+async fn metrics_text(addr: SocketAddr) -> String {
+    marin3r_testkit::http::get(addr, "/metrics")
+        .await
+        .unwrap()
+        .body
+}
+
+/// The status a stream whose first request carries `node` ends with.
+async fn refusal_of(ch: Channel, node: Node) -> tonic::Status {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: Some(node),
+        type_url: LISTENER.type_url().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let result = AggregatedDiscoveryServiceClient::new(ch)
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await;
+    let status = match result {
+        Err(status) => status,
+        Ok(resp) => {
+            let mut stream = resp.into_inner();
+            match tokio::time::timeout(LONG, stream.message()).await.unwrap() {
+                Err(status) => status,
+                Ok(other) => panic!("not refused: {other:?}"),
+            }
+        }
+    };
+    drop(tx);
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_node_ids_cluster_and_metadata_are_refused_and_leave_no_trace() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use envoy_types::pb::google::protobuf::{Value, value::Kind};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let big_id = format!("huge-{}", "i".repeat(2048));
+    server.ctx.cache.set(&big_id, snapshot(1, 64));
+
+    let with_id = |id: &str| Node {
+        id: id.into(),
+        ..node("pod")
+    };
+    let s = refusal_of(ch.clone(), with_id(&big_id)).await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert_eq!(
+        s.message(),
+        "node.id is 2053 bytes, over the limit of 1024 bytes"
+    );
+    let s = refusal_of(
+        ch.clone(),
+        Node {
+            cluster: "c".repeat(1025),
+            ..node("pod")
+        },
+    )
+    .await;
+    assert_eq!(
+        (s.code(), s.message()),
+        (
+            tonic::Code::InvalidArgument,
+            "node.cluster is 1025 bytes, over the limit of 1024 bytes"
+        )
+    );
+    let s = refusal_of(ch.clone(), node(&"p".repeat(4096))).await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(
+        s.message()
+            .starts_with("node.metadata.pod_name is 4096 bytes"),
+        "{s:?}"
+    );
+    let mut fat = node("pod");
+    fat.metadata.as_mut().unwrap().fields.insert(
+        "blob".into(),
+        Value {
+            kind: Some(Kind::StringValue("m".repeat(100 * 1024))),
+        },
+    );
+    let s = refusal_of(ch.clone(), fat).await;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    assert!(
+        s.message().starts_with("node.metadata is ")
+            && s.message().ends_with("over the limit of 65536 bytes"),
+        "{s:?}"
+    );
+    // The SRE's case: an 8 MiB node id is over the request size limit (4 MiB) and
+    // refused before it is decoded.
+    let s = refusal_of(ch.clone(), with_id(&"x".repeat(8 << 20))).await;
+    assert_ne!(s.code(), tonic::Code::Ok, "{s:?}");
+    eprintln!("8 MiB node id: {:?} {}", s.code(), s.message());
+    assert!(s.message().len() < 1024, "bounded message");
+
+    // Delta too.
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(with_id(&big_id)),
+        type_url: LISTENER.type_url().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut delta = AggregatedDiscoveryServiceClient::new(ch.clone())
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let s = tokio::time::timeout(LONG, delta.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+
+    // Nothing about the refused streams was counted or labelled.
+    let text = metrics_text(server.metrics).await;
+    assert!(!text.contains("huge-"), "{}", &text[..text.len().min(4096)]);
+    assert!(!text.contains("ccccc") && !text.contains("ppppp"));
+    assert!(server.ctx.stats.pods_for_node(&big_id).is_empty());
+    assert!(
+        text.len() < 64 * 1024,
+        "/metrics stays small: {} bytes",
+        text.len()
+    );
+    server.stop(LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_node_series_are_removed_with_the_last_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let node_of = |i: usize| format!("seen-node-{i}");
+    let mut streams = Vec::new();
+    for i in 0..20 {
+        server.ctx.cache.set(&node_of(i), snapshot(1, 64));
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(DiscoveryRequest {
+            node: Some(Node {
+                id: node_of(i),
+                ..node(&format!("seen-pod-{i}"))
+            }),
+            type_url: LISTENER.type_url().into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut stream = AggregatedDiscoveryServiceClient::new(ch.clone())
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let first = stream.message().await.unwrap().unwrap();
+        tx.send(answer(&first, "", false)).await.unwrap();
+        streams.push((tx, stream));
+    }
+    // Node 0 gets a second stream.
+    let (tx0b, rx0b) = mpsc::channel(4);
+    tx0b.send(DiscoveryRequest {
+        node: Some(Node {
+            id: node_of(0),
+            ..node("seen-pod-0b")
+        }),
+        type_url: LISTENER.type_url().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut second = AggregatedDiscoveryServiceClient::new(ch.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx0b))
+        .await
+        .unwrap()
+        .into_inner();
+    second.message().await.unwrap().unwrap();
+    let wait_metrics = |pred: fn(&str) -> bool, what: &'static str| {
+        let addr = server.metrics;
+        async move {
+            let deadline = tokio::time::Instant::now() + LONG;
+            loop {
+                let text = metrics_text(addr).await;
+                if pred(&text) {
+                    return text;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{what}:\n{text}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_metrics(
+        |t| {
+            t.contains(r#"marin3r_xdss_streams{node_id="seen-node-0",api="sotw"} 2"#)
+                && t.contains(r#"marin3r_xdss_streams{node_id="seen-node-19",api="sotw"} 1"#)
+        },
+        "every stream counted",
+    )
+    .await;
+
+    drop(streams);
+    let text = wait_metrics(
+        |t| !t.contains("seen-node-1") && !t.contains("seen-pod-1"),
+        "series of nodes without streams removed",
+    )
+    .await;
+    assert!(
+        text.contains(r#"marin3r_xdss_streams{node_id="seen-node-0",api="sotw"} 1"#),
+        "a node with a stream left keeps its series:\n{text}"
+    );
+    assert!(!text.contains(r#"pod_name="seen-pod-0""#), "{text}");
+    assert!(text.contains(r#"pod_name="seen-pod-0b""#), "{text}");
+    drop(tx0b);
+    drop(second);
+    wait_metrics(|t| !t.contains("seen-"), "every per-node series removed").await;
+    server.stop(LONG).await.unwrap();
 }

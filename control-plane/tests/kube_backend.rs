@@ -15,7 +15,7 @@ use marin3r_control_plane::kubernetes::KubernetesBackend;
 use marin3r_control_plane::{Backend as _, Context};
 use marin3r_envoyconfig::config_version;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
-use marin3r_xds::{NodeInfo, ResourceType, SharedStats, SnapshotCache, StreamEvent};
+use marin3r_xds::{NodeInfo, ResourceType, SharedStats, StreamEvent};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -60,13 +60,23 @@ fn pod_meta(name: &str) -> Value {
 
 /// Answers lists and watches; forwards every write to `writes`. The first Pod watch
 /// delivers the deletion of `kuard-0`; other watches stay open.
-async fn router(mut api: ApiServer, writes: mpsc::UnboundedSender<Received>) {
+async fn router(api: ApiServer, writes: mpsc::UnboundedSender<Received>) {
+    gated_router(api, writes, tokio::sync::watch::channel(true).1).await;
+}
+
+/// [`router`], but lists are answered only once `gate` is `true`.
+async fn gated_router(
+    mut api: ApiServer,
+    writes: mpsc::UnboundedSender<Received>,
+    gate: tokio::sync::watch::Receiver<bool>,
+) {
     let mut open_watches = Vec::new();
     let mut pod_watches = 0;
     while let Some((request, send)) = api.0.next_request().await {
         let got = read(request).await;
         let (path, query) = got.uri.split_once('?').unwrap_or((&got.uri, ""));
         let watch = query.contains("watch=true");
+        let is_get = got.method == "GET";
         let reply = match (got.method.as_str(), path, watch) {
             ("GET", p, false) if p == format!("{GROUP}/envoyconfigs") => list(
                 "EnvoyConfigList",
@@ -120,8 +130,60 @@ async fn router(mut api: ApiServer, writes: mpsc::UnboundedSender<Received>) {
             }
             _ => panic!("unexpected request {} {}", got.method, got.uri),
         };
+        if is_get && !watch && !*gate.borrow() {
+            let mut gate = gate.clone();
+            tokio::spawn(async move {
+                let _ = gate.wait_for(|open| *open).await;
+                send.send_response(json_response(200, &reply));
+            });
+            continue;
+        }
         send.send_response(json_response(200, &reply));
     }
+}
+
+#[tokio::test]
+async fn not_ready_until_the_first_lists_are_answered_and_loaded() {
+    let (client, api) = mock_client();
+    let (writes_tx, _writes) = mpsc::unbounded_channel();
+    let (gate, gated) = tokio::sync::watch::channel(false);
+    let router = tokio::spawn(gated_router(api, writes_tx, gated));
+    let ctx = Context::new(SharedStats::new());
+    let mut backend = KubernetesBackend::new(client, "default", 5)
+        .with_evaluate_interval(Duration::from_millis(20))
+        .with_initial_sync_timeout(Duration::from_millis(200));
+    // The lists do not come: `start` gives up waiting and serves, not ready.
+    tokio::time::timeout(TIMEOUT, backend.start(&ctx))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!ctx.ready.is_synced());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(backend.run(
+        ctx.clone(),
+        Box::pin(async move {
+            let _ = stop_rx.await;
+        }),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !ctx.ready.is_synced(),
+        "still not ready while the lists are held"
+    );
+    assert!(ctx.cache.get("kuard").is_none());
+
+    // The API server answers: the published revision is loaded, then ready.
+    gate.send(true).unwrap();
+    tokio::time::timeout(TIMEOUT, ctx.ready.synced())
+        .await
+        .unwrap();
+    assert!(
+        ctx.cache.get("kuard").is_some(),
+        "the published revision is served when ready is set"
+    );
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(TIMEOUT, run).await.unwrap().unwrap();
+    router.abort();
 }
 
 #[tokio::test]
@@ -129,10 +191,7 @@ async fn backend_warm_starts_reconciles_and_forgets_deleted_pods() {
     let (client, api) = mock_client();
     let (writes_tx, mut writes) = mpsc::unbounded_channel();
     let router = tokio::spawn(router(api, writes_tx));
-    let ctx = Context {
-        cache: SnapshotCache::new(),
-        stats: SharedStats::new(),
-    };
+    let ctx = Context::new(SharedStats::new());
     // kuard-0 NACKed some version earlier.
     let pod = NodeInfo {
         id: "kuard".into(),
@@ -158,6 +217,7 @@ async fn backend_warm_starts_reconciles_and_forgets_deleted_pods() {
         ctx.cache.get("kuard").is_some(),
         "the published revision is served before the first stream is accepted"
     );
+    assert!(ctx.ready.is_synced(), "lists synced in time: ready");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(backend.run(
@@ -236,10 +296,7 @@ async fn real_cluster_envoyconfig_becomes_in_sync() {
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => panic!("cannot create namespace {NS}: {e}"),
     }
-    let ctx = Context {
-        cache: SnapshotCache::new(),
-        stats: SharedStats::new(),
-    };
+    let ctx = Context::new(SharedStats::new());
     let mut backend = KubernetesBackend::new(client.clone(), NS, 5);
     backend.start(&ctx).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

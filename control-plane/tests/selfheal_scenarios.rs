@@ -127,10 +127,7 @@ struct Local {
 
 impl Local {
     fn new() -> Self {
-        let ctx = Context {
-            cache: marin3r_xds::SnapshotCache::new(),
-            stats: marin3r_xds::SharedStats::new(),
-        };
+        let ctx = Context::new(marin3r_xds::SharedStats::new());
         connect_pods(&ctx);
         Self {
             engine: Engine::new(Options {

@@ -4,6 +4,8 @@
 //! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
 //! edits, and TLS GETs (on the test kit's HTTP client) with polling until a deadline.
 //!
+//! [`Xds::start_process`] runs the `marin3r` binary instead (signals, exit).
+//!
 //! Used by `tests/xds_e2e.rs` and `benches/edit_to_serve.rs`. Every address is on
 //! 127.0.0.1. Nothing here panics: failures come back as `Err(String)` (the message is
 //! meant for a human), so a bench can report them and exit non-zero while the
@@ -411,6 +413,78 @@ impl Xds {
             task: Some(task),
             _dir: dir,
         })
+    }
+}
+
+impl Xds {
+    /// Like [`Xds::start`], but the discovery service is the `marin3r discovery-service`
+    /// binary ([`crate::marin3r_bin`]; `cargo build -p marin3r --bin marin3r` first, `cargo test
+    /// --workspace` builds it) in local mode on 127.0.0.1, with `extra_args`. The process
+    /// is killed when the returned handle drops; its stderr goes to `<temp>/marin3r.log`
+    /// (the returned path).
+    pub async fn start_process(
+        files: &[(&str, String)],
+        extra_args: &[&str],
+    ) -> Result<(Self, KillOnDrop, PathBuf), String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let certs_dir = dir.path().join("certs");
+        let bundle = issue_bundle()?;
+        bundle
+            .write_to(&certs_dir)
+            .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
+        let config_dir = dir.path().join("config");
+        std::fs::create_dir_all(&config_dir)
+            .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
+        for (name, contents) in files {
+            let path = config_dir.join(name);
+            std::fs::write(&path, contents)
+                .map_err(|e| format!("write {}: {e}", path.display()))?;
+        }
+        let port = || free_port().map_err(|e| format!("free port: {e}"));
+        let (xdss, metrics, health) = (localhost(port()?), localhost(port()?), localhost(port()?));
+        let bin = crate::marin3r_bin();
+        if !bin.exists() {
+            return Err(format!(
+                "{} is missing: run `cargo build -p marin3r --bin marin3r` (with the same CARGO_TARGET_DIR) first",
+                bin.display()
+            ));
+        }
+        let log = dir.path().join("marin3r.log");
+        let stderr =
+            std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("discovery-service")
+            .args(["--xdss-bind-address", "127.0.0.1"])
+            .args(["--xdss-port", &xdss.port().to_string()])
+            .arg("--server-certificate-path")
+            .arg(certs_dir.join("server"))
+            .arg("--ca-certificate-path")
+            .arg(certs_dir.join("ca"))
+            .arg("--config-dir")
+            .arg(&config_dir)
+            .args(["--metrics-bind-address", &metrics.to_string()])
+            .args(["--health-probe-bind-address", &health.to_string()])
+            .args(extra_args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr));
+        let process = KillOnDrop::spawn("marin3r discovery-service", &mut cmd)
+            .map_err(|e| format!("start {}: {e}", bin.display()))?;
+        Ok((
+            Self {
+                xdss,
+                metrics,
+                health,
+                config_dir,
+                certs_dir,
+                bundle,
+                stop: None,
+                task: None,
+                _dir: dir,
+            },
+            process,
+            log,
+        ))
     }
 }
 

@@ -5,7 +5,10 @@
 //!   Secret file is gone) must not wipe the Envoy: the node has no published snapshot,
 //!   so its stream is held, and Envoy keeps serving what it had;
 //! - a Secret that disappears for a second, or is written after its EnvoyConfig, is a
-//!   wait, never a taint: certificate rotation goes on, and new Envoys get the secret.
+//!   wait, never a taint: certificate rotation goes on, and new Envoys get the secret;
+//! - SIGTERM to the `marin3r discovery-service` process: not ready at once, the ADS
+//!   streams are closed over `--drain-time`, the process exits by itself, and the
+//!   Envoys keep serving throughout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
@@ -203,4 +206,117 @@ async fn an_envoyconfig_written_before_its_secret_is_served_once_the_secret_exis
     assert_eq!((resp.status, resp.body.as_str()), (200, node));
     drop(envoy);
     xds.stop().await.must();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
+    use marin3r_tests::xds::{direct_response_yaml, get};
+    init_tracing();
+    let nodes = ["drain-a", "drain-b", "drain-c"];
+    let ports: Vec<u16> = nodes.iter().map(|_| free_port().unwrap()).collect();
+    let files: Vec<(String, String)> = nodes
+        .iter()
+        .zip(&ports)
+        .map(|(node, port)| {
+            (
+                format!("{node}.yaml"),
+                direct_response_yaml(node, *port, &format!("{node} served\n")).unwrap(),
+            )
+        })
+        .collect();
+    let files: Vec<(&str, String)> = files.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
+    let (xds, mut process, log) = Xds::start_process(&files, &["--drain-time", "3s"])
+        .await
+        .must();
+    let report = |what: &str| {
+        format!(
+            "{what}\n---- marin3r log ----\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    };
+    let mut envoys: Vec<Envoy> = nodes
+        .iter()
+        .map(|node| Envoy::start(&xds, node, ApiType::Sotw).unwrap())
+        .collect();
+    for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
+        envoy
+            .wait_body(
+                localhost(*port),
+                &format!("{node} served\n"),
+                CONVERGE,
+                POLL,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}", report(&e)));
+    }
+    let readyz = get(xds.health, "/readyz").await.unwrap();
+    assert_eq!(readyz.status, 200, "{}", report("ready once synced"));
+
+    let sent = Instant::now();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &process.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Not ready at once (observed before the process is gone: the drain takes a while
+    // with three streams).
+    let deadline = Instant::now() + CONVERGE;
+    let not_ready = loop {
+        match get(xds.health, "/readyz").await {
+            Ok(r) if r.status == 503 => break Some(r.body),
+            Ok(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+            _ => break None,
+        }
+    };
+    assert_eq!(
+        not_ready.as_deref(),
+        Some("not ready"),
+        "{}",
+        report("/readyz must say 503 during the drain")
+    );
+
+    // Every Envoy keeps serving while the service drains and after it exited, and the
+    // process exits by itself.
+    let mut probes = 0;
+    let status = loop {
+        for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
+            envoy.check_running().unwrap();
+            let body = body_at(*port)
+                .await
+                .unwrap_or_else(|e| panic!("{}", report(&e)));
+            assert_eq!(body, format!("{node} served\n"));
+            probes += 1;
+        }
+        if let Some(status) = process.try_wait() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(60),
+            "{}",
+            report("the discovery service did not exit by itself")
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    let exited_after = sent.elapsed();
+    assert!(
+        status.success(),
+        "{}",
+        report(&format!("exit status {status}"))
+    );
+    for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
+        envoy.check_running().unwrap();
+        assert_eq!(body_at(*port).await.unwrap(), format!("{node} served\n"));
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let closed = text.matches("stream closed").count();
+    eprintln!(
+        "exited {exited_after:?} after SIGTERM (drain 3 s, 3 streams); {probes} listener probes OK meanwhile; {closed} 'stream closed' lines"
+    );
+    for line in text
+        .lines()
+        .filter(|l| l.contains("stream closed") || l.contains("SIGTERM"))
+    {
+        eprintln!("  {line}");
+    }
+    assert!(closed >= nodes.len(), "{}", report("every stream closed"));
 }

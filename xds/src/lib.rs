@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod delta;
+pub mod drain;
 pub mod grpc;
 pub mod server;
 pub mod service;
@@ -18,9 +19,13 @@ pub mod stats;
 pub mod tracking;
 
 pub use delta::{DeltaOutcome, DeltaStream};
+pub use drain::{SHUTTING_DOWN, close_offset};
 pub use marin3r_envoyconfig::{Resource, ResourceType};
 pub use snapshot::{DuplicateResource, EMPTY_VERSION, Snapshot, SnapshotCache, TypeSnapshot};
 pub use sotw::{AdsConfig, Outcome, SotwOutcome, SotwStream, supports_wildcard};
 pub use stats::{
     AckNackStats, Api, NodeInfo, PodCounts, SharedStats, StreamCounters, StreamEvent, XdsMetrics,
+};
+pub use tracking::{
+    MAX_NODE_METADATA_BYTES, MAX_NODE_NAME_BYTES, NodeTooLarge, check_node, log_prefix,
 };

@@ -121,25 +121,37 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 /// bounded by [`HANDSHAKE_TIMEOUT`], then the HTTP/2 preface by
 /// [`AdsConfig::preface_timeout`]; the rustls config re-reads its certificate and CA
 /// files when they change, so rotation needs no restart and open streams are untouched.
-/// On `shutdown` the listener is closed, every open stream ends with `UNAVAILABLE` (Envoy
-/// reconnects, to this address's next server) and the server returns once the
-/// connections are closed, or after [`AdsConfig::shutdown_grace`] at the latest.
+///
+/// gRPC health (`""` and the ADS service) says `SERVING` while `ready` is `true` and the
+/// server is not stopping, `NOT_SERVING` otherwise (ADS streams are served either way:
+/// a node without a published snapshot is held).
+///
+/// On `shutdown` health turns `NOT_SERVING`, the listener is closed, no new stream is
+/// accepted (`UNAVAILABLE`), and the open streams are closed spread over
+/// [`AdsConfig::drain_time`] ([`crate::drain`]), each with `UNAVAILABLE`
+/// "[`SHUTTING_DOWN`](crate::drain::SHUTTING_DOWN)" (Envoy keeps its config and
+/// reconnects, to another replica). The server returns once the connections are
+/// closed, or [`AdsConfig::shutdown_grace`] after the last stream closed (at the end of
+/// the drain window at the latest).
 pub async fn serve_ads(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     mut service: AdsService,
+    ready: watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     service.stopping = stop_rx.clone();
+    let drain = service.drain.clone();
     let shutdown = async move {
         shutdown.await;
+        drain.begin(tokio::time::Instant::now());
         let _ = stop_tx.send(true);
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let preface_timeout = service.config.preface_timeout;
     let (conn_tx, conn_rx) = mpsc::channel::<Result<_, std::io::Error>>(64);
-    let mut stopping = stop_rx;
+    let mut stopping = stop_rx.clone();
     let accept_loop = tokio::spawn(async move {
         loop {
             // Stop accepting (and free the port) as soon as the shutdown begins.
@@ -182,12 +194,12 @@ pub async fn serve_ads(
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<AdsServer>().await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
+    set_health(&health, false).await;
+    let health_task = tokio::spawn(follow_readiness(health, ready, stop_rx.clone()));
 
     let grace = service.config.shutdown_grace;
+    let window = service.config.drain_time;
+    let drain = service.drain.clone();
     let mut stopped = service.stopping.clone();
     let serve = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -202,12 +214,54 @@ pub async fn serve_ads(
         result = serve => result,
         () = async {
             shutting_down(&mut stopped).await;
+            // Every stream is closed by the end of the window (earlier if they all are).
+            let _ = tokio::time::timeout(window, drain.all_closed()).await;
             tokio::time::sleep(grace).await;
         } => {
-            tracing::warn!(?grace, "connections still open after the shutdown grace period; leaving them");
+            tracing::warn!(?grace, "connections still open after the drain and the shutdown grace period; leaving them");
             Ok(())
         }
     };
     accept_loop.abort();
+    health_task.abort();
     result
+}
+
+/// Sets gRPC health of `""` and the ADS service.
+async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    health.set_service_status("", status).await;
+    health
+        .set_service_status(<AdsServer as tonic::server::NamedService>::NAME, status)
+        .await;
+}
+
+/// Keeps gRPC health at `ready && !stopping` until the server stops (then
+/// `NOT_SERVING`). A dropped `ready` sender keeps its last value.
+async fn follow_readiness(
+    health: tonic_health::server::HealthReporter,
+    mut ready: watch::Receiver<bool>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut ready_open = true;
+    loop {
+        let stop = *stopping.borrow_and_update();
+        let serving = *ready.borrow_and_update() && !stop;
+        set_health(&health, serving).await;
+        if stop {
+            return;
+        }
+        tokio::select! {
+            changed = ready.changed(), if ready_open => ready_open = changed.is_ok(),
+            changed = stopping.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }

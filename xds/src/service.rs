@@ -18,9 +18,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::drain::{Drain, SHUTTING_DOWN};
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::sotw::{AdsConfig, Outcome};
 use crate::stats::{Api, NodeInfo, SharedStats, StreamCounters};
+use crate::tracking::{check_node, log_prefix};
 use crate::{DeltaStream, SotwStream};
 use marin3r_envoyconfig::resource::ResourceType;
 
@@ -117,10 +119,16 @@ pub struct AdsService {
     cache: SnapshotCache,
     stats: SharedStats,
     pub(crate) config: AdsConfig,
-    /// Becomes `true` when the server shuts down: every stream then ends, so the
-    /// graceful stop does not wait forever for streams that never end by themselves.
+    /// Becomes `true` when the server shuts down: every stream then ends within the
+    /// drain window ([`crate::drain`]), so the graceful stop does not wait forever for
+    /// streams that never end by themselves.
     pub(crate) stopping: watch::Receiver<bool>,
+    /// When each stream closes once `stopping` is set.
+    pub(crate) drain: Arc<Drain>,
 }
+
+/// How many bytes of a client-chosen value a log line carries.
+const LOG_PREFIX_BYTES: usize = 128;
 
 impl AdsService {
     pub fn new(cache: SnapshotCache, stats: SharedStats, config: AdsConfig) -> Self {
@@ -129,7 +137,16 @@ impl AdsService {
             stats,
             config,
             stopping: watch::channel(false).1,
+            drain: Arc::default(),
         }
+    }
+
+    /// New streams are refused once the server is shutting down.
+    fn refuse_when_stopping(&self) -> Result<(), Status> {
+        if *self.stopping.borrow() {
+            return Err(Status::unavailable(SHUTTING_DOWN));
+        }
+        Ok(())
     }
 
     fn spawn_stream<P: Protocol>(
@@ -142,7 +159,11 @@ impl AdsService {
         let stats = self.stats.clone();
         let send_timeout = self.config.stream_send_timeout;
         let mut stopping = self.stopping.clone();
+        let drain = self.drain.clone();
+        let drain_time = self.config.drain_time;
         tokio::spawn(async move {
+            let _open = drain.opened();
+            let mut close_at: Option<tokio::time::Instant> = None;
             let mut node: Option<NodeInfo> = None;
             let mut counters = StreamCounters::default();
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
@@ -155,12 +176,18 @@ impl AdsService {
             'stream: loop {
                 let timer = proto.next_timer();
                 let outcome = tokio::select! {
-                    () = shutting_down(&mut stopping) => {
-                        let _ = tx.try_send(Box::new(Err(Status::unavailable("the discovery service is shutting down"))));
+                    () = closing(&mut stopping, &drain, drain_time, &mut close_at) => {
+                        let _ = tx.try_send(Box::new(Err(Status::unavailable(SHUTTING_DOWN))));
                         break;
                     }
                     msg = inbound.message() => match msg {
                         Ok(Some(req)) => {
+                            if let Some(Err(refused)) = P::node_of(&req).map(check_node) {
+                                let id = P::node_of(&req).map_or("", |n| log_prefix(&n.id, LOG_PREFIX_BYTES));
+                                tracing::warn!(node_id_prefix = %id, field = refused.field, size = refused.size, limit = refused.limit, api = P::API.as_str(), "stream refused: node too large");
+                                let _ = tx.try_send(Box::new(Err(Status::invalid_argument(refused.to_string()))));
+                                break;
+                            }
                             if node.is_none()
                                 && let Some(info) = proto.observe_node(P::node_of(&req))
                             {
@@ -175,6 +202,9 @@ impl AdsService {
                         Ok(None) => break,
                         Err(status) => {
                             tracing::debug!(code = ?status.code(), message = status.message(), "stream ended with error");
+                            // E.g. a request over the size limit: the client learns why
+                            // (if it still listens) instead of seeing a clean end.
+                            let _ = tx.try_send(Box::new(Err(status)));
                             break;
                         }
                     },
@@ -208,7 +238,10 @@ impl AdsService {
                 for response in outcome.responses {
                     let sent = tokio::select! {
                         sent = tx.send_timeout(Box::new(Ok(response)), send_timeout) => sent,
-                        () = shutting_down(&mut stopping) => break 'stream,
+                        () = closing(&mut stopping, &drain, drain_time, &mut close_at) => {
+                            let _ = tx.try_send(Box::new(Err(Status::unavailable(SHUTTING_DOWN))));
+                            break 'stream;
+                        }
                     };
                     match sent {
                         Ok(()) => {}
@@ -239,6 +272,30 @@ pub(crate) async fn shutting_down(stopping: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Completes when this stream's turn to close comes: once the server is stopping, the
+/// stream takes its close instant from the drain plan (kept in `close_at`, so a
+/// cancelled wait resumes where it was) and sleeps until it.
+async fn closing(
+    stopping: &mut watch::Receiver<bool>,
+    drain: &Drain,
+    window: std::time::Duration,
+    close_at: &mut Option<tokio::time::Instant>,
+) {
+    let at = match *close_at {
+        Some(at) => at,
+        None => {
+            shutting_down(stopping).await;
+            // The plan is set before `stopping`; `now` only if it somehow is not.
+            let at = drain
+                .close_at(window)
+                .unwrap_or_else(tokio::time::Instant::now);
+            *close_at = Some(at);
+            at
+        }
+    };
+    tokio::time::sleep_until(at).await;
+}
+
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -257,6 +314,7 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        self.refuse_when_stopping()?;
         let stream = self.spawn_stream(SotwStream::new(self.config.clone()), request.into_inner());
         Ok(Response::new(stream))
     }
@@ -265,6 +323,7 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        self.refuse_when_stopping()?;
         let stream = self.spawn_stream(DeltaStream::new(self.config.clone()), request.into_inner());
         Ok(Response::new(stream))
     }

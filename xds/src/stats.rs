@@ -47,19 +47,22 @@ impl NodeInfo {
         if node.id.is_empty() {
             return None;
         }
-        let pod_name = node
-            .metadata
-            .as_ref()
-            .and_then(|m| m.fields.get(POD_NAME_METADATA_KEY))
-            .and_then(|v| match &v.kind {
-                Some(Kind::StringValue(s)) => Some(s.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let pod_name = Self::pod_name_of(node).unwrap_or_default().to_string();
         Some(Self {
             id: node.id.clone(),
             pod_name,
         })
+    }
+
+    /// `node.metadata.pod_name` when it is a string.
+    pub fn pod_name_of(node: &Node) -> Option<&str> {
+        node.metadata
+            .as_ref()
+            .and_then(|m| m.fields.get(POD_NAME_METADATA_KEY))
+            .and_then(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => Some(s.as_str()),
+                _ => None,
+            })
     }
 
     /// The `Node` an Envoy bootstrapped by `marin3r init-manager` sends: this id, and the
@@ -132,6 +135,9 @@ pub struct PodCounts {
     pub last_nack_message: Option<String>,
 }
 
+/// Longest NACK message kept per pod and version (a longer one keeps its first 4 KiB).
+pub const MAX_NACK_MESSAGE_BYTES: usize = 4096;
+
 /// Default number of versions remembered per `(node, type)`.
 pub const DEFAULT_MAX_VERSIONS: usize = 32;
 
@@ -163,6 +169,12 @@ pub struct AckNackStats {
     versions: HashMap<String, BTreeMap<ResourceType, VersionLog>>,
     /// Open streams per node and pod.
     streams: HashMap<String, HashMap<PodName, PodStreams>>,
+    /// Pods whose last stream closed, and when (node → pod → instant): their counts are
+    /// dropped [`GONE_POD_RETENTION`] later unless they come back.
+    gone: HashMap<String, HashMap<PodName, Instant>>,
+    /// The same closes in order (oldest first), for the sweep; an entry whose instant is
+    /// no longer the pod's in `gone` (it came back, or closed again later) is skipped.
+    gone_order: VecDeque<(Instant, String, PodName)>,
 }
 
 /// A pod with an open stream: how many, since when, and whether it ever answered.
@@ -179,6 +191,13 @@ struct PodStreams {
 /// answers (a stuck Envoy, or anything holding the shared client certificate) cannot
 /// block self-healing for the node. Real Envoys answer every push within milliseconds.
 pub const SILENT_POD_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the ACK/NACK counts of a pod outlive its last stream. Only subscribed pods
+/// count for the taint test, so the counts of a pod that is gone matter only if it comes
+/// back (a stream that flapped: Envoy reconnects within its 2 s backoff cap); after this
+/// long they are dropped, so pods (and pod names a client makes up) seen over time do
+/// not grow the stats (Kubernetes mode also drops them when the Pod is deleted).
+pub const GONE_POD_RETENTION: Duration = Duration::from_secs(300);
 
 impl Default for AckNackStats {
     fn default() -> Self {
@@ -197,6 +216,8 @@ impl AckNackStats {
             max_versions: max_versions.max(1),
             versions: HashMap::new(),
             streams: HashMap::new(),
+            gone: HashMap::new(),
+            gone_order: VecDeque::new(),
         }
     }
 
@@ -260,7 +281,12 @@ impl AckNackStats {
             None => c.acks += 1,
             Some(message) => {
                 c.nacks += 1;
-                c.last_nack_message = Some(message.clone());
+                // Envoy's NACK messages name the offending field; a bounded prefix
+                // keeps what a client can make the server hold per pod and version small.
+                let kept = crate::tracking::log_prefix(message, MAX_NACK_MESSAGE_BYTES);
+                if c.last_nack_message.as_deref() != Some(kept) {
+                    c.last_nack_message = Some(kept.to_string());
+                }
             }
         }
     }
@@ -370,6 +396,13 @@ impl AckNackStats {
 
     /// A stream of `pod` for `node_id` started (after its node was learned) at `now`.
     pub fn stream_opened(&mut self, node_id: &str, pod_name: &str, now: Instant) {
+        self.forget_gone_pods(now);
+        if let Some(pods) = self.gone.get_mut(node_id) {
+            pods.remove(pod_name);
+            if pods.is_empty() {
+                self.gone.remove(node_id);
+            }
+        }
         if !self.streams.contains_key(node_id) {
             self.streams.insert(node_id.to_string(), HashMap::new());
         }
@@ -391,25 +424,62 @@ impl AckNackStats {
         }
     }
 
-    /// A stream of `pod` ended. Returns the number of streams the pod still has.
-    pub fn stream_closed(&mut self, node_id: &str, pod_name: &str) -> usize {
+    /// A stream of `pod` ended at `now`. Returns the number of streams the pod still
+    /// has; at 0 the pod's ACK/NACK counts are dropped [`GONE_POD_RETENTION`] later
+    /// unless a stream of it opens again meanwhile.
+    pub fn stream_closed(&mut self, node_id: &str, pod_name: &str, now: Instant) -> usize {
+        self.forget_gone_pods(now);
         let Some(pods) = self.streams.get_mut(node_id) else {
             return 0;
         };
-        let left = match pods.get_mut(pod_name) {
-            Some(s) => {
-                s.open = s.open.saturating_sub(1);
-                s.open
-            }
-            None => 0,
+        let Some((name, s)) = pods.get_key_value(pod_name) else {
+            return 0;
         };
+        let (name, left) = (name.clone(), s.open.saturating_sub(1));
         if left == 0 {
             pods.remove(pod_name);
-        }
-        if pods.is_empty() {
-            self.streams.remove(node_id);
+            if pods.is_empty() {
+                self.streams.remove(node_id);
+            }
+            self.gone
+                .entry(node_id.to_string())
+                .or_default()
+                .insert(name.clone(), now);
+            self.gone_order.push_back((now, node_id.to_string(), name));
+        } else if let Some(s) = pods.get_mut(pod_name) {
+            s.open = left;
         }
         left
+    }
+
+    /// Drops the counts of pods whose last stream closed [`GONE_POD_RETENTION`] or more
+    /// before `now` and that have not come back.
+    fn forget_gone_pods(&mut self, now: Instant) {
+        while let Some((closed, _, _)) = self.gone_order.front() {
+            if now.saturating_duration_since(*closed) < GONE_POD_RETENTION {
+                break;
+            }
+            let Some((closed, node_id, pod)) = self.gone_order.pop_front() else {
+                break;
+            };
+            let Some(pods) = self.gone.get_mut(&node_id) else {
+                continue;
+            };
+            if pods.get(&pod) != Some(&closed) {
+                continue;
+            }
+            pods.remove(&pod);
+            if pods.is_empty() {
+                self.gone.remove(&node_id);
+            }
+            self.clear_pod(&node_id, &pod);
+        }
+    }
+
+    /// Pods whose ACK/NACK counts are kept although they have no stream (see
+    /// [`GONE_POD_RETENTION`]), for tests and status pages.
+    pub fn gone_pods(&self) -> usize {
+        self.gone.values().map(HashMap::len).sum()
     }
 
     /// Pods with at least one open stream for the node.
@@ -442,6 +512,7 @@ impl AckNackStats {
     /// Forgets every count of a node (e.g. its EnvoyConfig was deleted).
     pub fn clear_node(&mut self, node_id: &str) {
         self.versions.remove(node_id);
+        self.gone.remove(node_id);
     }
 
     /// Forgets the counts of one version: a revision that is published again (after its
@@ -631,10 +702,15 @@ impl XdsMetrics {
             .inc();
     }
 
+    /// One stream of the node and API fewer; the series is removed with the node's last
+    /// stream of that API, so node ids seen over time do not grow `/metrics`. Callers
+    /// serialise opens and closes (the stats lock) so the removal cannot race an open.
     pub fn stream_closed(&self, node_id: &str, api: Api) {
-        self.streams
-            .get_or_create(&Self::stream_labels(node_id, api))
-            .dec();
+        let labels = Self::stream_labels(node_id, api);
+        let before = self.streams.get_or_create(&labels).dec();
+        if before <= 1 {
+            self.streams.remove(&labels);
+        }
     }
 
     /// Observes the time between a snapshot's publication and a push of `t`.
@@ -758,19 +834,22 @@ impl SharedStats {
 
     /// A stream learned its node: counts it for the pod and the stream gauge.
     pub fn stream_opened(&self, node: &NodeInfo, api: Api) {
-        self.lock()
-            .stream_opened(&node.id, &node.pod_name, Instant::now());
+        let mut s = self.lock();
+        s.stream_opened(&node.id, &node.pod_name, Instant::now());
         if let Some(m) = &self.metrics {
+            // Under the lock, like the removal in `stream_closed`.
             m.stream_opened(&node.id, api);
         }
+        drop(s);
     }
 
     /// A stream that had learned its node ended. When it was the pod's last stream,
     /// the pod's per-pod Prometheus series are dropped (its ACK/NACK stats stay until
-    /// [`clear_pod`](Self::clear_pod)).
+    /// [`clear_pod`](Self::clear_pod), or [`GONE_POD_RETENTION`] if it does not come
+    /// back); the node's stream gauge goes with its last stream.
     pub fn stream_closed(&self, node: &NodeInfo, api: Api) {
         let mut s = self.lock();
-        let left = s.stream_closed(&node.id, &node.pod_name);
+        let left = s.stream_closed(&node.id, &node.pod_name, Instant::now());
         if let Some(m) = &self.metrics {
             m.stream_closed(&node.id, api);
             if left == 0 {
@@ -993,11 +1072,11 @@ mod tests {
         assert!(!s.rejected_by_all_pods("n", Route, "v", 5, t0));
         assert!(s.rejected_by_all_pods("n", Route, "v", 4, t0));
         // p2 leaves: only p1 is subscribed, and it rejected 5 times.
-        assert_eq!(s.stream_closed("n", "p2"), 0);
+        assert_eq!(s.stream_closed("n", "p2", t0), 0);
         assert!(s.rejected_by_all_pods("n", Route, "v", 5, t0));
-        assert_eq!(s.stream_closed("n", "p1"), 1);
-        assert_eq!(s.stream_closed("n", "p1"), 0);
-        assert_eq!(s.stream_closed("n", "p1"), 0, "extra close is harmless");
+        assert_eq!(s.stream_closed("n", "p1", t0), 1);
+        assert_eq!(s.stream_closed("n", "p1", t0), 0);
+        assert_eq!(s.stream_closed("n", "p1", t0), 0, "extra close is harmless");
         assert!(s.pods_for_node("n").is_empty());
     }
 
@@ -1031,6 +1110,24 @@ mod tests {
         let mut only_silent = AckNackStats::new();
         only_silent.stream_opened("m", "silent", t0);
         assert!(!only_silent.rejected_by_all_pods("m", Route, "v", 1, later(SILENT_POD_GRACE)));
+    }
+
+    #[test]
+    fn nack_messages_are_kept_bounded() {
+        let mut s = AckNackStats::new();
+        s.record(&nack("p", Cluster, "v", &"é".repeat(1 << 20)));
+        let kept = s.counts("n", Cluster, "v")["p"]
+            .last_nack_message
+            .clone()
+            .unwrap();
+        assert_eq!(kept.len(), MAX_NACK_MESSAGE_BYTES);
+        s.record(&nack("p", Cluster, "v", "short"));
+        assert_eq!(
+            s.counts("n", Cluster, "v")["p"]
+                .last_nack_message
+                .as_deref(),
+            Some("short")
+        );
     }
 
     #[test]
@@ -1094,7 +1191,10 @@ mod tests {
         stats.stream_closed(&node, Api::Sotw);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        assert!(text.contains(r#"marin3r_xdss_streams{node_id="n",api="sotw"} 0"#));
+        assert!(
+            !text.contains(r#"node_id="n",api="sotw""#),
+            "the stream gauge of a node without streams is removed:\n{text}"
+        );
         assert!(
             !text.contains(r#"pod_name="p1""#),
             "series of a gone pod are dropped:\n{text}"
@@ -1165,5 +1265,135 @@ mod tests {
             stats.stream_closed(&node, Api::Sotw);
             assert!(!encode().contains(r#"pod_name="p1""#));
         }
+    }
+
+    fn encode(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn per_node_series_go_with_the_last_stream() {
+        let mut registry = Registry::default();
+        let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
+        let nodes: Vec<NodeInfo> = (0..50)
+            .map(|i| NodeInfo {
+                id: format!("node-{i}"),
+                pod_name: format!("pod-{i}"),
+            })
+            .collect();
+        for (i, n) in nodes.iter().enumerate() {
+            let api = if i % 2 == 0 { Api::Sotw } else { Api::Delta };
+            stats.stream_opened(n, api);
+            let mut counters = StreamCounters::default();
+            stats.record_stream(
+                Some(n),
+                &mut counters,
+                &[StreamEvent::Request {
+                    node_id: n.id.clone(),
+                    pod_name: n.pod_name.clone(),
+                    resource_type: Some(Cluster),
+                }],
+            );
+        }
+        let text = encode(&registry);
+        assert!(text.contains(r#"marin3r_xdss_streams{node_id="node-49",api="delta"} 1"#));
+        // A node with two streams (two pods, two APIs) keeps its series until the last.
+        let twice = NodeInfo {
+            id: "twice".into(),
+            pod_name: "a".into(),
+        };
+        let other_pod = NodeInfo {
+            id: "twice".into(),
+            pod_name: "b".into(),
+        };
+        stats.stream_opened(&twice, Api::Sotw);
+        stats.stream_opened(&other_pod, Api::Sotw);
+        stats.stream_opened(&other_pod, Api::Delta);
+        for (i, n) in nodes.iter().enumerate() {
+            let api = if i % 2 == 0 { Api::Sotw } else { Api::Delta };
+            stats.stream_closed(n, api);
+        }
+        let text = encode(&registry);
+        assert!(
+            !text.contains("node-"),
+            "no series of a node without streams:\n{text}"
+        );
+        stats.stream_closed(&twice, Api::Sotw);
+        let text = encode(&registry);
+        assert!(
+            text.contains(r#"marin3r_xdss_streams{node_id="twice",api="sotw"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"marin3r_xdss_streams{node_id="twice",api="delta"} 1"#),
+            "{text}"
+        );
+        stats.stream_closed(&other_pod, Api::Sotw);
+        let text = encode(&registry);
+        assert!(!text.contains(r#"node_id="twice",api="sotw""#), "{text}");
+        assert!(
+            text.contains(r#"marin3r_xdss_streams{node_id="twice",api="delta"} 1"#),
+            "{text}"
+        );
+        stats.stream_closed(&other_pod, Api::Delta);
+        assert!(!encode(&registry).contains("twice"));
+        // A node that comes back gets its series again, from 1.
+        stats.stream_opened(&twice, Api::Sotw);
+        assert!(
+            encode(&registry).contains(r#"marin3r_xdss_streams{node_id="twice",api="sotw"} 1"#)
+        );
+    }
+
+    #[test]
+    fn counts_of_a_gone_pod_are_dropped_after_the_retention_unless_it_comes_back() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // 100 made-up pods connect, ACK, leave.
+        for i in 0..100 {
+            let pod = format!("p{i}");
+            s.stream_opened("n", &pod, t0);
+            s.record(&ack(&pod, Cluster, "v1"));
+            assert_eq!(s.stream_closed("n", &pod, at(1)), 0);
+        }
+        // "back" flaps: gone at 1 s, back at 2 s, gone again at 200 s.
+        s.stream_opened("n", "back", t0);
+        s.record(&nack("back", Cluster, "v1", "bad"));
+        s.stream_closed("n", "back", at(1));
+        s.stream_opened("n", "back", at(2));
+        // "stays" keeps its stream.
+        s.stream_opened("n", "stays", t0);
+        s.record(&nack("stays", Cluster, "v1", "bad"));
+        assert_eq!(s.gone_pods(), 100);
+        assert_eq!(
+            s.acks("n", Cluster, "v1").len(),
+            100,
+            "kept within the retention"
+        );
+        s.stream_closed("n", "back", at(200));
+
+        // Retention over for the first closes: only their counts go.
+        s.stream_opened("n", "trigger", at(1) + GONE_POD_RETENTION);
+        assert!(s.acks("n", Cluster, "v1").is_empty(), "gone pods dropped");
+        assert_eq!(
+            s.nacks("n", Cluster, "v1"),
+            [("back".to_string(), 1), ("stays".to_string(), 1)].into(),
+            "a pod that came back and left later keeps its counts; a connected pod too"
+        );
+        assert_eq!(s.gone_pods(), 1);
+        s.stream_closed("n", "trigger", at(201) + GONE_POD_RETENTION);
+        assert_eq!(
+            s.nacks("n", Cluster, "v1"),
+            [("stays".to_string(), 1)].into()
+        );
+        // Bounded: everything that left is forgotten; the self-healing view is intact.
+        assert_eq!(
+            s.gone_pods(),
+            1,
+            "only 'trigger' (closed just now) is remembered"
+        );
+        assert!(s.rejected_by_all_pods("n", Cluster, "v1", 1, at(202) + GONE_POD_RETENTION));
     }
 }

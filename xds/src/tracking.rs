@@ -31,14 +31,19 @@ pub struct AdsConfig {
     /// 30 s): a client that stops reading must not pin the stream task, its buffered
     /// responses and its pod's subscription (which self-healing counts) forever.
     pub stream_send_timeout: Duration,
-    /// After the shutdown signal (which ends every stream), how long the server waits
-    /// for clients to close their connections before it returns anyway (default 10 s).
+    /// After the drain (which ends every stream), how long the server waits for clients
+    /// to close their connections before it returns anyway (default 10 s).
     pub shutdown_grace: Duration,
     /// After its TLS handshake, a client must send the 24-byte HTTP/2 connection preface
     /// within this long (default 10 s), or its connection is closed: the HTTP/2 server
     /// itself waits for it forever, so a client that connects and stays silent would
     /// hold a connection (and its buffers) until it goes away.
     pub preface_timeout: Duration,
+    /// On shutdown, open streams are closed spread evenly over this window
+    /// ([`crate::drain::close_offset`]; default 5 s, `--drain-time`), so the Envoys
+    /// reconnect to another replica a few at a time instead of in one burst; 0 closes
+    /// them all at once.
+    pub drain_time: Duration,
 }
 
 impl Default for AdsConfig {
@@ -50,6 +55,7 @@ impl Default for AdsConfig {
             stream_send_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             preface_timeout: Duration::from_secs(10),
+            drain_time: Duration::from_secs(5),
         }
     }
 }
@@ -71,6 +77,54 @@ impl AdsConfig {
             identifier: id.clone(),
         })
     }
+}
+
+/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes.
+/// Kubernetes names are at most 253 characters and a node id is one (or a few joined),
+/// so 1 KiB leaves room for any real id while bounding what one stream can make the
+/// server store, label metrics with, and log.
+pub const MAX_NODE_NAME_BYTES: usize = 1024;
+/// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
+/// few short keys (the pod name); 64 KiB allows rich metadata from other bootstraps and
+/// still bounds every request that carries the node (Envoy sends it on each request by
+/// default).
+pub const MAX_NODE_METADATA_BYTES: usize = 64 * 1024;
+
+/// Why a stream's node is refused: `field` is `size` bytes, over `limit`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} is {size} bytes, over the limit of {limit} bytes")]
+pub struct NodeTooLarge {
+    pub field: &'static str,
+    pub size: usize,
+    pub limit: usize,
+}
+
+/// Checks the parts of a node the server keeps, counts, labels metrics with or logs
+/// against [`MAX_NODE_NAME_BYTES`] and [`MAX_NODE_METADATA_BYTES`] (the metadata first:
+/// it bounds the pod name's cost before the pod name is looked at).
+pub fn check_node(node: &Node) -> Result<(), NodeTooLarge> {
+    use prost::Message as _;
+    let over = |field, size, limit| (size > limit).then_some(NodeTooLarge { field, size, limit });
+    let metadata = node.metadata.as_ref().map_or(0, |m| m.encoded_len());
+    let pod_name = NodeInfo::pod_name_of(node).map_or(0, str::len);
+    let refused = over("node.metadata", metadata, MAX_NODE_METADATA_BYTES)
+        .or_else(|| over("node.id", node.id.len(), MAX_NODE_NAME_BYTES))
+        .or_else(|| over("node.cluster", node.cluster.len(), MAX_NODE_NAME_BYTES))
+        .or_else(|| over("node.metadata.pod_name", pod_name, MAX_NODE_NAME_BYTES));
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// At most the first `max` bytes of `s` (cut at a character boundary), for log lines
+/// about values a client chose.
+pub fn log_prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The node of one stream.
@@ -438,5 +492,69 @@ mod tests {
         assert_eq!(a, NackState::default());
         assert_eq!(next_timer([&a, &b]), Some(t0 + Duration::from_millis(110)));
         assert_eq!(next_timer([&a]), None);
+    }
+
+    #[test]
+    fn nodes_over_the_limits_are_refused_naming_the_field() {
+        use envoy_types::pb::google::protobuf::{Value, value::Kind};
+        let ok = envoy("n1", "pod-a");
+        assert_eq!(check_node(&ok), Ok(()));
+        let at_limit = Node {
+            id: "i".repeat(MAX_NODE_NAME_BYTES),
+            cluster: "c".repeat(MAX_NODE_NAME_BYTES),
+            ..envoy("", &"p".repeat(MAX_NODE_NAME_BYTES))
+        };
+        assert_eq!(check_node(&at_limit), Ok(()));
+        let refused = |node: Node| check_node(&node).unwrap_err();
+        let e = refused(Node {
+            id: "i".repeat(8 << 20),
+            ..ok.clone()
+        });
+        assert_eq!(
+            e,
+            NodeTooLarge {
+                field: "node.id",
+                size: 8 << 20,
+                limit: 1024
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "node.id is 8388608 bytes, over the limit of 1024 bytes"
+        );
+        assert_eq!(
+            refused(Node {
+                cluster: "c".repeat(MAX_NODE_NAME_BYTES + 1),
+                ..ok.clone()
+            })
+            .field,
+            "node.cluster"
+        );
+        assert_eq!(
+            refused(envoy("n1", &"p".repeat(MAX_NODE_NAME_BYTES + 1))).field,
+            "node.metadata.pod_name"
+        );
+        let mut big = ok.clone();
+        if let Some(m) = big.metadata.as_mut() {
+            m.fields.insert(
+                "blob".into(),
+                Value {
+                    kind: Some(Kind::StringValue("x".repeat(MAX_NODE_METADATA_BYTES))),
+                },
+            );
+        }
+        let e = refused(big);
+        assert_eq!(
+            (e.field, e.limit),
+            ("node.metadata", MAX_NODE_METADATA_BYTES)
+        );
+        assert!(e.size > MAX_NODE_METADATA_BYTES);
+    }
+
+    #[test]
+    fn log_prefixes_are_bounded_and_cut_at_characters() {
+        assert_eq!(log_prefix("abc", 64), "abc");
+        assert_eq!(log_prefix(&"x".repeat(10_000), 64).len(), 64);
+        assert_eq!(log_prefix("ééé", 3), "é", "never inside a character");
     }
 }

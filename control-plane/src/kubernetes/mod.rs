@@ -58,6 +58,8 @@ pub const DEFAULT_EVALUATE_INTERVAL: Duration = Duration::from_secs(1);
 /// How long [`crate::Backend::start`] waits for the first list of every kind before
 /// serving anyway (the controllers keep retrying in the background).
 pub const DEFAULT_INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the wait for the first lists looks again (see `setup`).
+const SYNC_RECHECK: Duration = Duration::from_millis(250);
 /// Pods whose deletion clears NACK counts: the injected ones.
 pub const POD_SELECTOR: (&str, &str) = ("marin3r.3scale.net/status", "enabled");
 /// The pod annotation holding its node id.
@@ -263,25 +265,47 @@ impl KubernetesBackend {
             self.evaluate_interval,
         )));
 
-        let synced = async {
-            let _ = configs.wait_until_ready().await;
-            let _ = revisions.wait_until_ready().await;
-            let _ = secrets.wait_until_ready().await;
-            let _ = slices.wait_until_ready().await;
-        };
-        match tokio::time::timeout(self.initial_sync_timeout, synced).await {
-            Ok(()) => {
+        // The first lists of every kind, then the published revisions loaded: ready.
+        let sync = {
+            let (configs, revisions, secrets, slices) = (
+                configs.clone(),
+                revisions.clone(),
+                secrets.clone(),
+                slices.clone(),
+            );
+            let shared = shared.clone();
+            let ready = ctx.ready.clone();
+            let namespace = self.namespace.clone();
+            move || async move {
+                let lists = || async {
+                    let _ = configs.wait_until_ready().await;
+                    let _ = revisions.wait_until_ready().await;
+                    let _ = secrets.wait_until_ready().await;
+                    let _ = slices.wait_until_ready().await;
+                };
+                // kube-runtime's `wait_until_ready` wakes only the task that polled it
+                // last (one waker per store), and the controllers wait on the same
+                // stores: a waiter that is not woken asks again.
+                while tokio::time::timeout(SYNC_RECHECK, lists()).await.is_err() {}
                 let loaded = warm_start(&shared);
                 tracing::info!(
-                    namespace = self.namespace.as_deref().unwrap_or("<all>"),
+                    namespace = namespace.as_deref().unwrap_or("<all>"),
                     nodes = loaded,
                     "Kubernetes mode: caches synced"
                 );
+                ready.set_synced();
             }
-            Err(_) => tracing::warn!(
+        };
+        if tokio::time::timeout(self.initial_sync_timeout, sync.clone()())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
                 timeout = ?self.initial_sync_timeout,
-                "Kubernetes mode: the first lists did not complete in time (are the CRDs installed and is RBAC granted?); serving anyway, retrying in the background"
-            ),
+                "Kubernetes mode: the first lists did not complete in time (are the CRDs installed and is RBAC granted?); serving (not ready) anyway, retrying in the background"
+            );
+            // Ready once they do (the held streams are answered as revisions publish).
+            tasks.0.push(tokio::spawn(sync()));
         }
         Running {
             shared,

@@ -96,7 +96,7 @@ mod tests {
     use crate::kubernetes::{
         KubernetesBackend, Lenient, Shared, reconcile_envoyconfig, reconcile_revision,
     };
-    use crate::{Context, SharedStats, SnapshotCache};
+    use crate::{Context, SharedStats};
     use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
     use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
@@ -336,10 +336,7 @@ mod tests {
     /// Plays the backend's start and every write path of both reconcilers.
     async fn exercise_kubernetes_mode() -> Vec<Recorded> {
         let (client, log) = recording_client();
-        let xds = Context {
-            cache: SnapshotCache::new(),
-            stats: SharedStats::new(),
-        };
+        let xds = Context::new(SharedStats::new());
 
         // The reflectors and the Pod watch: list, then watch, of every kind.
         let mut backend = KubernetesBackend::new(client.clone(), "default", 5)

@@ -138,6 +138,8 @@ impl crate::Backend for LocalBackend {
             restored,
             "local mode: serving the config folder"
         );
+        // The first scan is applied and its snapshots published.
+        ctx.ready.set_synced();
         Ok(())
     }
 

@@ -611,9 +611,9 @@ mod tests {
     use crate::Context;
     use marin3r_envoyconfig::envoyconfig::SecretData;
     use marin3r_envoyconfig::envoyconfig::parse_envoy_config;
+    use marin3r_xds::ResourceType;
     use marin3r_xds::SharedStats;
     use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
-    use marin3r_xds::{ResourceType, SnapshotCache};
     use serde_json::{Value, json};
     use std::sync::Arc;
     use std::time::Duration;
@@ -654,10 +654,7 @@ mod tests {
     }
 
     fn ctx() -> Context {
-        Context {
-            cache: SnapshotCache::new(),
-            stats: SharedStats::new(),
-        }
+        Context::new(SharedStats::new())
     }
 
     fn cluster(name: &str) -> Value {

@@ -20,7 +20,7 @@ use marin3r_control_plane::Context;
 use marin3r_control_plane::kubernetes::{Lenient, Shared};
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
-use marin3r_xds::{SharedStats, SnapshotCache};
+use marin3r_xds::SharedStats;
 use serde_json::{Value, json};
 
 pub type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -142,10 +142,7 @@ impl World {
         let (revision_store, revisions) = reflector::store();
         let (secret_store, secrets) = reflector::store();
         let (slice_store, slices) = reflector::store();
-        let xds = Context {
-            cache: SnapshotCache::new(),
-            stats: SharedStats::new(),
-        };
+        let xds = Context::new(SharedStats::new());
         let shared = Arc::new(Shared::new(
             client,
             config_store,
