@@ -232,7 +232,7 @@ pub enum Plan<'a> {
 /// objects an earlier injection added are removed ([`SidecarStatus`]), the recorded Pod
 /// changes undone, the new objects appended, the grace period and preStop hooks set, and
 /// the status annotation written. [`Injection::into_patch`] is the JSON patch for an admission
-/// response; [`Injection::to_pod`] the injected Pod. Both come from the same edits.
+/// response; [`Injection::into_pod`] the injected Pod. Both come from the same edits.
 #[derive(Debug)]
 pub struct Injection<'a> {
     pod: &'a Value,
@@ -242,7 +242,7 @@ pub struct Injection<'a> {
 }
 
 /// Decides and applies sidecar injection for a Pod or pod template (`{metadata, spec}`):
-/// [`plan_pod`], then the injected copy ([`Injection::to_pod`]).
+/// [`plan_pod`], then the injected copy ([`Injection::into_pod`]).
 pub fn mutate_pod(
     pod: &Value,
     namespace: Option<&str>,
@@ -250,7 +250,7 @@ pub fn mutate_pod(
 ) -> Result<Mutation, Error> {
     Ok(match plan_pod(pod, namespace, defaults)? {
         Plan::Skipped(reason) => Mutation::Skipped(reason),
-        Plan::Inject(injection) => Mutation::Injected(Box::new(injection.to_pod())),
+        Plan::Inject(injection) => Mutation::Injected(Box::new(injection.into_pod())),
     })
 }
 
@@ -451,7 +451,7 @@ fn remove(tokens: &[&str]) -> PatchOperation {
 }
 
 impl Injection<'_> {
-    /// The JSON patch (RFC 6902) that turns the Pod into [`Injection::to_pod`], built from
+    /// The JSON patch (RFC 6902) that turns the Pod into [`Injection::into_pod`], built from
     /// the edits, never from a diff of two trees: removals (from the end), lifecycle
     /// changes of kept containers, appends, the grace period and the status annotation.
     /// Nothing else of the Pod is touched, fields this build does not know included.
@@ -520,10 +520,10 @@ impl Injection<'_> {
     }
 
     /// The injected Pod: a copy of the Pod with the edits applied.
-    pub fn to_pod(&self) -> Value {
+    pub fn into_pod(self) -> Value {
         let mut out = self.pod.clone();
         if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
-            for (key, edit) in LISTS.iter().zip(&self.lists) {
+            for (key, mut edit) in LISTS.iter().zip(self.lists) {
                 let slot = spec
                     .entry(key.to_string())
                     .or_insert_with(|| Value::Array(Vec::new()));
@@ -536,17 +536,19 @@ impl Injection<'_> {
                     i += 1;
                     !edit.removed[i - 1]
                 });
-                for ((i, _), entry) in edit.kept().zip(entries.iter_mut()) {
-                    let (Some(after), Some(obj)) = (edit.lifecycle.get(&i), entry.as_object_mut())
+                let kept: Vec<usize> = edit.kept().map(|(i, _)| i).collect();
+                for (i, entry) in kept.into_iter().zip(entries.iter_mut()) {
+                    let (Some(after), Some(obj)) =
+                        (edit.lifecycle.remove(&i), entry.as_object_mut())
                     else {
                         continue;
                     };
                     match after {
-                        Some(l) => obj.insert("lifecycle".into(), l.clone()),
+                        Some(l) => obj.insert("lifecycle".into(), l),
                         None => obj.remove("lifecycle"),
                     };
                 }
-                entries.extend(edit.appended.iter().cloned());
+                entries.append(&mut edit.appended);
                 *slot = Value::Array(entries);
             }
             match self.grace {
@@ -563,7 +565,7 @@ impl Injection<'_> {
                 *annotations = Value::Object(Map::new());
             }
             if let Some(a) = annotations.as_object_mut() {
-                a.insert(SIDECAR_STATUS.into(), Value::String(self.status.clone()));
+                a.insert(SIDECAR_STATUS.into(), Value::String(self.status));
             }
         }
         out
