@@ -32,10 +32,12 @@
 //! **Extensions.** Envoy finds the factory of an extension (`name` + `typed_config`) by
 //! the type URL of `typed_config`. An empty `Any` (`typed_config: {}`) or a missing
 //! `typed_config` finds none: Envoy refuses it with "Didn't find a registered
-//! implementation for '<name>' with type URL: ''" — for listener, network, HTTP and
-//! listener filters, transport sockets, access loggers, and the values of
-//! `typed_per_filter_config` — except for an HTTP filter marked `is_optional`, which
-//! Envoy then skips. An empty `Any` elsewhere (`FilterConfig.config: {}`) is accepted.
+//! implementation for '<name>' with type URL: ''" — for every message whose
+//! `typed_config` is in a oneof (listener, network, HTTP and listener filters, transport
+//! sockets, access loggers, tracers, retry predicates, …), a `TypedExtensionConfig`
+//! (matcher inputs and actions, …), and the values of `typed_per_filter_config` — except
+//! for an HTTP filter marked `is_optional`, which Envoy then skips. An empty `Any`
+//! elsewhere (`FilterConfig.config: {}`) is accepted.
 //!
 //! Errors name the field path in proto field names, the way decode errors do:
 //! `filter_chains[0].filters[0].typed_config.stat_prefix: value length must be at least
@@ -310,6 +312,10 @@ fn compile(desc: &MessageDescriptor) -> MessageRules {
         }
     }
     let is_metadata = desc.full_name() == "envoy.config.core.v3.Metadata";
+    let is_typed_extension_config = matches!(
+        desc.full_name(),
+        "envoy.config.core.v3.TypedExtensionConfig" | "xds.core.v3.TypedExtensionConfig"
+    );
     let per_filter_config = |f: &FieldDescriptor| f.name() == "typed_per_filter_config";
     for field in desc.fields() {
         let options = field.options();
@@ -320,8 +326,9 @@ fn compile(desc: &MessageDescriptor) -> MessageRules {
             rule: None,
             holds_messages: holds_messages(&field),
             opaque: is_metadata && field.name() == "typed_filter_metadata",
-            names_extension: (is_extension_config(&field) || per_filter_config(&field))
-                && !is_metadata,
+            names_extension: is_extension_config(&field)
+                || per_filter_config(&field)
+                || (is_typed_extension_config && field.name() == "typed_config"),
             field: field.clone(),
         };
         if options.has_extension(&ext.rules)

@@ -282,7 +282,9 @@ fn typed_filter_metadata_is_not_checked() {
 
 /// Envoy: REFUSE "Didn't find a registered implementation for 'envoy.filters.http.router'
 /// with type URL: ''" (`typed_config: {}` on an HTTP filter, corpus), the same for a
-/// transport socket and a `typed_per_filter_config` value; ACCEPT `{}` on an HTTP filter
+/// transport socket, a `typed_per_filter_config` value and a filter chain matcher's input
+/// ("cannot create a filter chain matcher: Didn't find a registered implementation for
+/// 'ip' with type URL: ''"); ACCEPT the matcher with its type; ACCEPT `{}` on an HTTP filter
 /// marked `is_optional` (Envoy skips it) and as a route `FilterConfig`'s `config`.
 #[test]
 fn an_empty_any_names_no_extension() {
@@ -316,6 +318,27 @@ fn an_empty_any_names_no_extension() {
             r#"listener "l": {AT_ROUTE}.typed_per_filter_config["envoy.filters.http.lua"]: an empty Any"#
         )),
         "{e}"
+    );
+
+    // A `TypedExtensionConfig` (here a filter chain matcher's input).
+    let matcher = |input: Value| {
+        let mut l = http_listener(|_| {});
+        l["filter_chains"][0]["name"] = json!("fc");
+        l["filter_chain_matcher"] = json!({"matcher_tree": {
+            "input": {"name": "ip", "typed_config": input},
+            "exact_match_map": {"map": {"127.0.0.1": {"action": {"name": "a", "typed_config": {
+                "@type": "type.googleapis.com/google.protobuf.StringValue", "value": "fc"}}}}}}});
+        l
+    };
+    let e = err(ResourceType::Listener, &matcher(json!({})));
+    assert!(
+        e.starts_with(r#"listener "l": filter_chain_matcher.matcher_tree.input.typed_config: an empty Any names no extension: Envoy finds no implementation of "ip""#),
+        "{e}"
+    );
+    ok(
+        ResourceType::Listener,
+        &matcher(json!({"@type":
+            "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.DestinationIPInput"})),
     );
 
     ok(
