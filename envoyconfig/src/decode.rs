@@ -230,13 +230,17 @@ impl DecodeError {
 pub fn decode_resource(kind: ResourceType, value: &Value) -> Result<Resource, DecodeError> {
     let label = resource_label(kind, value);
     let desc = registry::message_descriptor(kind)?;
-    let message = decode_message(desc, value).map_err(|mut e| {
+    let relabel = |mut e: DecodeError| {
         if let Some(at) = e.location_mut() {
             at.resource = label.clone();
         }
         e
-    })?;
-    finish(kind, &message, label)
+    };
+    let message = decode_message(desc, value).map_err(relabel)?;
+    // The resource name first (marin3r's own rule), then Envoy's constraints.
+    let resource = finish(kind, &message, label.clone())?;
+    crate::pgv::check(&message).map_err(relabel)?;
+    Ok(resource)
 }
 
 /// Decodes one resource of type `kind` from JSON or YAML text.
@@ -382,9 +386,10 @@ fn decode_message(desc: MessageDescriptor, value: &Value) -> Result<DynamicMessa
     strict_decode(desc, &value)
 }
 
-/// Checks that strict protojson (already through [`crate::lenient`]) is a `desc`.
+/// Checks that strict protojson (already through [`crate::lenient`]) is a `desc` that
+/// meets Envoy's constraints ([`crate::pgv`]).
 pub(crate) fn check_message(desc: MessageDescriptor, value: &Value) -> Result<(), DecodeError> {
-    strict_decode(desc, value).map(|_| ())
+    crate::pgv::check(&strict_decode(desc, value)?)
 }
 
 /// protojson → message, as prost-reflect reads it.

@@ -372,7 +372,7 @@ fn timestamp_text(seconds: i64, nanos: i32, path: &str) -> Result<String, Decode
     ))
 }
 
-fn is_wrapper(name: &str) -> bool {
+pub(crate) fn is_wrapper(name: &str) -> bool {
     matches!(
         name,
         "google.protobuf.DoubleValue"

@@ -15,6 +15,7 @@ pub mod envoyconfig;
 pub mod envoyconfigrevision;
 mod lenient;
 pub mod manifest;
+mod pgv;
 pub mod registry;
 pub mod resource;
 
