@@ -313,7 +313,10 @@ mod tests {
         write(&dir.path().join("b.yaml"), &ec("b", 2));
         assert!(source.scan().unwrap());
         let after = source.manifests().configs;
-        assert!(Arc::ptr_eq(&before[0], &after[0]), "a.yaml is not parsed again");
+        assert!(
+            Arc::ptr_eq(&before[0], &after[0]),
+            "a.yaml is not parsed again"
+        );
         assert!(!Arc::ptr_eq(&before[1], &after[1]), "b.yaml is");
         assert_ne!(before[1], after[1]);
     }
