@@ -355,20 +355,7 @@ impl Xds {
         B: marin3r_control_plane::Backend,
         F: FnOnce(&Path) -> B,
     {
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let certs_dir = dir.path().join("certs");
-        let bundle = issue_bundle()?;
-        bundle
-            .write_to(&certs_dir)
-            .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
-        let config_dir = dir.path().join("config");
-        std::fs::create_dir_all(&config_dir)
-            .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
-        for (name, contents) in files {
-            let path = config_dir.join(name);
-            std::fs::write(&path, contents)
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
-        }
+        let (dir, bundle, certs_dir, config_dir) = workspace(files)?;
         let bind = || async {
             TcpListener::bind("127.0.0.1:0")
                 .await
@@ -426,20 +413,7 @@ impl Xds {
         files: &[(&str, String)],
         extra_args: &[&str],
     ) -> Result<(Self, KillOnDrop, PathBuf), String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let certs_dir = dir.path().join("certs");
-        let bundle = issue_bundle()?;
-        bundle
-            .write_to(&certs_dir)
-            .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
-        let config_dir = dir.path().join("config");
-        std::fs::create_dir_all(&config_dir)
-            .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
-        for (name, contents) in files {
-            let path = config_dir.join(name);
-            std::fs::write(&path, contents)
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
-        }
+        let (dir, bundle, certs_dir, config_dir) = workspace(files)?;
         let port = || free_port().map_err(|e| format!("free port: {e}"));
         let (xdss, metrics, health) = (localhost(port()?), localhost(port()?), localhost(port()?));
         let bin = crate::marin3r_bin();
@@ -620,4 +594,25 @@ impl Xds {
         self.stop = Some(stop);
         Ok(stopped_in)
     }
+}
+
+/// A temp dir with a fresh certificate bundle in `certs/` and `files` in `config/`:
+/// `(dir, bundle, certs dir, config dir)`.
+fn workspace(
+    files: &[(&str, String)],
+) -> Result<(tempfile::TempDir, Bundle, PathBuf, PathBuf), String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let certs_dir = dir.path().join("certs");
+    let bundle = issue_bundle()?;
+    bundle
+        .write_to(&certs_dir)
+        .map_err(|e| format!("write certificates to {}: {e}", certs_dir.display()))?;
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir_all(&config_dir)
+        .map_err(|e| format!("create {}: {e}", config_dir.display()))?;
+    for (name, contents) in files {
+        let path = config_dir.join(name);
+        std::fs::write(&path, contents).map_err(|e| format!("write {}: {e}", path.display()))?;
+    }
+    Ok((dir, bundle, certs_dir, config_dir))
 }
