@@ -5,7 +5,9 @@
 //! - misbehaving clients next to Envoy (plain garbage, TLS then garbage, an ADS client
 //!   that never reads its stream) do not slow Envoy's updates down;
 //! - a malformed config file in local mode (YAML syntax error, an invalid EnvoyConfig,
-//!   a file truncated while being written) never replaces the config Envoy serves.
+//!   a file truncated while being written) never replaces the config Envoy serves;
+//! - a write that pauses mid-file is not applied until its writer closes the file (the
+//!   half file is never served).
 //!
 //! Harness and conventions as in `xds_e2e.rs`: in-process discovery service on
 //! 127.0.0.1, Envoy as a child process, unique node ids, free ports.
@@ -21,8 +23,9 @@ use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::free_port;
 use marin3r_tests::Must;
+use marin3r_tests::configs::{direct, http_listener, resource};
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, body_at, direct_response_yaml, init_tracing, localhost, write_atomic,
+    CONVERGE, Envoy, Xds, body_at, direct_response_yaml, get, init_tracing, localhost, write_atomic,
 };
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -312,6 +315,74 @@ async fn a_malformed_config_file_never_replaces_what_envoy_serves() {
         .wait_body(localhost(port), "fixed\n", CONVERGE, POLL)
         .await
         .must();
+    drop(envoy);
+    xds.stop().await.must();
+}
+
+/// An EnvoyConfig for `node` with one direct-response listener per port, one resource
+/// per line, so that each line boundary of its resources is a valid, shorter EnvoyConfig.
+fn listeners_yaml(node: &str, ports: &[u16], body: &str) -> String {
+    let mut yaml = format!(
+        "apiVersion: marin3r.3scale.net/v1alpha1\nkind: EnvoyConfig\nmetadata: {{name: {node}, namespace: default}}\nspec:\n  nodeID: {node}\n  resources:\n"
+    );
+    for (i, port) in ports.iter().enumerate() {
+        let listener = http_listener(&format!("l{i}"), *port, direct(body), None);
+        yaml.push_str(&format!("  - {}\n", resource("listener", listener)));
+    }
+    yaml
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_pauses_mid_file_never_serves_the_half_file() {
+    use std::io::Write as _;
+    init_tracing();
+    let node = "hard-paused-write";
+    let ports = [free_port().unwrap(), free_port().unwrap()];
+    let file = "config.yaml";
+    let xds = Xds::start(&[(file, listeners_yaml(node, &ports, "v1\n"))])
+        .await
+        .must();
+    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
+    for port in ports {
+        envoy
+            .wait_body(localhost(port), "v1\n", CONVERGE, POLL)
+            .await
+            .must();
+    }
+    // The file is rewritten in place; the writer pauses after the first listener (what
+    // it wrote so far is a valid EnvoyConfig with one listener).
+    let full = listeners_yaml(node, &ports, "v2\n");
+    let half = listeners_yaml(node, &ports[..1], "v2\n");
+    assert!(full.starts_with(&half));
+    let mut writer = std::fs::File::create(xds.file(file)).unwrap();
+    writer.write_all(half.as_bytes()).unwrap();
+    writer.flush().unwrap();
+    // The folder was scanned with the half file in it: the status says it is being written.
+    let start = Instant::now();
+    loop {
+        let status = get(xds.metrics, "/status").await.must();
+        if status.body.contains("being written") {
+            break;
+        }
+        assert!(
+            start.elapsed() < CONVERGE,
+            "never reported: {}",
+            status.body
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    // Envoy keeps both listeners with the last good content while the writer pauses.
+    for port in ports {
+        keeps_serving(&mut envoy, port, "v1\n", Duration::from_millis(500)).await;
+    }
+    writer.write_all(&full.as_bytes()[half.len()..]).unwrap();
+    drop(writer);
+    for port in ports {
+        envoy
+            .wait_body(localhost(port), "v2\n", CONVERGE, POLL)
+            .await
+            .must();
+    }
     drop(envoy);
     xds.stop().await.must();
 }

@@ -4,12 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use serde_json::Value;
 
 use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, SecretData, parse_envoy_config, parse_secret};
 use marin3r_envoyconfig::manifest::ManifestSecrets;
+
+use super::settle::{Event, Settling, Verdict, Watch};
 
 /// Namespace of an EnvoyConfig manifest without `metadata.namespace`.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -22,11 +24,20 @@ pub type Key = (String, String);
 /// reported and its last good content kept; it is never read into memory.
 pub const MAX_FILE_BYTES: u64 = 3 * 512 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Fingerprint {
     len: u64,
     modified: Option<SystemTime>,
     inode: u64,
+}
+
+impl Fingerprint {
+    fn hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        Hash::hash(self, &mut h);
+        h.finish()
+    }
 }
 
 fn fingerprint(m: &std::fs::Metadata) -> Fingerprint {
@@ -91,6 +102,15 @@ fn parse(doc: &Value) -> Parsed {
 pub struct LocalSource {
     pub(super) dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
+    /// The folder's inotify watch; `None` when it could not be set up or was lost.
+    watch: Option<Watch>,
+    settling: Settling,
+    /// Changed files whose writer is not done yet (their last good content is used).
+    unsettled: BTreeSet<PathBuf>,
+    /// Files read while still held open by a writer (warned once per file).
+    overdue: BTreeSet<PathBuf>,
+    /// Whether the first scan was done (it reads every file as it is).
+    scanned: bool,
 }
 
 /// Whether the name is one of a manifest (the caller checks that it is a file).
@@ -107,10 +127,67 @@ fn is_manifest_name(path: &Path) -> bool {
 }
 
 impl LocalSource {
+    /// Reads `dir`, watching it with inotify to know when a changed file has settled
+    /// ([`super::settle`]).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        let watch = match Watch::new(&dir) {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the config folder with inotify; a changed file is read once unchanged for {} ms instead", super::settle::QUIET.as_millis());
+                None
+            }
+        };
+        Self::with_watch(dir, watch)
+    }
+
+    /// Reads `dir` without inotify: a changed file is read once unchanged for
+    /// [`super::settle::QUIET`].
+    pub fn without_watch(dir: impl Into<PathBuf>) -> Self {
+        Self::with_watch(dir.into(), None)
+    }
+
+    fn with_watch(dir: PathBuf, watch: Option<Watch>) -> Self {
         Self {
-            dir: dir.into(),
+            dir,
             files: BTreeMap::new(),
+            settling: Settling::new(watch.is_some()),
+            watch,
+            unsettled: BTreeSet::new(),
+            overdue: BTreeSet::new(),
+            scanned: false,
+        }
+    }
+
+    /// Takes the write events queued since the last call.
+    fn observe_events(&mut self, now: Instant) {
+        let Some(watch) = &mut self.watch else { return };
+        for event in watch.drain() {
+            if event == Event::Overflow {
+                tracing::warn!(dir = %self.dir.display(), "lost track of the config folder's writers (inotify queue overflow or watch removed); from now on a changed file is read once unchanged for {} ms", super::settle::QUIET.as_millis());
+                self.watch = None;
+                self.settling.observe(event, now);
+                return;
+            }
+            self.settling.observe(event, now);
+        }
+    }
+
+    /// Whether the changed file at `path` can be read now.
+    fn settled(&mut self, path: &Path, fp: &Fingerprint, now: Instant) -> bool {
+        if !self.scanned && !self.settling.uses_events() {
+            // At start, without write events, every file is read as it is.
+            return true;
+        }
+        match self.settling.verdict(path, fp.hash(), now) {
+            Verdict::Settled => true,
+            Verdict::Writing => false,
+            Verdict::Overdue => {
+                if self.overdue.insert(path.to_path_buf()) {
+                    tracing::warn!(file = %path.display(), "the file has been held open by a writer for {} s; reading it as it is", super::settle::MAX_SETTLE.as_secs());
+                }
+                true
+            }
         }
     }
 
@@ -122,9 +199,19 @@ impl LocalSource {
     /// last good content (never "deleted") and is reported ([`Self::file_errors`]),
     /// logged once per distinct problem. Only a file whose directory entry is gone is
     /// deleted.
+    ///
+    /// A changed file is read only once it has settled ([`super::settle`]); until then
+    /// its last good content is used and it is reported as being written.
     pub fn scan(&mut self) -> std::io::Result<bool> {
+        self.scan_at(Instant::now())
+    }
+
+    /// [`Self::scan`] at `now`.
+    pub fn scan_at(&mut self, now: Instant) -> std::io::Result<bool> {
         let mut present = BTreeSet::new();
+        let mut unsettled = BTreeSet::new();
         let mut changed = false;
+        self.observe_events(now);
         for entry in std::fs::read_dir(&self.dir)? {
             let path = entry?.path();
             if !is_manifest_name(&path) {
@@ -143,7 +230,23 @@ impl LocalSource {
                         present.insert(path);
                         continue;
                     }
-                    (Some(fp), read_manifest(&path, &meta))
+                    present.insert(path.clone());
+                    if !self.settled(&path, &fp, now) {
+                        unsettled.insert(path);
+                        continue;
+                    }
+                    let token = self.settling.before_read(&path);
+                    let read = read_manifest(&path, &meta);
+                    self.observe_events(now);
+                    if !self.overdue.contains(&path) && !self.settling.unchanged_since(&path, token)
+                    {
+                        // Written while it was read: read again once settled.
+                        unsettled.insert(path);
+                        continue;
+                    }
+                    self.settling.forget(&path);
+                    self.overdue.remove(&path);
+                    (Some(fp), read)
                 }
                 Err(e) => (None, Err(format!("cannot read the file: {e}"))),
             };
@@ -152,6 +255,11 @@ impl LocalSource {
         }
         let before = self.files.len();
         self.files.retain(|p, _| present.contains(p));
+        self.settling.retain(|p| present.contains(p));
+        self.overdue.retain(|p| present.contains(p));
+        changed |= unsettled != self.unsettled;
+        self.unsettled = unsettled;
+        self.scanned = true;
         Ok(changed || self.files.len() != before)
     }
 
@@ -191,11 +299,22 @@ impl LocalSource {
     }
 
     /// The files that cannot be used now (their last good content is), with why.
+    /// A file still being written is reported as such.
     pub fn file_errors(&self) -> BTreeMap<PathBuf, String> {
-        self.files
+        let mut errors: BTreeMap<PathBuf, String> = self
+            .files
             .iter()
             .filter_map(|(p, f)| Some((p.clone(), f.error.clone()?)))
-            .collect()
+            .collect();
+        for path in &self.unsettled {
+            let what = if self.files.contains_key(path) {
+                "its last good content is used until its writer closes it"
+            } else {
+                "it is read once its writer closes it"
+            };
+            errors.insert(path.clone(), format!("being written: {what}"));
+        }
+        errors
     }
 
     /// The EnvoyConfigs and Secrets currently defined (parsed when their file changed).
@@ -374,5 +493,108 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         assert!(source.scan().unwrap());
         assert!(names(&source).is_empty());
+    }
+
+    /// How many resources the EnvoyConfig read from the folder has.
+    fn resources(source: &LocalSource) -> Vec<usize> {
+        source
+            .manifests()
+            .configs
+            .iter()
+            .map(|c| c.spec.resources.as_ref().map_or(0, Vec::len))
+            .collect()
+    }
+
+    fn two_listeners(name: &str) -> String {
+        format!(
+            "{}  - type: listener\n    value: {{name: l2, port: 2}}\n",
+            ec(name, 1)
+        )
+    }
+
+    #[test]
+    fn a_file_is_read_only_once_its_writer_closes_it() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        let three = format!(
+            "{}  - type: listener\n    value: {{name: l3, port: 3}}\n",
+            two_listeners("a")
+        );
+        write(&file, &three);
+        let mut source = LocalSource::new(dir.path());
+        assert!(source.scan().unwrap());
+        assert_eq!(resources(&source), [3]);
+
+        // A writer rewrites the file and pauses after the first listener.
+        let full = two_listeners("a");
+        let (half, rest) = full.split_at(ec("a", 1).len());
+        let mut writer = std::fs::File::create(&file).unwrap();
+        writer.write_all(half.as_bytes()).unwrap();
+        writer.flush().unwrap();
+        assert!(source.scan().unwrap(), "being written is reported");
+        assert_eq!(resources(&source), [3], "the half file is not used");
+        assert!(source.file_errors()[&file].starts_with("being written"));
+        assert!(
+            !source.scan().unwrap(),
+            "nothing new while the writer pauses"
+        );
+        assert_eq!(resources(&source), [3]);
+
+        writer.write_all(rest.as_bytes()).unwrap();
+        drop(writer);
+        assert!(source.scan().unwrap());
+        assert_eq!(resources(&source), [2]);
+        assert!(source.file_errors().is_empty());
+
+        // A new file being written is not read either.
+        let mut writer = std::fs::File::create(dir.path().join("b.yaml")).unwrap();
+        writer.write_all(ec("b", 1).as_bytes()).unwrap();
+        assert!(source.scan().unwrap());
+        assert_eq!(names(&source), ["a"]);
+        drop(writer);
+        assert!(source.scan().unwrap());
+        assert_eq!(names(&source), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_file_held_open_for_too_long_is_read_as_it_is() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        write(&file, &two_listeners("a"));
+        let mut source = LocalSource::new(dir.path());
+        let t0 = Instant::now();
+        assert!(source.scan_at(t0).unwrap());
+        let mut writer = std::fs::File::create(&file).unwrap();
+        writer.write_all(ec("a", 1).as_bytes()).unwrap();
+        assert!(source.scan_at(t0).unwrap());
+        assert_eq!(resources(&source), [2]);
+        let later = t0 + super::super::settle::MAX_SETTLE + std::time::Duration::from_secs(1);
+        assert!(source.scan_at(later).unwrap());
+        assert_eq!(resources(&source), [1], "read although still open");
+        assert!(source.file_errors().is_empty());
+        drop(writer);
+    }
+
+    #[test]
+    fn without_inotify_a_file_is_read_once_unchanged_for_a_while() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        write(&file, &two_listeners("a"));
+        let mut source = LocalSource::without_watch(dir.path());
+        let t0 = Instant::now();
+        assert!(
+            source.scan_at(t0).unwrap(),
+            "the first scan reads every file"
+        );
+        assert_eq!(resources(&source), [2]);
+        write(&file, &ec("a", 1));
+        assert!(source.scan_at(t0).unwrap());
+        assert_eq!(resources(&source), [2], "just changed");
+        let quiet = t0 + super::super::settle::QUIET;
+        assert!(source.scan_at(quiet).unwrap());
+        assert_eq!(resources(&source), [1]);
+        assert!(source.file_errors().is_empty());
     }
 }

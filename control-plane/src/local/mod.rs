@@ -5,7 +5,8 @@
 //! hidden files and sub-folders are skipped; symlinks are followed, so a mounted ConfigMap
 //! works). The folder is re-scanned every [`POLL_INTERVAL`]; a file is re-read when its
 //! size, inode or modification time changes (this also catches editors that write a new
-//! file and rename it). A file that does not parse is logged and its last good content
+//! file and rename it), and only once it has settled ([`settle`]: its writer closed it,
+//! as inotify reports; a file still being written keeps its last good content). A file that does not parse is logged and its last good content
 //! keeps being used; so does an EnvoyConfig document that is not a valid EnvoyConfig.
 //!
 //! Self-healing (SPEC §4) runs through [`Engine`], one [`Revisions`] per EnvoyConfig
@@ -44,6 +45,7 @@
 pub mod backend;
 pub mod engine;
 pub mod folder;
+pub mod settle;
 pub mod state;
 
 pub use backend::{EVALUATE_INTERVAL, LocalBackend, POLL_INTERVAL};
