@@ -535,6 +535,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BootstrapError> {
 
     let result = (|| {
         let mut f = fs::File::create(&tmp)?;
+        // Readable by Envoy, which runs as another user than the init manager
+        // (`generate::ENVOY_UID`); the files hold no secret (only paths to them).
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, Lifecycle,
-    LifecycleHandler, ObjectFieldSelector, Probe, ResourceRequirements, SecretVolumeSource, Volume,
-    VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, Probe, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -27,6 +27,37 @@ pub const SHUTDOWN_MANAGER_NAME: &str = "envoy-shtdn-mgr";
 pub const SHUTDOWN_PATH: &str = "/shutdown";
 /// Shutdown manager endpoint that starts draining.
 pub const DRAIN_PATH: &str = "/drain";
+/// User and group the Envoy container runs as: the `envoy` user of Envoy's official
+/// images (their entrypoint, which `command: [envoy]` bypasses, switches to it too).
+pub const ENVOY_UID: i64 = 101;
+/// User and group the init and shutdown managers run as: the `nonroot` user of the
+/// marin3r image (`Dockerfile`).
+pub const MARIN3R_UID: i64 = 65532;
+
+/// The securityContext of every generated container: Pod Security Standards
+/// `restricted` (non-root with a numeric user, so that the kubelet can verify it without
+/// reading the image; no privilege escalation; every capability dropped; the runtime's
+/// default seccomp profile) and a read-only root filesystem (Envoy and the managers
+/// write only to the mounted bootstrap emptyDir and to `/dev/shm`).
+pub fn restricted_security_context(uid: i64) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Default::default()
+        }),
+        privileged: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
 
 fn http_get(path: &str, port: u16) -> HTTPGetAction {
     HTTPGetAction {
@@ -173,6 +204,7 @@ pub fn envoy_container(cfg: &SidecarConfig) -> Container {
             .as_ref()
             .map(|sm| pre_stop(SHUTDOWN_PATH, sm.port)),
         restart_policy: cfg.native_sidecar.then(|| "Always".to_string()),
+        security_context: Some(restricted_security_context(ENVOY_UID)),
         ..Default::default()
     }
 }
@@ -219,6 +251,7 @@ pub fn init_manager_container(cfg: &SidecarConfig) -> Container {
             mount(&cfg.config_volume, CONFIG_MOUNT_PATH, false),
             mount(&cfg.tls_volume, TLS_MOUNT_PATH, true),
         ]),
+        security_context: Some(restricted_security_context(MARIN3R_UID)),
         ..Default::default()
     }
 }
@@ -251,6 +284,7 @@ pub fn shutdown_manager_container(cfg: &SidecarConfig, sm: &ShutdownManager) -> 
         }),
         lifecycle: Some(pre_stop(DRAIN_PATH, sm.port)),
         restart_policy: cfg.native_sidecar.then(|| "Always".to_string()),
+        security_context: Some(restricted_security_context(MARIN3R_UID)),
         ..Default::default()
     }
 }

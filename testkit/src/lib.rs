@@ -8,6 +8,8 @@
 //! - [`admission`]: AdmissionReview v1 bodies as the API server sends them (Pod for the
 //!   mutating path, EnvoyConfig for the validating one).
 //! - [`tls`]: a rustls client config trusting one CA PEM.
+//! - [`pod_security`]: the Pod Security Standards `restricted` profile, checked on a
+//!   container (every container marin3r generates must pass it).
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -15,6 +17,7 @@
 
 pub mod admission;
 pub mod http;
+pub mod pod_security;
 pub mod tls;
 pub mod wait;
 

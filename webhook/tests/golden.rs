@@ -18,6 +18,7 @@ mod common;
 
 use marin3r_sidecar::Defaults;
 use marin3r_testkit::admission::{Review, UID};
+use marin3r_testkit::pod_security::container_violations;
 use marin3r_webhook::MUTATE_PATH;
 
 fn fixtures() -> PathBuf {
@@ -122,12 +123,48 @@ async fn run_case(dir: &Path) -> Result<(), String> {
         ));
     }
 
+    let breaches = generated_container_breaches(&injected);
+    if !breaches.is_empty() {
+        return Err(format!("{name}: not Pod Security restricted: {breaches:?}"));
+    }
+
     // Idempotency: the injected Pod goes through again and comes back unchanged.
     let again = admit(&injected, &namespace).await;
     if again["allowed"] != true || again.get("patch").is_some() {
         return Err(format!("{name}: second pass is not a no-op: {again}"));
     }
     Ok(())
+}
+
+/// Generated containers checked by [`generated_container_breaches`] (so that the check
+/// cannot pass by finding none).
+static CHECKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// What breaks Pod Security `restricted` (or our read-only root filesystem rule) in the
+/// containers injection generates (Envoy, the init manager, the shutdown manager).
+fn generated_container_breaches(pod: &Value) -> Vec<String> {
+    let spec = &pod["spec"];
+    let generated = |c: &&Value| {
+        let name = c["name"].as_str().unwrap_or_default();
+        name == marin3r_sidecar::generate::INIT_MANAGER_NAME
+            || name == marin3r_sidecar::generate::SHUTDOWN_MANAGER_NAME
+            || (c["command"] == json!(["envoy"])
+                && c["args"][1] == marin3r_sidecar::generate::CONFIG_FILE)
+    };
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| spec[*k].as_array().into_iter().flatten())
+        .filter(generated)
+        .collect();
+    CHECKED.fetch_add(containers.len(), std::sync::atomic::Ordering::Relaxed);
+    let mut out = Vec::new();
+    for c in containers {
+        out.extend(container_violations(c, &spec["securityContext"]));
+        if c["securityContext"]["readOnlyRootFilesystem"] != true {
+            out.push(format!("{}: readOnlyRootFilesystem is not true", c["name"]));
+        }
+    }
+    out
 }
 
 #[tokio::test]
@@ -149,6 +186,10 @@ async fn golden_injection_cases() {
             failures.push(e);
         }
     }
+    assert!(
+        CHECKED.load(std::sync::atomic::Ordering::Relaxed) >= 2 * 25,
+        "the restricted check saw too few generated containers"
+    );
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",
