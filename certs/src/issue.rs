@@ -3,18 +3,15 @@
 use std::fmt;
 use std::fs;
 use std::io::Write as _;
-use std::net::IpAddr;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use rcgen::KeyPair;
 
 use crate::CertsError;
+use crate::lifecycle::{Profile, Usage, issue_cert};
 
 /// Common name of the generated CA.
 pub const CA_COMMON_NAME: &str = "marin3r-ca";
@@ -23,7 +20,7 @@ pub const DEFAULT_CLIENT_CN: &str = "envoy-sidecar-client";
 /// Default validity of every generated certificate: 365 days.
 pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// Certificates start being valid this long before they are issued, to tolerate clock skew.
-const BACKDATE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 /// Kind of key generated for each certificate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -202,78 +199,30 @@ pub fn issue(opts: &IssueOptions) -> Result<Bundle, CertsError> {
     }
 
     let now = SystemTime::now();
-    let not_before = now.checked_sub(BACKDATE).unwrap_or(now);
-    let not_after = now.checked_add(opts.validity).ok_or_else(|| {
-        CertsError::InvalidOptions(format!("validity {:?} is too long", opts.validity))
-    })?;
-    let base = |cn: &str| {
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.not_before = not_before.into();
-        params.not_after = not_after.into();
-        params
+    let profile = |common_name: &str, hosts: Vec<String>, usage: Usage| Profile {
+        common_name: common_name.to_owned(),
+        hosts,
+        usage,
+        validity: opts.validity,
+        key_type: opts.key_type,
     };
-
-    // CA
-    let ca_key = generate_key(opts.key_type, "CA key")?;
-    let mut ca_params = base(CA_COMMON_NAME);
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params
-        .self_signed(&ca_key)
-        .map_err(|source| CertsError::Generate {
-            what: "CA certificate",
-            source,
-        })?;
-    let ca = CertKeyPem {
-        cert_pem: ca_cert.pem(),
-        key_pem: ca_key.serialize_pem(),
-    };
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    // Server
-    let mut server_params = base(first_host);
-    server_params.subject_alt_names =
-        hosts
-            .iter()
-            .map(|&host| match host.parse::<IpAddr>() {
-                Ok(ip) => Ok(SanType::IpAddress(ip)),
-                Err(_) => host.try_into().map(SanType::DnsName).map_err(|source| {
-                    CertsError::InvalidHost {
-                        host: host.to_owned(),
-                        source,
-                    }
-                }),
-            })
-            .collect::<Result<_, _>>()?;
-    server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server = leaf(
-        server_params,
-        opts.key_type,
-        &issuer,
-        ("server key", "server certificate"),
+    let ca = issue_cert(&profile(CA_COMMON_NAME, Vec::new(), Usage::Ca), None, now)?;
+    let server_hosts = hosts.iter().map(|h| (*h).to_owned()).collect();
+    let server = issue_cert(
+        &profile(first_host, server_hosts, Usage::Server),
+        Some(&ca),
+        now,
     )?;
-
-    // Client
-    let mut client_params = base(opts.client_cn.trim());
-    client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client = leaf(
-        client_params,
-        opts.key_type,
-        &issuer,
-        ("client key", "client certificate"),
+    let client = issue_cert(
+        &profile(opts.client_cn.trim(), Vec::new(), Usage::Client),
+        Some(&ca),
+        now,
     )?;
-
     Ok(Bundle { ca, server, client })
 }
 
 /// Generates a key of `key_type`; `what` names it in errors.
-fn generate_key(key_type: KeyType, what: &'static str) -> Result<KeyPair, CertsError> {
+pub(crate) fn generate_key(key_type: KeyType, what: &'static str) -> Result<KeyPair, CertsError> {
     match key_type {
         KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
             .map_err(|source| CertsError::Generate { what, source }),
@@ -294,30 +243,6 @@ fn generate_key(key_type: KeyType, what: &'static str) -> Result<KeyPair, CertsE
                 .map_err(|source| CertsError::Generate { what, source })
         }
     }
-}
-
-/// Signs an end-entity certificate from `params` with a fresh key; `(key_what, cert_what)`
-/// name the two in errors.
-fn leaf(
-    mut params: CertificateParams,
-    key_type: KeyType,
-    issuer: &Issuer<'_, KeyPair>,
-    (key_what, cert_what): (&'static str, &'static str),
-) -> Result<CertKeyPem, CertsError> {
-    let key = generate_key(key_type, key_what)?;
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.use_authority_key_identifier_extension = true;
-    let cert = params
-        .signed_by(&key, issuer)
-        .map_err(|source| CertsError::Generate {
-            what: cert_what,
-            source,
-        })?;
-    Ok(CertKeyPem {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
 }
 
 #[cfg(test)]

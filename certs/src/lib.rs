@@ -42,6 +42,7 @@
 mod config;
 mod error;
 mod issue;
+pub mod lifecycle;
 mod pem;
 mod reload;
 
