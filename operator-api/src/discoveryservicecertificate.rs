@@ -52,12 +52,14 @@ pub struct DiscoveryServiceCertificateSpec {
     pub certificate_renewal: Option<CertificateRenewal>,
 }
 
+const SIGNER_MESSAGE: &str = "exactly one of 'selfSigned' or 'caSigned' must be set";
+
 /// `signer`: exactly one of `selfSigned` and `caSigned`.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "has(self.selfSigned) != has(self.caSigned)",
-    "message": "exactly one of 'selfSigned' or 'caSigned' must be set"
+    "message": SIGNER_MESSAGE
 }]))]
 pub struct Signer {
     /// A self-signed certificate.
@@ -207,11 +209,7 @@ impl DiscoveryServiceCertificateSpec {
                 "spec.signer.caSigned.caSecretRef.name",
                 ca.ca_secret_ref.name.as_deref().unwrap_or_default(),
             ),
-            _ => errors.push(
-                "spec.signer",
-                Rule::ExactlyOne,
-                "exactly one of 'selfSigned' or 'caSigned' must be set",
-            ),
+            _ => errors.push("spec.signer", Rule::ExactlyOne, SIGNER_MESSAGE),
         }
         errors.non_empty("spec.secretRef.name", self.secret_name());
         errors.into_result()

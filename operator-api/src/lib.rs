@@ -16,6 +16,7 @@
 //! ([`crds`]).
 #![forbid(unsafe_code)]
 
+pub mod conditions;
 pub mod discoveryservice;
 pub mod discoveryservicecertificate;
 pub mod duration;
@@ -92,4 +93,151 @@ pub(crate) fn port(field: &str, value: i32) -> Result<u16, Error> {
             field: field.to_string(),
             value: i64::from(value),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The schema node at `path` (dot-separated, `[]` for items) of `kind`'s spec.
+    fn schema(kind: &str, path: &str) -> Value {
+        let crd = crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == kind)
+            .unwrap();
+        let mut node =
+            serde_json::to_value(crd).unwrap()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+                ["properties"]["spec"]
+                .clone();
+        for part in path.split('.') {
+            let (name, items) = part.strip_suffix("[]").map_or((part, false), |n| (n, true));
+            node = node["properties"][name].clone();
+            if items {
+                node = node["items"].clone();
+            }
+        }
+        assert!(!node.is_null(), "{kind} {path}");
+        node
+    }
+
+    fn errors(kind: &str, spec: Value) -> Vec<FieldError> {
+        let result = match kind {
+            "EnvoyDeployment" => serde_json::from_value::<EnvoyDeploymentSpec>(spec)
+                .unwrap()
+                .validate(),
+            "DiscoveryServiceCertificate" => {
+                serde_json::from_value::<DiscoveryServiceCertificateSpec>(spec)
+                    .unwrap()
+                    .validate()
+            }
+            _ => serde_json::from_value::<DiscoveryServiceSpec>(spec)
+                .unwrap()
+                .validate(),
+        };
+        match result {
+            Err(Error::Invalid(errors)) => errors,
+            other => panic!("{kind}: expected errors, got {other:?}"),
+        }
+    }
+
+    // One table, checked both ways: each CEL rule of the schemas has a validate() twin
+    // at the same path with the same message.
+    #[test]
+    fn every_cel_rule_has_a_validate_twin() {
+        let ed = |extra: Value| {
+            let mut spec = json!({"envoyConfigRef": "c", "discoveryServiceRef": "d"});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            spec
+        };
+        let cases = [
+            (
+                "EnvoyDeployment",
+                "replicas",
+                ed(json!({"replicas": {"static": 1, "dynamic": {"maxReplicas": 2}}})),
+            ),
+            (
+                "EnvoyDeployment",
+                "replicas.dynamic",
+                ed(json!({"replicas": {"dynamic": {"minReplicas": 3, "maxReplicas": 2}}})),
+            ),
+            (
+                "EnvoyDeployment",
+                "podDisruptionBudget",
+                ed(json!({"podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1}})),
+            ),
+            (
+                "DiscoveryServiceCertificate",
+                "signer",
+                json!({"commonName": "a", "validFor": 1, "secretRef": {"name": "s"},
+                       "signer": {"selfSigned": {}, "caSigned": {"caSecretRef": {"name": "ca"}}}}),
+            ),
+        ];
+        let mut seen = 0;
+        for (kind, path, spec) in cases {
+            let rules = schema(kind, path)["x-kubernetes-validations"].clone();
+            let message = rules[0]["message"].as_str().unwrap().to_string();
+            let errors = errors(kind, spec);
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.path == format!("spec.{path}") && e.message == message),
+                "{kind} {path}: {errors:?} lacks {message:?}"
+            );
+            seen += rules.as_array().unwrap().len();
+        }
+        // Every rule in the schemas is in the table above.
+        let total: usize = crds()
+            .iter()
+            .map(|c| {
+                serde_json::to_string(c)
+                    .unwrap()
+                    .matches("x-kubernetes-validations")
+                    .count()
+            })
+            .sum();
+        assert_eq!(seen, total);
+    }
+
+    #[test]
+    fn every_port_range_has_a_validate_twin() {
+        let ed = json!({"envoyConfigRef": "c", "discoveryServiceRef": "d",
+            "adminPort": 0, "ports": [{"name": "http", "port": 65536}],
+            "shutdownManager": {"serverPort": -1}});
+        let ds = json!({"xdsServerPort": 0, "metricsPort": 0, "probePort": 0});
+        for (kind, spec, paths) in [
+            (
+                "EnvoyDeployment",
+                ed,
+                vec!["adminPort", "ports[].port", "shutdownManager.serverPort"],
+            ),
+            (
+                "DiscoveryService",
+                ds,
+                vec!["xdsServerPort", "metricsPort", "probePort"],
+            ),
+        ] {
+            let errors = errors(kind, spec);
+            for path in paths {
+                let node = schema(kind, path);
+                assert_eq!(
+                    (node["minimum"].as_f64(), node["maximum"].as_f64()),
+                    (Some(1.0), Some(65535.0)),
+                    "{kind} {path}"
+                );
+                let want = format!("spec.{}", path.replace("[]", "[0]"));
+                assert!(
+                    errors
+                        .iter()
+                        .any(|e| e.path == want && e.rule == Rule::Range),
+                    "{kind} {want}: {errors:?}"
+                );
+            }
+        }
+    }
 }
