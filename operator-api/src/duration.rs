@@ -154,4 +154,23 @@ mod tests {
             );
         }
     }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(input in "\\PC{0,24}") {
+            let _ = parse_go_duration("spec.duration", &input);
+        }
+
+        #[test]
+        fn never_panics_near_the_grammar(input in "[-+]?([0-9.]{0,22}(ns|us|µs|ms|s|m|h|d|)){0,4}") {
+            let _ = parse_go_duration("spec.duration", &input);
+        }
+
+        #[test]
+        fn sums_hours_minutes_seconds_and_millis(h in 0u64..100_000, m in 0u64..1000, s in 0u64..1000, ms in 0u64..1000) {
+            let text = format!("{h}h{m}m{s}s{ms}ms");
+            let want = Duration::from_secs(h * 3600 + m * 60 + s) + Duration::from_millis(ms);
+            proptest::prop_assert_eq!(parse_go_duration("spec.duration", &text), Ok(want));
+        }
+    }
 }
