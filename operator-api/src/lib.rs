@@ -144,6 +144,37 @@ mod tests {
         }
     }
 
+    /// What kube's `Api<K>` and `Controller<K>` ask of a resource type.
+    fn api_ready<K>()
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + kube::CustomResourceExt
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + Clone
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let ar = K::api_resource();
+        assert_eq!((ar.group.as_str(), ar.version.as_str()), (GROUP, VERSION));
+        assert_eq!(ar.kind, K::kind(&()));
+        assert_eq!(K::crd_name(), format!("{}.{GROUP}", K::plural(&())));
+        assert!(K::shortnames().is_empty());
+    }
+
+    #[test]
+    fn the_three_kinds_are_namespaced_api_resources() {
+        api_ready::<DiscoveryService>();
+        api_ready::<DiscoveryServiceCertificate>();
+        api_ready::<EnvoyDeployment>();
+        assert_eq!(
+            <DiscoveryService as kube::Resource>::api_version(&()),
+            "operator.marin3r.3scale.net/v1alpha1"
+        );
+    }
+
     // One table, checked both ways: each CEL rule of the schemas has a validate() twin
     // at the same path with the same message.
     #[test]
