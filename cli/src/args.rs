@@ -56,7 +56,16 @@ pub enum Command {
     /// Show the EnvoyConfigs of a local-mode discovery service, like `kubectl get ec`.
     Status(StatusArgs),
     /// Print the CustomResourceDefinitions (EnvoyConfig, EnvoyConfigRevision) as YAML.
-    Crds,
+    Crds(CrdsArgs),
+}
+
+/// `marin3r crds`.
+#[derive(Debug, Args, Clone, Copy)]
+pub struct CrdsArgs {
+    /// Print the operator's CRDs instead (DiscoveryService, DiscoveryServiceCertificate,
+    /// EnvoyDeployment; what `manifests/operator/crds/` holds).
+    #[arg(long)]
+    pub operator: bool,
 }
 
 /// Parses a listen address: `:8081` (all interfaces), `127.0.0.1:8081`, `[::1]:8081`.

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::args::{
-    CertsArgs, Command, DiscoveryServiceArgs, InitManagerArgs, InjectArgs, ShutdownManagerArgs,
-    StatusArgs, StatusOutput, ValidateArgs, WebhookArgs,
+    CertsArgs, Command, CrdsArgs, DiscoveryServiceArgs, InitManagerArgs, InjectArgs,
+    ShutdownManagerArgs, StatusArgs, StatusOutput, ValidateArgs, WebhookArgs,
 };
 
 pub fn run(command: Command) -> Result<ExitCode> {
@@ -24,7 +24,7 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::DiscoveryService(a) => runtime()?.block_on(discovery_service(a)),
         Command::Validate(a) => validate(a),
         Command::Status(a) => status(a),
-        Command::Crds => crds(),
+        Command::Crds(a) => crds(a),
     }
 }
 
@@ -76,12 +76,15 @@ async fn run_discovery_service(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `marin3r crds`: the CRDs as multi-document YAML (what `manifests/crds/` holds).
-fn crds() -> Result<ExitCode> {
-    print!(
-        "{}",
-        marin3r_manifests::crds_yaml().context("cannot generate the CRDs")?
-    );
+/// `marin3r crds`: the CRDs as multi-document YAML (what `manifests/crds/` holds);
+/// with `--operator`, the operator's (what `manifests/operator/crds/` holds).
+fn crds(a: CrdsArgs) -> Result<ExitCode> {
+    let yaml = if a.operator {
+        marin3r_manifests::operator_crds_yaml()
+    } else {
+        marin3r_manifests::crds_yaml()
+    };
+    print!("{}", yaml.context("cannot generate the CRDs")?);
     Ok(ExitCode::SUCCESS)
 }
 

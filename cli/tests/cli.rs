@@ -431,3 +431,24 @@ fn discovery_service_without_config_dir_fails_clearly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config-dir"));
 }
+
+#[test]
+fn crds_prints_the_crds_and_with_operator_the_operators() {
+    let out = marin3r().arg("crds").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        marin3r_manifests::crds_yaml().unwrap()
+    );
+    let out = marin3r().args(["crds", "--operator"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text, marin3r_manifests::operator_crds_yaml().unwrap());
+    for kind in [
+        "kind: DiscoveryService\n",
+        "kind: DiscoveryServiceCertificate\n",
+        "kind: EnvoyDeployment\n",
+    ] {
+        assert!(text.contains(kind), "{kind}");
+    }
+}

@@ -1,0 +1,399 @@
+//! The operator's CRDs under `manifests/operator/crds/` are what the Rust types of
+//! `marin3r-operator-api` generate, and their structure is upstream's (OPERATOR.md §2.4,
+//! `tests/data/operator-crds-upstream-structure.yaml`) plus exactly the [R] additions.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+fn crds_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("operator/crds")
+}
+
+fn expected_files() -> Vec<(String, String)> {
+    let mut files = marin3r_manifests::operator_crd_files().unwrap();
+    files.push((
+        "kustomization.yaml".to_string(),
+        marin3r_manifests::operator_kustomization_yaml().unwrap(),
+    ));
+    files
+}
+
+#[test]
+fn checked_in_operator_crds_are_up_to_date() {
+    let update = std::env::var_os("UPDATE_CRDS").is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (file, content) in expected_files() {
+        let path = crds_dir().join(&file);
+        if update {
+            std::fs::create_dir_all(crds_dir()).unwrap();
+            std::fs::write(&path, &content).unwrap();
+            continue;
+        }
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(content.as_str()) {
+            stale.push(path.display().to_string());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "stale generated CRDs: {stale:?}\nregenerate them with: UPDATE_CRDS=1 cargo test -p marin3r-manifests"
+    );
+    // Nothing else lives there.
+    let present: BTreeSet<String> = std::fs::read_dir(crds_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let expected: BTreeSet<String> = expected_files().into_iter().map(|(f, _)| f).collect();
+    assert_eq!(present, expected);
+}
+
+#[test]
+fn operator_crds_parse_and_the_stream_matches_the_files() {
+    let docs: Vec<CustomResourceDefinition> =
+        serde_saphyr::from_multiple(&marin3r_manifests::operator_crds_yaml().unwrap()).unwrap();
+    let names: Vec<String> = docs
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "discoveryservices.operator.marin3r.3scale.net",
+            "discoveryservicecertificates.operator.marin3r.3scale.net",
+            "envoydeployments.operator.marin3r.3scale.net",
+        ]
+    );
+    if std::env::var_os("UPDATE_CRDS").is_some() {
+        return;
+    }
+    for (file, _) in marin3r_manifests::operator_crd_files().unwrap() {
+        let text = std::fs::read_to_string(crds_dir().join(&file)).unwrap();
+        let parsed: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+        assert!(docs.contains(&parsed), "{file}");
+    }
+}
+
+/// Upstream's structure (OPERATOR.md §2.4), by kind.
+fn upstream(kind: &str) -> Value {
+    let text = include_str!("data/operator-crds-upstream-structure.yaml");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
+    docs.into_iter()
+        .find(|d| d["spec"]["names"]["kind"] == kind)
+        .unwrap_or_else(|| panic!("no upstream structure for {kind}"))
+}
+
+fn ours(kind: &str) -> Value {
+    let crd = marin3r_manifests::operator_crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap();
+    serde_json::to_value(crd).unwrap()
+}
+
+/// Schema keys that constrain values (what a [R] addition may add).
+const VALIDATION_KEYS: [&str; 7] = [
+    "minimum",
+    "maximum",
+    "enum",
+    "default",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+];
+
+/// Walks upstream's schema and ours side by side. Differences go to `diffs`; the
+/// validation keys ours adds go to `added` as `path key`.
+fn compare(path: &str, up: &Value, ours: &Value, diffs: &mut Vec<String>, added: &mut Vec<String>) {
+    if ours.is_null() {
+        diffs.push(format!("{path}: missing"));
+        return;
+    }
+    if up.get("x-elided").is_some() {
+        // A standard Kubernetes schema: k8s-openapi's, only the shape is checked.
+        if up["type"] != ours["type"] {
+            diffs.push(format!("{path}: type {} != {}", up["type"], ours["type"]));
+        }
+        let deep = ours.get("properties").or(ours["items"].get("properties"));
+        if deep.is_none_or(|p| p.as_object().is_none_or(|m| m.is_empty())) {
+            diffs.push(format!("{path}: the Kubernetes schema is empty"));
+        }
+        return;
+    }
+    for key in [
+        "type",
+        "format",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-map-type",
+    ] {
+        if up.get(key) != ours.get(key) {
+            diffs.push(format!(
+                "{path}: {key} {:?} != {:?}",
+                up.get(key),
+                ours.get(key)
+            ));
+        }
+    }
+    for key in VALIDATION_KEYS {
+        match (up.get(key), ours.get(key)) {
+            (Some(u), Some(o)) if u != o => diffs.push(format!("{path}: {key} {u} != {o}")),
+            (Some(_), None) => diffs.push(format!("{path}: {key} missing")),
+            (None, Some(_)) => added.push(format!("{path} {key}")),
+            _ => {}
+        }
+    }
+    let required = |v: &Value| -> BTreeSet<String> {
+        v["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    if required(up) != required(ours) {
+        diffs.push(format!(
+            "{path}: required {:?} != {:?}",
+            required(up),
+            required(ours)
+        ));
+    }
+    let keys = |v: &Value| -> BTreeSet<String> {
+        v["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    for extra in keys(ours).difference(&keys(up)) {
+        diffs.push(format!("{path}.{extra}: not upstream"));
+    }
+    for key in keys(up) {
+        compare(
+            &format!("{path}.{key}"),
+            &up["properties"][&key],
+            &ours["properties"][&key],
+            diffs,
+            added,
+        );
+    }
+    if let Some(items) = up.get("items") {
+        compare(&format!("{path}[]"), items, &ours["items"], diffs, added);
+    }
+}
+
+struct Expect {
+    kind: &'static str,
+    /// Differences from upstream that are [R] decisions.
+    diffs: &'static [&'static str],
+    /// Validation the [R] items add (OPERATOR.md §2.4 "Schema changes").
+    added: &'static [&'static str],
+    /// Printer columns (name, jsonPath).
+    columns: &'static [(&'static str, &'static str)],
+}
+
+const EXPECTED: [Expect; 3] = [
+    Expect {
+        kind: "DiscoveryService",
+        diffs: &[
+            // OPERATOR.md Q11 [R]: conditions and observedGeneration.
+            "status.conditions: not upstream",
+            "status.observedGeneration: not upstream",
+        ],
+        added: &[
+            // The README's DiscoveryService has no spec: the API server defaults it.
+            "spec default",
+            "spec.metricsPort maximum",
+            "spec.metricsPort minimum",
+            "spec.probePort maximum",
+            "spec.probePort minimum",
+            "spec.serviceConfig.type enum",
+            "spec.xdsServerPort maximum",
+            "spec.xdsServerPort minimum",
+        ],
+        columns: &[
+            ("Ready", ".status.deploymentStatus.readyReplicas"),
+            ("Age", ".metadata.creationTimestamp"),
+        ],
+    },
+    Expect {
+        kind: "DiscoveryServiceCertificate",
+        diffs: &[
+            // kube's derive requires spec; every valid DSC has one (commonName, …).
+            "(root): required {} != {\"spec\"}",
+        ],
+        added: &["spec.signer x-kubernetes-validations"],
+        columns: &[
+            ("Ready", ".status.ready"),
+            ("Not Before", ".status.notBefore"),
+            ("Not After", ".status.notAfter"),
+        ],
+    },
+    Expect {
+        kind: "EnvoyDeployment",
+        diffs: &[
+            "(root): required {} != {\"spec\"}",
+            "status.conditions: not upstream",
+            "status.observedGeneration: not upstream",
+        ],
+        added: &[
+            "spec.adminPort maximum",
+            "spec.adminPort minimum",
+            "spec.podDisruptionBudget x-kubernetes-validations",
+            "spec.ports x-kubernetes-list-map-keys",
+            "spec.ports x-kubernetes-list-type",
+            "spec.ports[].port maximum",
+            "spec.ports[].port minimum",
+            "spec.replicas x-kubernetes-validations",
+            "spec.replicas.dynamic x-kubernetes-validations",
+            "spec.replicas.static minimum",
+            "spec.shutdownManager.drainTime minimum",
+            "spec.shutdownManager.serverPort maximum",
+            "spec.shutdownManager.serverPort minimum",
+        ],
+        columns: &[
+            ("Replicas", ".status.deploymentStatus.replicas"),
+            ("Ready", ".status.deploymentStatus.readyReplicas"),
+            ("Age", ".metadata.creationTimestamp"),
+        ],
+    },
+];
+
+#[test]
+fn structure_is_upstreams_plus_the_r_additions() {
+    for expect in EXPECTED {
+        let up = upstream(expect.kind);
+        let ours = ours(expect.kind);
+        let (u, o) = (&up["spec"], &ours["spec"]);
+        for key in ["group", "scope"] {
+            assert_eq!(u[key], o[key], "{} {key}", expect.kind);
+        }
+        for key in ["kind", "plural", "singular"] {
+            assert_eq!(u["names"][key], o["names"][key], "{} {key}", expect.kind);
+        }
+        assert!(o["names"].get("shortNames").is_none(), "{}", expect.kind);
+        assert_eq!(o["versions"].as_array().unwrap().len(), 1);
+        let (uv, ov) = (&u["versions"][0], &o["versions"][0]);
+        for key in ["name", "served", "storage", "subresources"] {
+            assert_eq!(uv[key], ov[key], "{} {key}", expect.kind);
+        }
+        assert_eq!(ov["subresources"], json!({"status": {}}));
+
+        let mut diffs = Vec::new();
+        let mut added = Vec::new();
+        let (us, os) = (
+            &uv["schema"]["openAPIV3Schema"],
+            &ov["schema"]["openAPIV3Schema"],
+        );
+        // The root: spec and status (apiVersion, kind, metadata are boilerplate).
+        if us["type"] != os["type"] {
+            diffs.push("(root): type".to_string());
+        }
+        let root_required = |v: &Value| -> BTreeSet<String> {
+            v["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| s.as_str().unwrap().to_string())
+                .collect()
+        };
+        if root_required(us) != root_required(os) {
+            diffs.push(format!(
+                "(root): required {:?} != {:?}",
+                root_required(us),
+                root_required(os)
+            ));
+        }
+        for part in ["spec", "status"] {
+            compare(
+                part,
+                &us["properties"][part],
+                &os["properties"][part],
+                &mut diffs,
+                &mut added,
+            );
+        }
+        added.sort();
+        assert_eq!(
+            diffs, expect.diffs,
+            "{}: differences from upstream",
+            expect.kind
+        );
+        assert_eq!(added, expect.added, "{}: validation added", expect.kind);
+
+        let columns: Vec<(String, String)> = ov["additionalPrinterColumns"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_string(),
+                    c["jsonPath"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String)> = expect
+            .columns
+            .iter()
+            .map(|(n, p)| (n.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(columns, want, "{} printer columns", expect.kind);
+        if expect.kind == "DiscoveryServiceCertificate" {
+            assert_eq!(
+                ov["additionalPrinterColumns"],
+                uv["additionalPrinterColumns"]
+            );
+        }
+    }
+}
+
+#[test]
+fn cel_rules_and_ranges_are_the_contracts() {
+    let ed = ours("EnvoyDeployment");
+    let spec =
+        &ed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    let rule = |v: &Value| v["x-kubernetes-validations"][0]["rule"].clone();
+    assert_eq!(
+        rule(&spec["replicas"]),
+        "!(has(self.static) && has(self.dynamic))"
+    );
+    assert_eq!(
+        spec["replicas"]["x-kubernetes-validations"][0]["message"],
+        "only one of 'spec.replicas.static' or 'spec.replicas.dynamic' is allowed"
+    );
+    assert_eq!(
+        rule(&spec["replicas"]["properties"]["dynamic"]),
+        "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas"
+    );
+    assert_eq!(
+        rule(&spec["podDisruptionBudget"]),
+        "!(has(self.minAvailable) && has(self.maxUnavailable))"
+    );
+    assert_eq!(
+        spec["shutdownManager"]["properties"]["drainStrategy"]["enum"],
+        json!(["gradual", "immediate"])
+    );
+    for port in [
+        &spec["adminPort"],
+        &spec["shutdownManager"]["properties"]["serverPort"],
+        &spec["ports"]["items"]["properties"]["port"],
+    ] {
+        assert_eq!(
+            (port["minimum"].as_f64(), port["maximum"].as_f64()),
+            (Some(1.0), Some(65535.0))
+        );
+    }
+    let dsc = ours("DiscoveryServiceCertificate");
+    let signer = &dsc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["signer"];
+    assert_eq!(rule(signer), "has(self.selfSigned) != has(self.caSigned)");
+    let ds = ours("DiscoveryService");
+    let spec = &ds["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["default"], json!({}));
+    assert_eq!(
+        spec["properties"]["serviceConfig"]["properties"]["type"]["enum"],
+        json!(["ClusterIP", "LoadBalancer", "Headless"])
+    );
+}

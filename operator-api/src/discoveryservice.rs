@@ -1,0 +1,628 @@
+//! DiscoveryService (OPERATOR.md §2.1): one discovery service (xDS server) per namespace,
+//! with its private PKI.
+//!
+//! Every object name derives from the DiscoveryService name through the getters here
+//! (`marin3r-<ds>`, `marin3r-ca-cert-<ds>`, `marin3r-server-cert-<ds>`), the one helper
+//! the DiscoveryService and EnvoyDeployment controllers and the webhook share
+//! (OPERATOR.md §8 Q2/Q3). `pkiConfg.*.secretName` and `serviceConfig.*` are accepted for
+//! compatibility and ignored; [`DiscoveryService::ignored_fields`] lists the ones a user
+//! set, so a controller can warn about them.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DeploymentStatus;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::core::object::{HasSpec, HasStatus};
+use kube::{CustomResourceExt, Resource};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::validate::{Errors, Rule};
+use crate::{Error, parse_go_duration};
+
+pub use generated::DiscoveryServiceSpec;
+
+/// Default `xdsServerPort`.
+pub const DEFAULT_XDS_SERVER_PORT: u16 = 18000;
+/// Default `metricsPort`.
+pub const DEFAULT_METRICS_PORT: u16 = 8383;
+/// Default `probePort`.
+pub const DEFAULT_PROBE_PORT: u16 = 8384;
+/// Default `pkiConfg.rootCertificateAuthority.duration` (3 years).
+pub const DEFAULT_CA_DURATION: &str = "26280h";
+/// Default `pkiConfg.serverCertificate.duration` (90 days).
+pub const DEFAULT_SERVER_CERTIFICATE_DURATION: &str = "2160h";
+/// Validity of the namespace's sidecar client certificate (hard-coded upstream).
+pub const CLIENT_CERTIFICATE_DURATION: &str = "48h";
+/// The namespace-wide sidecar client certificate Secret (and DSC), not suffixed.
+pub const SIDECAR_CLIENT_CERTIFICATE_NAME: &str = "envoy-sidecar-client-cert";
+/// Prefix of the CA DSC and Secret names.
+pub const CA_CERTIFICATE_PREFIX: &str = "marin3r-ca-cert";
+/// Prefix of the CA common name.
+pub const CA_COMMON_NAME_PREFIX: &str = "marin3r-ca";
+/// Prefix of the server certificate DSC and Secret names.
+pub const SERVER_CERTIFICATE_PREFIX: &str = "marin3r-server-cert";
+/// Prefix of the server certificate common name.
+pub const SERVER_COMMON_NAME_PREFIX: &str = "marin3r-server";
+/// The values `serviceConfig.type` accepts.
+pub const SERVICE_TYPES: [&str; 3] = ["ClusterIP", "LoadBalancer", "Headless"];
+
+mod generated {
+    use super::*;
+
+    /// Desired state of a DiscoveryService. Only one instance per namespace is supported.
+    #[derive(
+        kube::CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema,
+    )]
+    #[kube(
+        group = "operator.marin3r.3scale.net",
+        version = "v1alpha1",
+        kind = "DiscoveryService",
+        root = "DiscoveryServiceCrd",
+        plural = "discoveryservices",
+        namespaced,
+        status = "DiscoveryServiceStatus",
+        derive = "PartialEq",
+        doc = "DiscoveryService runs the MARIN3R discovery service (xDS server) of a namespace, \
+               with its certificates. Only one instance per namespace is supported.",
+        printcolumn = r#"{"name": "Ready", "type": "integer", "jsonPath": ".status.deploymentStatus.readyReplicas"}"#,
+        printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct DiscoveryServiceSpec {
+        /// Image of the discovery service (default: the operator's marin3r image).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub image: Option<String>,
+        /// Debug logging (`--log-level=debug`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub debug: Option<bool>,
+        /// Compute resources of the discovery service container.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub resources: Option<ResourceRequirements>,
+        /// Certificate lifetimes (the field name is upstream's, misspelt). The secret
+        /// names are ignored: names always derive from the DiscoveryService name.
+        #[serde(rename = "pkiConfg", default, skip_serializing_if = "Option::is_none")]
+        pub pki_config: Option<PkiConfig>,
+        /// Port of the xDS server (default 18000).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "crate::schema::port")]
+        pub xds_server_port: Option<i32>,
+        /// Port of the metrics endpoint (default 8383).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "crate::schema::port")]
+        pub metrics_port: Option<i32>,
+        /// Port of the health probes (default 8384).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(schema_with = "crate::schema::port")]
+        pub probe_port: Option<i32>,
+        /// DEPRECATED, ignored: the Service is always `marin3r-<name>`, type ClusterIP.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub service_config: Option<ServiceConfig>,
+        /// PriorityClass of the discovery service pod.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pod_priority_class: Option<String>,
+    }
+}
+
+/// `pkiConfg`: both certificates must be given when it is set.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PkiConfig {
+    /// The CA certificate.
+    pub root_certificate_authority: PkiCertificateOptions,
+    /// The discovery service's server certificate.
+    pub server_certificate: PkiCertificateOptions,
+}
+
+/// Options of one certificate of the discovery service's PKI.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PkiCertificateOptions {
+    /// IGNORED (upstream compatibility): the Secret is always named after the
+    /// DiscoveryService.
+    pub secret_name: String,
+    /// Validity as a Go duration, e.g. `2160h`.
+    #[schemars(schema_with = "crate::schema::go_duration")]
+    pub duration: String,
+}
+
+/// DEPRECATED `serviceConfig`, accepted and ignored.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceConfig {
+    /// Ignored: the Service is `marin3r-<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Ignored: the Service is ClusterIP. One of ClusterIP, LoadBalancer, Headless.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "service_type_schema")]
+    pub type_: Option<String>,
+}
+
+fn service_type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "enum": SERVICE_TYPES })
+}
+
+/// Observed state of a DiscoveryService.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryServiceStatus {
+    /// Name of the discovery service Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_name: Option<String>,
+    /// A copy of the Deployment's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_status: Option<DeploymentStatus>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and friends (e.g. `Ready=False`, reason `DuplicateDiscoveryService`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A DiscoveryService. The object type is written out (rather than derived) so that a
+/// manifest without `spec`, as in upstream's README, decodes with the default spec.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct DiscoveryService {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// The desired state (`{}` when absent).
+    #[serde(default)]
+    pub spec: DiscoveryServiceSpec,
+    /// The observed state.
+    #[serde(default)]
+    pub status: Option<DiscoveryServiceStatus>,
+}
+
+impl Serialize for DiscoveryService {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut obj = ser.serialize_struct("DiscoveryService", 5)?;
+        obj.serialize_field("apiVersion", &Self::api_version(&()))?;
+        obj.serialize_field("kind", &Self::kind(&()))?;
+        obj.serialize_field("metadata", &self.metadata)?;
+        obj.serialize_field("spec", &self.spec)?;
+        if let Some(status) = &self.status {
+            obj.serialize_field("status", status)?;
+        }
+        obj.end()
+    }
+}
+
+impl Resource for DiscoveryService {
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        generated::DiscoveryServiceCrd::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        generated::DiscoveryServiceCrd::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        generated::DiscoveryServiceCrd::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        generated::DiscoveryServiceCrd::plural(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        generated::DiscoveryServiceCrd::api_version(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl HasSpec for DiscoveryService {
+    type Spec = DiscoveryServiceSpec;
+    fn spec(&self) -> &DiscoveryServiceSpec {
+        &self.spec
+    }
+    fn spec_mut(&mut self) -> &mut DiscoveryServiceSpec {
+        &mut self.spec
+    }
+}
+
+impl HasStatus for DiscoveryService {
+    type Status = DiscoveryServiceStatus;
+    fn status(&self) -> Option<&DiscoveryServiceStatus> {
+        self.status.as_ref()
+    }
+    fn status_mut(&mut self) -> &mut Option<DiscoveryServiceStatus> {
+        &mut self.status
+    }
+}
+
+impl CustomResourceExt for DiscoveryService {
+    fn crd() -> CustomResourceDefinition {
+        crate::schema::optional_spec(generated::DiscoveryServiceCrd::crd())
+    }
+    fn crd_name() -> &'static str {
+        generated::DiscoveryServiceCrd::crd_name()
+    }
+    fn api_resource() -> kube::core::ApiResource {
+        generated::DiscoveryServiceCrd::api_resource()
+    }
+    fn shortnames() -> &'static [&'static str] {
+        generated::DiscoveryServiceCrd::shortnames()
+    }
+}
+
+/// Options of one certificate of the discovery service's PKI, defaults applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificateOptions {
+    /// The DSC and Secret name.
+    pub secret_name: String,
+    /// The certificate's common name.
+    pub common_name: String,
+    /// Validity.
+    pub duration: Duration,
+}
+
+impl DiscoveryService {
+    /// A DiscoveryService named `name` with `spec`.
+    pub fn new(name: &str, spec: DiscoveryServiceSpec) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    fn ds_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// `marin3r-<ds>`: ServiceAccount, Role, RoleBinding, Service and Deployment.
+    pub fn resource_name(&self) -> String {
+        format!("marin3r-{}", self.ds_name())
+    }
+
+    /// The Service of the xDS server: `marin3r-<ds>` (`serviceConfig.name` is ignored).
+    pub fn service_name(&self) -> String {
+        self.resource_name()
+    }
+
+    /// `<service>.<namespace>.svc`, the xDS host Envoys connect to.
+    pub fn xds_host(&self, namespace: &str) -> String {
+        format!("{}.{namespace}.svc", self.service_name())
+    }
+
+    /// Image of the discovery service: `spec.image`, else `default` (the operator's
+    /// marin3r image, e.g. from `MARIN3R_IMAGE`).
+    pub fn image<'a>(&'a self, default: &'a str) -> &'a str {
+        crate::image_or(self.spec.image.as_deref(), default)
+    }
+
+    /// `spec.debug`, default false.
+    pub fn debug(&self) -> bool {
+        self.spec.debug.unwrap_or(false)
+    }
+
+    /// `spec.resources`, default `{}` (no requests, no limits).
+    pub fn resources(&self) -> ResourceRequirements {
+        self.spec.resources.clone().unwrap_or_default()
+    }
+
+    /// The CA certificate: `marin3r-ca-cert-<ds>`, CN `marin3r-ca-<ds>`, default
+    /// 26280h.
+    pub fn root_certificate_authority(&self) -> Result<CertificateOptions, Error> {
+        let duration = self
+            .spec
+            .pki_config
+            .as_ref()
+            .map(|p| p.root_certificate_authority.duration.as_str())
+            .unwrap_or(DEFAULT_CA_DURATION);
+        Ok(CertificateOptions {
+            secret_name: format!("{CA_CERTIFICATE_PREFIX}-{}", self.ds_name()),
+            common_name: format!("{CA_COMMON_NAME_PREFIX}-{}", self.ds_name()),
+            duration: parse_go_duration(
+                "spec.pkiConfg.rootCertificateAuthority.duration",
+                duration,
+            )?,
+        })
+    }
+
+    /// The server certificate: `marin3r-server-cert-<ds>`, CN `marin3r-server-<ds>`,
+    /// default 2160h.
+    pub fn server_certificate(&self) -> Result<CertificateOptions, Error> {
+        let duration = self
+            .spec
+            .pki_config
+            .as_ref()
+            .map(|p| p.server_certificate.duration.as_str())
+            .unwrap_or(DEFAULT_SERVER_CERTIFICATE_DURATION);
+        Ok(CertificateOptions {
+            secret_name: format!("{SERVER_CERTIFICATE_PREFIX}-{}", self.ds_name()),
+            common_name: format!("{SERVER_COMMON_NAME_PREFIX}-{}", self.ds_name()),
+            duration: parse_go_duration("spec.pkiConfg.serverCertificate.duration", duration)?,
+        })
+    }
+
+    /// The namespace's sidecar client certificate: `envoy-sidecar-client-cert`, 48h.
+    pub fn client_certificate(&self) -> CertificateOptions {
+        CertificateOptions {
+            secret_name: SIDECAR_CLIENT_CERTIFICATE_NAME.to_string(),
+            common_name: SIDECAR_CLIENT_CERTIFICATE_NAME.to_string(),
+            duration: Duration::from_secs(48 * 3600),
+        }
+    }
+
+    /// `spec.xdsServerPort`, default 18000.
+    pub fn xds_server_port(&self) -> Result<u16, Error> {
+        self.spec
+            .xds_server_port
+            .map_or(Ok(DEFAULT_XDS_SERVER_PORT), |p| {
+                crate::port("spec.xdsServerPort", p)
+            })
+    }
+
+    /// `spec.metricsPort`, default 8383.
+    pub fn metrics_port(&self) -> Result<u16, Error> {
+        self.spec
+            .metrics_port
+            .map_or(Ok(DEFAULT_METRICS_PORT), |p| {
+                crate::port("spec.metricsPort", p)
+            })
+    }
+
+    /// `spec.probePort`, default 8384.
+    pub fn probe_port(&self) -> Result<u16, Error> {
+        self.spec
+            .probe_port
+            .map_or(Ok(DEFAULT_PROBE_PORT), |p| crate::port("spec.probePort", p))
+    }
+
+    /// `spec.podPriorityClass`, if set.
+    pub fn pod_priority_class(&self) -> Option<&str> {
+        self.spec
+            .pod_priority_class
+            .as_deref()
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Fields the user set that this implementation ignores (upstream compatibility),
+    /// as JSON paths, for a warning or a status condition: `pkiConfg.*.secretName` when
+    /// it differs from the derived name, and `serviceConfig.name` / `serviceConfig.type`
+    /// when they differ from `marin3r-<ds>` / `ClusterIP`.
+    pub fn ignored_fields(&self) -> Vec<&'static str> {
+        let mut ignored = Vec::new();
+        if let Some(pki) = &self.spec.pki_config {
+            if pki.root_certificate_authority.secret_name
+                != format!("{CA_CERTIFICATE_PREFIX}-{}", self.ds_name())
+            {
+                ignored.push("spec.pkiConfg.rootCertificateAuthority.secretName");
+            }
+            if pki.server_certificate.secret_name
+                != format!("{SERVER_CERTIFICATE_PREFIX}-{}", self.ds_name())
+            {
+                ignored.push("spec.pkiConfg.serverCertificate.secretName");
+            }
+        }
+        if let Some(service) = &self.spec.service_config {
+            if service
+                .name
+                .as_deref()
+                .is_some_and(|n| n != self.service_name())
+            {
+                ignored.push("spec.serviceConfig.name");
+            }
+            if service.type_.as_deref().is_some_and(|t| t != "ClusterIP") {
+                ignored.push("spec.serviceConfig.type");
+            }
+        }
+        ignored
+    }
+}
+
+impl DiscoveryServiceSpec {
+    /// Every problem of the spec (schema rules and durations), or `Ok`.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut errors = Errors::default();
+        if let Some(pki) = &self.pki_config {
+            errors.duration(
+                "spec.pkiConfg.rootCertificateAuthority.duration",
+                Some(&pki.root_certificate_authority.duration),
+            );
+            errors.duration(
+                "spec.pkiConfg.serverCertificate.duration",
+                Some(&pki.server_certificate.duration),
+            );
+        }
+        errors.port("spec.xdsServerPort", self.xds_server_port);
+        errors.port("spec.metricsPort", self.metrics_port);
+        errors.port("spec.probePort", self.probe_port);
+        if let Some(t) = self
+            .service_config
+            .as_ref()
+            .and_then(|s| s.type_.as_deref())
+            && !SERVICE_TYPES.contains(&t)
+        {
+            errors.push(
+                "spec.serviceConfig.type",
+                Rule::Enum,
+                format!("{t:?} is not one of {}", SERVICE_TYPES.join(", ")),
+            );
+        }
+        errors.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::FieldError;
+
+    fn ds(spec: serde_json::Value) -> DiscoveryService {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
+            "kind": "DiscoveryService",
+            "metadata": {"name": "instance", "namespace": "default"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    // Mirrors upstream discoveryservice_types_test.go (OPERATOR.md §9.2).
+    #[test]
+    fn getters_default_like_upstream() {
+        let ds = ds(serde_json::json!({}));
+        assert_eq!(ds.resources(), ResourceRequirements::default());
+        assert_eq!(
+            ds.root_certificate_authority().unwrap(),
+            CertificateOptions {
+                secret_name: "marin3r-ca-cert-instance".into(),
+                common_name: "marin3r-ca-instance".into(),
+                duration: Duration::from_secs(26280 * 3600),
+            }
+        );
+        assert_eq!(
+            ds.server_certificate().unwrap(),
+            CertificateOptions {
+                secret_name: "marin3r-server-cert-instance".into(),
+                common_name: "marin3r-server-instance".into(),
+                duration: Duration::from_secs(2160 * 3600),
+            }
+        );
+        assert_eq!(
+            ds.client_certificate(),
+            CertificateOptions {
+                secret_name: "envoy-sidecar-client-cert".into(),
+                common_name: "envoy-sidecar-client-cert".into(),
+                duration: Duration::from_secs(48 * 3600),
+            }
+        );
+        assert_eq!(ds.xds_server_port(), Ok(18000));
+        assert_eq!(ds.metrics_port(), Ok(8383));
+        assert_eq!(ds.probe_port(), Ok(8384));
+        assert_eq!(ds.service_name(), "marin3r-instance");
+        assert_eq!(ds.resource_name(), "marin3r-instance");
+        assert_eq!(ds.xds_host("default"), "marin3r-instance.default.svc");
+        assert_eq!(ds.image("quay.io/x/marin3r:v1"), "quay.io/x/marin3r:v1");
+        assert!(!ds.debug());
+        assert_eq!(ds.pod_priority_class(), None);
+        assert!(ds.ignored_fields().is_empty());
+        assert_eq!(ds.spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn getters_use_the_spec() {
+        let ds = ds(serde_json::json!({
+            "image": "image",
+            "debug": true,
+            "resources": {"limits": {"cpu": "1"}},
+            "pkiConfg": {
+                "rootCertificateAuthority": {"secretName": "my-ca", "duration": "1h30m"},
+                "serverCertificate": {"secretName": "marin3r-server-cert-instance", "duration": "10m"}
+            },
+            "xdsServerPort": 1000,
+            "metricsPort": 1001,
+            "probePort": 1002,
+            "serviceConfig": {"name": "other", "type": "LoadBalancer"},
+            "podPriorityClass": "highest"
+        }));
+        assert_eq!(ds.image("default"), "image");
+        assert!(ds.debug());
+        assert!(ds.resources().limits.is_some());
+        let ca = ds.root_certificate_authority().unwrap();
+        // The secret name is ignored: names derive from the DS name only (Q2).
+        assert_eq!(ca.secret_name, "marin3r-ca-cert-instance");
+        assert_eq!(ca.duration, Duration::from_secs(5400));
+        assert_eq!(
+            ds.server_certificate().unwrap().duration,
+            Duration::from_secs(600)
+        );
+        assert_eq!(ds.xds_server_port(), Ok(1000));
+        assert_eq!(ds.metrics_port(), Ok(1001));
+        assert_eq!(ds.probe_port(), Ok(1002));
+        assert_eq!(ds.service_name(), "marin3r-instance");
+        assert_eq!(ds.pod_priority_class(), Some("highest"));
+        assert_eq!(
+            ds.ignored_fields(),
+            [
+                "spec.pkiConfg.rootCertificateAuthority.secretName",
+                "spec.serviceConfig.name",
+                "spec.serviceConfig.type"
+            ]
+        );
+        assert_eq!(ds.spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_manifest_without_spec_decodes_with_defaults() {
+        let ds: DiscoveryService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
+            "kind": "DiscoveryService",
+            "metadata": {"name": "discoveryservice", "namespace": "default"},
+        }))
+        .unwrap();
+        assert_eq!(ds.spec, DiscoveryServiceSpec::default());
+        assert_eq!(ds.service_name(), "marin3r-discoveryservice");
+        let back = serde_json::to_value(&ds).unwrap();
+        assert_eq!(back["apiVersion"], "operator.marin3r.3scale.net/v1alpha1");
+        assert_eq!(back["kind"], "DiscoveryService");
+        assert_eq!(back["spec"], serde_json::json!({}));
+        assert!(back.get("status").is_none());
+    }
+
+    #[test]
+    fn validate_reports_every_problem_with_its_path() {
+        let ds = ds(serde_json::json!({
+            "pkiConfg": {
+                "rootCertificateAuthority": {"secretName": "a", "duration": "3y"},
+                "serverCertificate": {"secretName": "b", "duration": "-1h"}
+            },
+            "xdsServerPort": 0,
+            "metricsPort": 70000,
+            "probePort": -1,
+            "serviceConfig": {"type": "NodePort"}
+        }));
+        let Err(Error::Invalid(errors)) = ds.spec.validate() else {
+            panic!("expected errors");
+        };
+        let got: Vec<(&str, Rule)> = errors.iter().map(|e| (e.path.as_str(), e.rule)).collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.pkiConfg.rootCertificateAuthority.duration",
+                    Rule::Duration
+                ),
+                ("spec.pkiConfg.serverCertificate.duration", Rule::Duration),
+                ("spec.xdsServerPort", Rule::Range),
+                ("spec.metricsPort", Rule::Range),
+                ("spec.probePort", Rule::Range),
+                ("spec.serviceConfig.type", Rule::Enum),
+            ]
+        );
+        assert_eq!(
+            errors[2],
+            FieldError {
+                path: "spec.xdsServerPort".into(),
+                rule: Rule::Range,
+                message: "port 0 is outside 1-65535".into()
+            }
+        );
+        // The getters refuse what validate() reports, naming the field.
+        assert_eq!(
+            ds.metrics_port().unwrap_err().to_string(),
+            "spec.metricsPort: port 70000 is outside 1-65535"
+        );
+        assert_eq!(
+            ds.root_certificate_authority().unwrap_err().to_string(),
+            "spec.pkiConfg.rootCertificateAuthority.duration: invalid duration \"3y\": unknown unit (use ns, us, ms, s, m or h)"
+        );
+    }
+}

@@ -1,0 +1,844 @@
+//! EnvoyDeployment (OPERATOR.md §2.3): a Deployment of Envoys that take their
+//! configuration from an EnvoyConfig through a DiscoveryService of the same namespace.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DeploymentStatus;
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscalerBehavior, MetricSpec};
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::validate::{Errors, Rule};
+use crate::{Error, parse_go_duration};
+
+/// Default Envoy image of an EnvoyDeployment: the one sidecar injection uses (SPEC §1.2,
+/// OPERATOR.md §5.4), not upstream's `envoyproxy/envoy:v1.29.0`.
+pub const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
+/// Default client certificate validity (`spec.duration`).
+pub const DEFAULT_CLIENT_CERTIFICATE_DURATION: &str = "48h";
+/// Default Envoy admin port.
+pub const DEFAULT_ADMIN_PORT: u16 = 9901;
+/// Default Envoy admin access log path.
+pub const DEFAULT_ADMIN_ACCESS_LOG_PATH: &str = "/dev/null";
+/// Default static replicas.
+pub const DEFAULT_REPLICAS: i32 = 1;
+/// Default shutdown manager port.
+pub const DEFAULT_SHUTDOWN_MANAGER_PORT: u16 = 8090;
+/// Default drain time in seconds (also the pod's termination grace period).
+pub const DEFAULT_DRAIN_TIME: i64 = 300;
+/// The container port names `ports[].name` may not take: the generator adds `admin`.
+pub const RESERVED_PORT_NAMES: [&str; 1] = ["admin"];
+/// The protocols `ports[].protocol` accepts.
+pub const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+
+const REPLICAS_MESSAGE: &str =
+    "only one of 'spec.replicas.static' or 'spec.replicas.dynamic' is allowed";
+const PDB_MESSAGE: &str = "only one of 'spec.podDisruptionBudget.minAvailable' or \
+     'spec.podDisruptionBudget.maxUnavailable' is allowed";
+
+/// Desired state of an EnvoyDeployment.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "operator.marin3r.3scale.net",
+    version = "v1alpha1",
+    kind = "EnvoyDeployment",
+    plural = "envoydeployments",
+    namespaced,
+    status = "EnvoyDeploymentStatus",
+    derive = "PartialEq",
+    doc = "EnvoyDeployment runs a Deployment of Envoy proxies configured by an EnvoyConfig \
+           through the namespace's DiscoveryService.",
+    printcolumn = r#"{"name": "Replicas", "type": "integer", "jsonPath": ".status.deploymentStatus.replicas"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "integer", "jsonPath": ".status.deploymentStatus.readyReplicas"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvoyDeploymentSpec {
+    /// The EnvoyConfig (same namespace) whose node id the Envoys use.
+    pub envoy_config_ref: String,
+    /// The DiscoveryService (same namespace) the Envoys connect to.
+    pub discovery_service_ref: String,
+    /// Envoy's `--service-cluster` (default: the EnvoyConfig's node id).
+    #[serde(rename = "clusterID", default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// Ports of the Envoy container (names unique).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub ports: Option<Vec<ContainerPort>>,
+    /// Envoy image (default `envoyproxy/envoy:v1.40.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Compute resources of the Envoy container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Validity of the client certificate as a Go duration (default `48h`).
+    #[serde(rename = "duration", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::go_duration")]
+    pub client_certificate_duration: Option<String>,
+    /// Extra arguments appended to Envoy's command line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_args: Option<Vec<String>>,
+    /// Envoy admin port (default 9901).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::port")]
+    pub admin_port: Option<i32>,
+    /// Envoy admin access log path (default `/dev/null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_access_log_path: Option<String>,
+    /// Replicas: `static` (default `{static: 1}`) or `dynamic` (an HPA), not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicasSpec>,
+    /// Liveness probe timings (default 30/1/10/1/10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_probe: Option<ProbeSpec>,
+    /// Readiness probe timings (default 15/1/5/1/1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<ProbeSpec>,
+    /// Pod affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// A PodDisruptionBudget (`minAvailable` or `maxUnavailable`, not both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_disruption_budget: Option<PodDisruptionBudgetSpec>,
+    /// Drain Envoy before a pod stops; presence enables the shutdown manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_manager: Option<ShutdownManager>,
+    /// The init container that writes Envoy's bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_manager: Option<InitManager>,
+}
+
+/// A port of the Envoy container.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ContainerPort {
+    /// Port name (an IANA service name, unique).
+    pub name: String,
+    /// Port number.
+    #[schemars(schema_with = "crate::schema::port")]
+    pub port: i32,
+    /// TCP (the default), UDP or SCTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "TCP"))]
+    pub protocol: Option<String>,
+}
+
+/// `replicas`: `static` or `dynamic`, not both.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.static) && has(self.dynamic))",
+    "message": REPLICAS_MESSAGE
+}]))]
+pub struct ReplicasSpec {
+    /// A fixed number of replicas.
+    #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub static_: Option<i32>,
+    /// A HorizontalPodAutoscaler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<DynamicReplicasSpec>,
+}
+
+/// `replicas.dynamic`: the HorizontalPodAutoscaler's settings.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+    "message": "minReplicas must not be greater than maxReplicas"
+}]))]
+pub struct DynamicReplicasSpec {
+    /// Lower limit of replicas (HPA default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<i32>,
+    /// Upper limit of replicas.
+    pub max_replicas: i32,
+    /// The HPA metrics (HPA default: 80% average CPU utilisation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Vec<MetricSpec>>,
+    /// The HPA scaling behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behavior: Option<HorizontalPodAutoscalerBehavior>,
+}
+
+/// Probe timings; the handler is `GET /ready` on the admin port.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeSpec {
+    /// Seconds after start before the first probe.
+    pub initial_delay_seconds: i32,
+    /// Seconds before a probe times out.
+    pub timeout_seconds: i32,
+    /// Seconds between probes.
+    pub period_seconds: i32,
+    /// Consecutive successes to count as passing.
+    pub success_threshold: i32,
+    /// Consecutive failures to count as failing.
+    pub failure_threshold: i32,
+}
+
+/// Default liveness probe: 30/1/10/1/10.
+pub const DEFAULT_LIVENESS_PROBE: ProbeSpec = ProbeSpec {
+    initial_delay_seconds: 30,
+    timeout_seconds: 1,
+    period_seconds: 10,
+    success_threshold: 1,
+    failure_threshold: 10,
+};
+
+/// Default readiness probe: 15/1/5/1/1.
+pub const DEFAULT_READINESS_PROBE: ProbeSpec = ProbeSpec {
+    initial_delay_seconds: 15,
+    timeout_seconds: 1,
+    period_seconds: 5,
+    success_threshold: 1,
+    failure_threshold: 1,
+};
+
+/// `podDisruptionBudget`: `minAvailable` or `maxUnavailable`, not both; `{}` means no PDB.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.minAvailable) && has(self.maxUnavailable))",
+    "message": PDB_MESSAGE
+}]))]
+pub struct PodDisruptionBudgetSpec {
+    /// Pods that must stay available (a number or a percentage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<IntOrString>,
+    /// Pods that may be unavailable (a number or a percentage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+impl PodDisruptionBudgetSpec {
+    /// `{}`: no PodDisruptionBudget is created.
+    pub fn is_empty(&self) -> bool {
+        self.min_available.is_none() && self.max_unavailable.is_none()
+    }
+}
+
+/// `shutdownManager`: its presence adds the shutdown manager container.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShutdownManager {
+    /// Image (default: the operator's marin3r image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Port of the shutdown manager (default 8090).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::port")]
+    pub server_port: Option<i32>,
+    /// Seconds to drain (default 300; also the termination grace period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub drain_time: Option<i64>,
+    /// `gradual` (default) or `immediate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_strategy: Option<DrainStrategy>,
+}
+
+/// Envoy's `--drain-strategy`.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainStrategy {
+    /// Envoy discourages connections gradually over the drain time.
+    #[default]
+    Gradual,
+    /// Envoy discourages all connections at once.
+    Immediate,
+}
+
+impl DrainStrategy {
+    /// `gradual` or `immediate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainStrategy::Gradual => "gradual",
+            DrainStrategy::Immediate => "immediate",
+        }
+    }
+}
+
+/// `initManager`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct InitManager {
+    /// Image (default: the operator's marin3r image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// Observed state of an EnvoyDeployment.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvoyDeploymentStatus {
+    /// Name of the Envoy Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_name: Option<String>,
+    /// A copy of the Deployment's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_status: Option<DeploymentStatus>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Progressing`, `Degraded` (reasons such as `DiscoveryServiceNotFound`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The replica mode, with defaults applied.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Replicas<'a> {
+    /// A fixed count (the Deployment's `spec.replicas`).
+    Static(i32),
+    /// An HPA owns the count.
+    Dynamic(&'a DynamicReplicasSpec),
+}
+
+impl EnvoyDeployment {
+    fn ed_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// `marin3r-envoydeployment-<ed>`: the Deployment, HPA and PDB.
+    pub fn deployment_name(&self) -> String {
+        format!("marin3r-envoydeployment-{}", self.ed_name())
+    }
+
+    /// `envoy-client-cert-<ed>`: the client certificate DSC and Secret.
+    pub fn client_certificate_name(&self) -> String {
+        format!("envoy-client-cert-{}", self.ed_name())
+    }
+}
+
+impl EnvoyDeploymentSpec {
+    /// Envoy image: `spec.image`, else `default` (normally [`DEFAULT_ENVOY_IMAGE`]).
+    pub fn image<'a>(&'a self, default: &'a str) -> &'a str {
+        crate::image_or(self.image.as_deref(), default)
+    }
+
+    /// `spec.clusterID`, else the EnvoyConfig's node id.
+    pub fn cluster_id<'a>(&'a self, node_id: &'a str) -> &'a str {
+        self.cluster_id
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(node_id)
+    }
+
+    /// `spec.ports`, in order.
+    pub fn ports(&self) -> &[ContainerPort] {
+        self.ports.as_deref().unwrap_or_default()
+    }
+
+    /// `spec.resources`, default `{}`.
+    pub fn resources(&self) -> ResourceRequirements {
+        self.resources.clone().unwrap_or_default()
+    }
+
+    /// `spec.duration`, default 48h.
+    pub fn client_certificate_duration(&self) -> Result<Duration, Error> {
+        parse_go_duration(
+            "spec.duration",
+            self.client_certificate_duration
+                .as_deref()
+                .unwrap_or(DEFAULT_CLIENT_CERTIFICATE_DURATION),
+        )
+    }
+
+    /// `spec.extraArgs`.
+    pub fn extra_args(&self) -> &[String] {
+        self.extra_args.as_deref().unwrap_or_default()
+    }
+
+    /// `spec.adminPort`, default 9901.
+    pub fn admin_port(&self) -> Result<u16, Error> {
+        self.admin_port
+            .map_or(Ok(DEFAULT_ADMIN_PORT), |p| crate::port("spec.adminPort", p))
+    }
+
+    /// `spec.adminAccessLogPath`, default `/dev/null`.
+    pub fn admin_access_log_path(&self) -> &str {
+        self.admin_access_log_path
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_ADMIN_ACCESS_LOG_PATH)
+    }
+
+    /// The replica mode: `static` wins if both are set (which validation rejects);
+    /// neither means `{static: 1}`.
+    pub fn replicas(&self) -> Replicas<'_> {
+        match &self.replicas {
+            Some(ReplicasSpec {
+                static_: Some(n), ..
+            }) => Replicas::Static(*n),
+            Some(ReplicasSpec {
+                dynamic: Some(d), ..
+            }) => Replicas::Dynamic(d),
+            _ => Replicas::Static(DEFAULT_REPLICAS),
+        }
+    }
+
+    /// `spec.livenessProbe`, default 30/1/10/1/10.
+    pub fn liveness_probe(&self) -> ProbeSpec {
+        self.liveness_probe.unwrap_or(DEFAULT_LIVENESS_PROBE)
+    }
+
+    /// `spec.readinessProbe`, default 15/1/5/1/1.
+    pub fn readiness_probe(&self) -> ProbeSpec {
+        self.readiness_probe.unwrap_or(DEFAULT_READINESS_PROBE)
+    }
+
+    /// `spec.affinity`.
+    pub fn affinity(&self) -> Option<&Affinity> {
+        self.affinity.as_ref()
+    }
+
+    /// `spec.podDisruptionBudget`, default `{}` (no PDB).
+    pub fn pod_disruption_budget(&self) -> PodDisruptionBudgetSpec {
+        self.pod_disruption_budget.clone().unwrap_or_default()
+    }
+
+    /// `spec.shutdownManager`; `None` means no shutdown manager.
+    pub fn shutdown_manager(&self) -> Option<&ShutdownManager> {
+        self.shutdown_manager.as_ref()
+    }
+
+    /// The init manager image: `initManager.image`, else `default` (the operator's
+    /// marin3r image).
+    pub fn init_manager_image<'a>(&'a self, default: &'a str) -> &'a str {
+        crate::image_or(
+            self.init_manager.as_ref().and_then(|i| i.image.as_deref()),
+            default,
+        )
+    }
+
+    /// Every problem of the spec, or `Ok`: the schema's rules (with the upstream
+    /// webhook's messages for `replicas` and `podDisruptionBudget`) plus durations,
+    /// port names and port clashes that would make the Deployment invalid.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut errors = Errors::default();
+        errors.non_empty("spec.envoyConfigRef", &self.envoy_config_ref);
+        errors.non_empty("spec.discoveryServiceRef", &self.discovery_service_ref);
+        let mut names: Vec<&str> = Vec::new();
+        for (i, p) in self.ports().iter().enumerate() {
+            let path = format!("spec.ports[{i}]");
+            if let Err(why) = iana_svc_name(&p.name) {
+                errors.push(format!("{path}.name"), Rule::Format, why);
+            } else if RESERVED_PORT_NAMES.contains(&p.name.as_str()) {
+                errors.push(
+                    format!("{path}.name"),
+                    Rule::Unique,
+                    format!("port name {:?} is reserved for Envoy's admin port", p.name),
+                );
+            } else if names.contains(&p.name.as_str()) {
+                errors.push(
+                    format!("{path}.name"),
+                    Rule::Unique,
+                    format!("duplicate port name {:?}", p.name),
+                );
+            }
+            names.push(&p.name);
+            errors.port(format!("{path}.port"), Some(p.port));
+            if let Some(proto) = p.protocol.as_deref()
+                && !PROTOCOLS.contains(&proto)
+            {
+                errors.push(
+                    format!("{path}.protocol"),
+                    Rule::Enum,
+                    format!("{proto:?} is not one of {}", PROTOCOLS.join(", ")),
+                );
+            }
+        }
+        errors.duration("spec.duration", self.client_certificate_duration.as_deref());
+        errors.port("spec.adminPort", self.admin_port);
+        let admin = self.admin_port.unwrap_or(i32::from(DEFAULT_ADMIN_PORT));
+        for (i, p) in self.ports().iter().enumerate() {
+            if p.port == admin {
+                errors.push(
+                    format!("spec.ports[{i}].port"),
+                    Rule::Unique,
+                    format!("port {} is Envoy's admin port", p.port),
+                );
+            }
+        }
+        if let Some(r) = &self.replicas {
+            if r.static_.is_some() && r.dynamic.is_some() {
+                errors.push("spec.replicas", Rule::MutuallyExclusive, REPLICAS_MESSAGE);
+            }
+            errors.at_least("spec.replicas.static", r.static_.map(i64::from), 0);
+            if let Some(d) = &r.dynamic {
+                errors.at_least(
+                    "spec.replicas.dynamic.maxReplicas",
+                    Some(i64::from(d.max_replicas)),
+                    1,
+                );
+                if d.min_replicas.is_some_and(|min| min > d.max_replicas) {
+                    errors.push(
+                        "spec.replicas.dynamic",
+                        Rule::Order,
+                        "minReplicas must not be greater than maxReplicas",
+                    );
+                }
+            }
+        }
+        for (field, probe) in [
+            ("livenessProbe", &self.liveness_probe),
+            ("readinessProbe", &self.readiness_probe),
+        ] {
+            let Some(p) = probe else { continue };
+            for (name, value) in [
+                ("initialDelaySeconds", p.initial_delay_seconds),
+                ("timeoutSeconds", p.timeout_seconds),
+                ("periodSeconds", p.period_seconds),
+                ("successThreshold", p.success_threshold),
+                ("failureThreshold", p.failure_threshold),
+            ] {
+                errors.at_least(format!("spec.{field}.{name}"), Some(i64::from(value)), 0);
+            }
+        }
+        if let Some(pdb) = &self.pod_disruption_budget
+            && pdb.min_available.is_some()
+            && pdb.max_unavailable.is_some()
+        {
+            errors.push(
+                "spec.podDisruptionBudget",
+                Rule::MutuallyExclusive,
+                PDB_MESSAGE,
+            );
+        }
+        if let Some(sm) = &self.shutdown_manager {
+            errors.port("spec.shutdownManager.serverPort", sm.server_port);
+            errors.at_least("spec.shutdownManager.drainTime", sm.drain_time, 0);
+            let port = sm
+                .server_port
+                .unwrap_or(i32::from(DEFAULT_SHUTDOWN_MANAGER_PORT));
+            if port == admin || self.ports().iter().any(|p| p.port == port) {
+                errors.push(
+                    "spec.shutdownManager.serverPort",
+                    Rule::Unique,
+                    format!("port {port} is already used by Envoy"),
+                );
+            }
+        }
+        errors.into_result()
+    }
+}
+
+impl ShutdownManager {
+    /// Image: `image`, else `default` (the operator's marin3r image).
+    pub fn image<'a>(&'a self, default: &'a str) -> &'a str {
+        crate::image_or(self.image.as_deref(), default)
+    }
+
+    /// `serverPort`, default 8090 (honoured, unlike upstream: OPERATOR.md §8 Q4).
+    pub fn server_port(&self) -> Result<u16, Error> {
+        self.server_port
+            .map_or(Ok(DEFAULT_SHUTDOWN_MANAGER_PORT), |p| {
+                crate::port("spec.shutdownManager.serverPort", p)
+            })
+    }
+
+    /// `drainTime` in seconds, default 300 (negative values count as 0).
+    pub fn drain_time(&self) -> i64 {
+        self.drain_time.unwrap_or(DEFAULT_DRAIN_TIME).max(0)
+    }
+
+    /// `drainStrategy`, default gradual.
+    pub fn drain_strategy(&self) -> DrainStrategy {
+        self.drain_strategy.unwrap_or_default()
+    }
+}
+
+/// Kubernetes' IANA_SVC_NAME rule for container port names: 1–15 characters, lowercase
+/// letters, digits and `-`, at least one letter, no leading, trailing or double `-`.
+fn iana_svc_name(name: &str) -> Result<(), String> {
+    let problem = if name.is_empty() || name.len() > 15 {
+        Some("must be 1-15 characters")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        Some("must contain only lowercase letters, digits and '-'")
+    } else if !name.bytes().any(|b| b.is_ascii_lowercase()) {
+        Some("must contain at least one letter")
+    } else if name.starts_with('-') || name.ends_with('-') || name.contains("--") {
+        Some("must not start or end with '-' or contain '--'")
+    } else {
+        None
+    };
+    match problem {
+        Some(why) => Err(format!("port name {name:?} {why}")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::FieldError;
+
+    fn ed(spec: serde_json::Value) -> EnvoyDeployment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
+            "kind": "EnvoyDeployment",
+            "metadata": {"name": "instance", "namespace": "default"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn minimal() -> EnvoyDeployment {
+        ed(serde_json::json!({"envoyConfigRef": "config", "discoveryServiceRef": "ds"}))
+    }
+
+    // Mirrors upstream envoydeployment_types_test.go (OPERATOR.md §9.2), with our Envoy
+    // image (v1.40.0, §5.4 [R]).
+    #[test]
+    fn getters_default_like_upstream() {
+        let ed = minimal();
+        let s = &ed.spec;
+        assert_eq!(s.image(DEFAULT_ENVOY_IMAGE), "envoyproxy/envoy:v1.40.0");
+        assert_eq!(s.resources(), ResourceRequirements::default());
+        assert_eq!(
+            s.client_certificate_duration(),
+            Ok(Duration::from_secs(48 * 3600))
+        );
+        assert_eq!(s.admin_port(), Ok(9901));
+        assert_eq!(s.admin_access_log_path(), "/dev/null");
+        assert_eq!(s.replicas(), Replicas::Static(1));
+        assert_eq!(
+            s.liveness_probe(),
+            ProbeSpec {
+                initial_delay_seconds: 30,
+                timeout_seconds: 1,
+                period_seconds: 10,
+                success_threshold: 1,
+                failure_threshold: 10
+            }
+        );
+        assert_eq!(
+            s.readiness_probe(),
+            ProbeSpec {
+                initial_delay_seconds: 15,
+                timeout_seconds: 1,
+                period_seconds: 5,
+                success_threshold: 1,
+                failure_threshold: 1
+            }
+        );
+        assert_eq!(s.affinity(), None);
+        assert_eq!(
+            s.pod_disruption_budget(),
+            PodDisruptionBudgetSpec::default()
+        );
+        assert!(s.pod_disruption_budget().is_empty());
+        assert_eq!(s.shutdown_manager(), None);
+        assert_eq!(s.init_manager_image("marin3r:test"), "marin3r:test");
+        assert_eq!(s.cluster_id("node"), "node");
+        assert!(s.ports().is_empty());
+        assert!(s.extra_args().is_empty());
+        assert_eq!(ed.deployment_name(), "marin3r-envoydeployment-instance");
+        assert_eq!(ed.client_certificate_name(), "envoy-client-cert-instance");
+        assert_eq!(s.validate(), Ok(()));
+
+        let sm = ShutdownManager::default();
+        assert_eq!(sm.image("marin3r:test"), "marin3r:test");
+        assert_eq!(sm.server_port(), Ok(8090));
+        assert_eq!(sm.drain_time(), 300);
+        assert_eq!(sm.drain_strategy(), DrainStrategy::Gradual);
+    }
+
+    #[test]
+    fn getters_use_the_spec() {
+        let ed = ed(serde_json::json!({
+            "envoyConfigRef": "config",
+            "discoveryServiceRef": "ds",
+            "clusterID": "cluster",
+            "image": "envoy:custom",
+            "duration": "1h30m",
+            "extraArgs": ["--log-level", "debug"],
+            "adminPort": 9902,
+            "adminAccessLogPath": "/dev/stdout",
+            "livenessProbe": {"initialDelaySeconds": 1, "timeoutSeconds": 2, "periodSeconds": 3, "successThreshold": 1, "failureThreshold": 5},
+            "affinity": {"nodeAffinity": {}},
+            "podDisruptionBudget": {"maxUnavailable": "25%"},
+            "shutdownManager": {"image": "sm", "serverPort": 8091, "drainTime": 60, "drainStrategy": "immediate"},
+            "initManager": {"image": "im"}
+        }));
+        let s = &ed.spec;
+        assert_eq!(s.image(DEFAULT_ENVOY_IMAGE), "envoy:custom");
+        assert_eq!(s.cluster_id("node"), "cluster");
+        assert_eq!(
+            s.client_certificate_duration(),
+            Ok(Duration::from_secs(5400))
+        );
+        assert_eq!(s.extra_args(), ["--log-level", "debug"]);
+        assert_eq!(s.admin_port(), Ok(9902));
+        assert_eq!(s.admin_access_log_path(), "/dev/stdout");
+        assert_eq!(s.liveness_probe().initial_delay_seconds, 1);
+        assert_eq!(s.readiness_probe(), DEFAULT_READINESS_PROBE);
+        assert!(s.affinity().is_some());
+        assert_eq!(
+            s.pod_disruption_budget().max_unavailable,
+            Some(IntOrString::String("25%".into()))
+        );
+        let sm = s.shutdown_manager().unwrap();
+        assert_eq!(sm.image("default"), "sm");
+        assert_eq!(sm.server_port(), Ok(8091));
+        assert_eq!(sm.drain_time(), 60);
+        assert_eq!(sm.drain_strategy(), DrainStrategy::Immediate);
+        assert_eq!(s.init_manager_image("default"), "im");
+        assert_eq!(s.validate(), Ok(()));
+    }
+
+    #[test]
+    fn replicas_static_dynamic_and_precedence() {
+        let dynamic = serde_json::json!({"minReplicas": 2, "maxReplicas": 4,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]});
+        let d = ed(
+            serde_json::json!({"envoyConfigRef": "c", "discoveryServiceRef": "d",
+            "replicas": {"dynamic": dynamic}}),
+        );
+        let Replicas::Dynamic(spec) = d.spec.replicas() else {
+            panic!("dynamic expected")
+        };
+        assert_eq!((spec.min_replicas, spec.max_replicas), (Some(2), 4));
+        assert_eq!(spec.metrics.as_ref().map(Vec::len), Some(1));
+
+        let s = ed(
+            serde_json::json!({"envoyConfigRef": "c", "discoveryServiceRef": "d",
+            "replicas": {"static": 0}}),
+        );
+        assert_eq!(s.spec.replicas(), Replicas::Static(0));
+
+        // "Static replicas takes precedence" (validation rejects both, though).
+        let both = ed(
+            serde_json::json!({"envoyConfigRef": "c", "discoveryServiceRef": "d",
+            "replicas": {"static": 3, "dynamic": {"maxReplicas": 4}}}),
+        );
+        assert_eq!(both.spec.replicas(), Replicas::Static(3));
+        assert_eq!(
+            both.spec.validate().unwrap_err().to_string(),
+            "spec.replicas: only one of 'spec.replicas.static' or 'spec.replicas.dynamic' is allowed"
+        );
+    }
+
+    #[test]
+    fn validate_has_the_upstream_webhook_messages() {
+        let pdb = ed(
+            serde_json::json!({"envoyConfigRef": "c", "discoveryServiceRef": "d",
+            "podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": "10%"}}),
+        );
+        assert_eq!(
+            pdb.spec.validate(),
+            Err(Error::Invalid(vec![FieldError {
+                path: "spec.podDisruptionBudget".into(),
+                rule: Rule::MutuallyExclusive,
+                message: "only one of 'spec.podDisruptionBudget.minAvailable' or 'spec.podDisruptionBudget.maxUnavailable' is allowed".into()
+            }]))
+        );
+    }
+
+    #[test]
+    fn validate_reports_every_problem_with_its_path() {
+        let bad = ed(serde_json::json!({
+            "envoyConfigRef": "",
+            "discoveryServiceRef": "ds",
+            "ports": [
+                {"name": "http", "port": 8080},
+                {"name": "http", "port": 0},
+                {"name": "Bad_Name", "port": 9901, "protocol": "HTTP"},
+                {"name": "admin", "port": 8090}
+            ],
+            "duration": "2d",
+            "adminPort": 65536,
+            "replicas": {"static": -1, "dynamic": {"minReplicas": 5, "maxReplicas": 0}},
+            "readinessProbe": {"initialDelaySeconds": -1, "timeoutSeconds": 1, "periodSeconds": 1, "successThreshold": 1, "failureThreshold": 1},
+            "podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1},
+            "shutdownManager": {"serverPort": 70000, "drainTime": -5}
+        }));
+        let Err(Error::Invalid(errors)) = bad.spec.validate() else {
+            panic!("expected errors")
+        };
+        let got: Vec<(&str, Rule)> = errors.iter().map(|e| (e.path.as_str(), e.rule)).collect();
+        assert_eq!(
+            got,
+            [
+                ("spec.envoyConfigRef", Rule::Required),
+                ("spec.ports[1].name", Rule::Unique),
+                ("spec.ports[1].port", Rule::Range),
+                ("spec.ports[2].name", Rule::Format),
+                ("spec.ports[2].protocol", Rule::Enum),
+                ("spec.ports[3].name", Rule::Unique),
+                ("spec.duration", Rule::Duration),
+                ("spec.adminPort", Rule::Range),
+                ("spec.replicas", Rule::MutuallyExclusive),
+                ("spec.replicas.static", Rule::Range),
+                ("spec.replicas.dynamic.maxReplicas", Rule::Range),
+                ("spec.replicas.dynamic", Rule::Order),
+                ("spec.readinessProbe.initialDelaySeconds", Rule::Range),
+                ("spec.podDisruptionBudget", Rule::MutuallyExclusive),
+                ("spec.shutdownManager.serverPort", Rule::Range),
+                ("spec.shutdownManager.drainTime", Rule::Range),
+            ]
+        );
+        assert_eq!(
+            errors[3].message,
+            "port name \"Bad_Name\" must contain only lowercase letters, digits and '-'"
+        );
+        assert_eq!(
+            bad.spec.admin_port().unwrap_err().to_string(),
+            "spec.adminPort: port 65536 is outside 1-65535"
+        );
+        assert_eq!(
+            bad.spec
+                .client_certificate_duration()
+                .unwrap_err()
+                .to_string(),
+            "spec.duration: invalid duration \"2d\": unknown unit (use ns, us, ms, s, m or h)"
+        );
+    }
+
+    #[test]
+    fn validate_reports_port_clashes() {
+        let clash = ed(serde_json::json!({
+            "envoyConfigRef": "c", "discoveryServiceRef": "d",
+            "ports": [{"name": "http", "port": 9901}, {"name": "https", "port": 8090}],
+            "shutdownManager": {}
+        }));
+        let Err(Error::Invalid(errors)) = clash.spec.validate() else {
+            panic!("expected errors")
+        };
+        let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "spec.ports[0].port: port 9901 is Envoy's admin port",
+                "spec.shutdownManager.serverPort: port 8090 is already used by Envoy",
+            ]
+        );
+    }
+
+    #[test]
+    fn iana_service_names() {
+        for ok in ["http", "https-8443", "a1", "abcdefghijklmno"] {
+            assert_eq!(iana_svc_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "abcdefghijklmnop",
+            "HTTP",
+            "123",
+            "-a",
+            "a-",
+            "a--b",
+            "a_b",
+        ] {
+            assert!(iana_svc_name(bad).is_err(), "{bad}");
+        }
+    }
+}
