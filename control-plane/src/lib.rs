@@ -12,6 +12,7 @@
 
 pub mod kubernetes;
 pub mod local;
+pub mod operator;
 pub mod publisher;
 pub mod revisions;
 pub mod status;
