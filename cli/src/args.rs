@@ -57,6 +57,39 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the CustomResourceDefinitions (EnvoyConfig, EnvoyConfigRevision) as YAML.
     Crds(CrdsArgs),
+    /// The operator (DiscoveryService, DiscoveryServiceCertificate, EnvoyDeployment).
+    Operator(OperatorArgs),
+}
+
+/// `marin3r operator`.
+#[derive(Debug, Args)]
+#[command(subcommand_required = true)]
+pub struct OperatorArgs {
+    #[command(subcommand)]
+    pub command: OperatorCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Print, as YAML, the objects the operator's controllers would apply for the
+    /// DiscoveryService, EnvoyDeployment and EnvoyConfig manifests of a file (no cluster
+    /// needed); exit 1 listing what cannot be rendered.
+    Render(RenderArgs),
+}
+
+/// `marin3r operator render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// YAML/JSON file (multi-document); `-` reads standard input.
+    #[arg(short = 'f', long = "filename", env = "MARIN3R_FILENAME")]
+    pub file: PathBuf,
+    /// Image of the discovery service, the init manager and the shutdown manager when a
+    /// resource names none.
+    #[arg(long, env = "MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
+    pub marin3r_image: String,
+    /// Envoy image of EnvoyDeployments without `spec.image`.
+    #[arg(long, env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE)]
+    pub envoy_image: String,
 }
 
 /// `marin3r crds`.

@@ -8,7 +8,8 @@ use anyhow::{Context as _, Result};
 
 use crate::args::{
     CertsArgs, Command, CrdsArgs, DiscoveryServiceArgs, InitManagerArgs, InjectArgs,
-    ShutdownManagerArgs, StatusArgs, StatusOutput, ValidateArgs, WebhookArgs,
+    OperatorCommand, RenderArgs, ShutdownManagerArgs, StatusArgs, StatusOutput, ValidateArgs,
+    WebhookArgs,
 };
 
 pub fn run(command: Command) -> Result<ExitCode> {
@@ -25,6 +26,9 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Validate(a) => validate(a),
         Command::Status(a) => status(a),
         Command::Crds(a) => crds(a),
+        Command::Operator(a) => match a.command {
+            OperatorCommand::Render(r) => operator_render(r),
+        },
     }
 }
 
@@ -114,6 +118,40 @@ fn read_input(file: &std::path::Path) -> Result<String> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))
     }
+}
+
+/// `marin3r operator render`: the generated objects as a YAML stream on stdout, what
+/// cannot be rendered on stderr (exit 1).
+fn operator_render(a: RenderArgs) -> Result<ExitCode> {
+    let text = read_input(&a.file)?;
+    let docs = marin3r_envoyconfig::manifest::documents(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+    let images = marin3r_control_plane::operator::Images {
+        marin3r: a.marin3r_image,
+        envoy: a.envoy_image,
+    };
+    let rendered = marin3r_control_plane::operator::render::render(&docs, &images);
+    print!("{}", yaml_stream(&rendered.objects)?);
+    for problem in &rendered.problems {
+        eprintln!("{}: {problem}", a.file.display());
+    }
+    Ok(if rendered.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Objects as a YAML stream (`---` between documents).
+fn yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<String> {
+    let mut out = String::new();
+    for (i, obj) in objects.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_saphyr::to_string(obj).context("cannot render YAML")?);
+    }
+    Ok(out)
 }
 
 fn validate(a: ValidateArgs) -> Result<ExitCode> {
@@ -271,28 +309,12 @@ fn certs(a: CertsArgs) -> Result<ExitCode> {
 }
 
 fn inject(a: InjectArgs) -> Result<ExitCode> {
-    let text = if a.file.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(&a.file)
-            .with_context(|| format!("cannot read {}", a.file.display()))?
-    };
+    let text = read_input(&a.file)?;
     let docs = marin3r_envoyconfig::manifest::documents(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
     let defaults: marin3r_sidecar::Defaults = a.defaults.into();
     let out = marin3r_sidecar::workload::inject_documents(docs, &defaults)
         .map_err(|errors| anyhow::anyhow!("{}", errors.join("\n")))?;
-    let mut rendered = String::new();
-    for (i, obj) in out.iter().enumerate() {
-        if i > 0 {
-            rendered.push_str("---\n");
-        }
-        rendered.push_str(&serde_saphyr::to_string(obj).context("cannot render YAML")?);
-    }
-    print!("{rendered}");
+    print!("{}", yaml_stream(&out)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -57,6 +57,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An operator resource whose spec cannot be turned into objects (a duration or a
+    /// port out of range); the source names the field.
+    #[error("invalid {kind} {name:?}: {source}")]
+    InvalidSpec {
+        kind: &'static str,
+        name: String,
+        source: marin3r_operator_api::Error,
+    },
 }
 
 /// Discovery service settings (from the CLI flags, or built directly in tests).

@@ -85,7 +85,7 @@ pub fn image_or<'a>(value: Option<&'a str>, default: &'a str) -> &'a str {
 
 /// A port field as `u16`, or [`Error::Port`] naming the field (schema and
 /// `validate()` keep it in 1–65535; this guards objects that bypassed both).
-pub(crate) fn port(field: &str, value: i32) -> Result<u16, Error> {
+pub fn port(field: &str, value: i32) -> Result<u16, Error> {
     u16::try_from(value)
         .ok()
         .filter(|p| *p != 0)

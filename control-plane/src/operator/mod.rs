@@ -12,7 +12,29 @@
 //! Layout: [`objects`] holds what every generated object shares (labels, owner
 //! references); the generators and controllers are one module per kind.
 
+pub mod discovery_service;
+pub mod envoy_deployment;
 pub mod objects;
+pub mod render;
 
 /// Field manager of every server-side apply of the operator.
 pub const FIELD_MANAGER: &str = "marin3r-operator";
+
+/// The images the operator puts in what it generates when a resource does not name one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Images {
+    /// The marin3r image: the discovery service, the init manager and the shutdown
+    /// manager (`MARIN3R_IMAGE`, default this build's image).
+    pub marin3r: String,
+    /// Envoy of EnvoyDeployments without `spec.image`.
+    pub envoy: String,
+}
+
+impl Default for Images {
+    fn default() -> Self {
+        Self {
+            marin3r: marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE.to_string(),
+            envoy: marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE.to_string(),
+        }
+    }
+}

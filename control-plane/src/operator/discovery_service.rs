@@ -1,0 +1,401 @@
+//! What the DiscoveryService controller applies for a DiscoveryService `<ds>` in a
+//! namespace (OPERATOR.md §3.3, with the [R] decisions of §6 and §8): its PKI as three
+//! DiscoveryServiceCertificates, the ServiceAccount, Role and RoleBinding `marin3r-<ds>`,
+//! the Service `marin3r-<ds>` and the discovery-service Deployment `marin3r-<ds>`.
+//!
+//! Differences from upstream, on purpose:
+//! - the server certificate's SANs are the Service's DNS names (Q8), and every
+//!   certificate has an ECDSA P-256 key, a backdated `notBefore` and, for clients,
+//!   `clientAuth` (`marin3r_certs::lifecycle`);
+//! - the Role is exactly what Kubernetes mode needs (the one table
+//!   [`crate::kubernetes::RBAC`], also behind `manifests/discovery-service/role.yaml`), not
+//!   `marin3r.3scale.net/*: *` (Q14);
+//! - the Deployment runs our `discovery-service` with the flags it has, mounts only the
+//!   CA's trust bundle (`ca.crt`), never the CA key, and carries no certificate-hash
+//!   label: the discovery service re-reads renewed certificates, so a renewal or a CA
+//!   rotation restarts nothing (Q5). It keeps `Recreate` (one replica writes the statuses);
+//! - the Service exposes the xDS port as `discovery` on `xdsServerPort` and, when that
+//!   is not 18000, also on 18000 (`discovery-default`), the port sidecars dial by
+//!   convention (`marin3r-<ds>.<namespace>.svc:18000`, §6 [R] item 1);
+//! - `pkiConfg.*.secretName` and `serviceConfig` are accepted and ignored: every name
+//!   derives from the DiscoveryService's (Q2, Q3).
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+    SecretReference, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use marin3r_operator_api::discoveryservice::CertificateOptions;
+use marin3r_operator_api::discoveryservicecertificate::{
+    CaSigned, CertificateRenewal, SelfSigned, Signer,
+};
+use marin3r_operator_api::{
+    DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceCertificateSpec,
+};
+
+use super::Images;
+use super::objects::{DISCOVERY_SERVICE_COMPONENT, labels, metadata};
+use crate::Error;
+
+/// The port sidecars dial by convention (`marin3r-<ds>.<namespace>.svc:18000`).
+pub const CONVENTIONAL_XDS_PORT: u16 = 18000;
+/// Where the server certificate Secret is mounted.
+pub const SERVER_CERT_PATH: &str = "/etc/marin3r/tls/server";
+/// Where the CA trust bundle (`ca.crt` only) is mounted.
+pub const CA_CERT_PATH: &str = "/etc/marin3r/tls/ca";
+/// The user the discovery service runs as (the marin3r image's `nonroot`).
+const UID: i64 = marin3r_sidecar::generate::MARIN3R_UID;
+
+/// Everything applied for one DiscoveryService, in apply order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiscoveryServiceObjects {
+    pub ca: DiscoveryServiceCertificate,
+    pub server: DiscoveryServiceCertificate,
+    pub client: DiscoveryServiceCertificate,
+    pub service_account: ServiceAccount,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub service: Service,
+    /// Applied only once the server certificate's Secret exists (the controller's
+    /// gate); never deleted because an input is missing.
+    pub deployment: Deployment,
+}
+
+/// The DNS names of the discovery service's Service in `namespace`: the server
+/// certificate's SANs (Q8).
+pub fn server_hosts(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_string(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
+}
+
+/// Generates every object of `ds` in `namespace`. Fails only on a spec that does not
+/// validate (a duration or port out of range), naming the field.
+pub fn generate(
+    ds: &DiscoveryService,
+    namespace: &str,
+    images: &Images,
+) -> Result<DiscoveryServiceObjects, Error> {
+    let invalid = |source| Error::InvalidSpec {
+        kind: "DiscoveryService",
+        name: ds.metadata.name.clone().unwrap_or_default(),
+        source,
+    };
+    let instance = ds.metadata.name.clone().unwrap_or_default();
+    let name = ds.resource_name();
+    let labels = labels(DISCOVERY_SERVICE_COMPONENT, &instance);
+    let meta = |object_name: &str| metadata(object_name, namespace, labels.clone(), ds);
+
+    let ca_options = ds.root_certificate_authority().map_err(invalid)?;
+    let server_options = ds.server_certificate().map_err(invalid)?;
+    let client_options = ds.client_certificate();
+    let ca_signed = Signer {
+        ca_signed: Some(CaSigned {
+            ca_secret_ref: SecretReference {
+                name: Some(ca_options.secret_name.clone()),
+                namespace: Some(namespace.to_string()),
+            },
+        }),
+        ..Signer::default()
+    };
+    let certificate = |options: &CertificateOptions,
+                       hosts: Vec<String>,
+                       is_ca: bool,
+                       server: bool,
+                       signer: Signer| DiscoveryServiceCertificate {
+        metadata: meta(&options.secret_name),
+        spec: DiscoveryServiceCertificateSpec {
+            common_name: options.common_name.clone(),
+            server: Some(server),
+            is_ca: Some(is_ca),
+            valid_for: i64::try_from(options.duration.as_secs()).unwrap_or(i64::MAX),
+            hosts: Some(hosts),
+            signer,
+            secret_ref: SecretReference {
+                name: Some(options.secret_name.clone()),
+                namespace: Some(namespace.to_string()),
+            },
+            certificate_renewal: Some(CertificateRenewal { enabled: true }),
+        },
+        status: None,
+    };
+    let ca = certificate(
+        &ca_options,
+        vec![ca_options.common_name.clone()],
+        true,
+        false,
+        Signer {
+            self_signed: Some(SelfSigned {}),
+            ..Signer::default()
+        },
+    );
+    let server = certificate(
+        &server_options,
+        server_hosts(&ds.service_name(), namespace),
+        false,
+        true,
+        ca_signed.clone(),
+    );
+    let client = certificate(
+        &client_options,
+        vec![client_options.common_name.clone()],
+        false,
+        false,
+        ca_signed,
+    );
+
+    let service_account = ServiceAccount {
+        metadata: meta(&name),
+        // The discovery service talks to the API server with this account's token.
+        ..ServiceAccount::default()
+    };
+    let role = Role {
+        metadata: meta(&name),
+        rules: Some(role_rules()),
+    };
+    let role_binding = RoleBinding {
+        metadata: meta(&name),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: name.clone(),
+            namespace: Some(namespace.to_string()),
+            ..Subject::default()
+        }]),
+    };
+
+    let xds_port = ds.xds_server_port().map_err(invalid)?;
+    let metrics_port = ds.metrics_port().map_err(invalid)?;
+    let probe_port = ds.probe_port().map_err(invalid)?;
+    let service_port = |port_name: &str, port: u16, target: &str| ServicePort {
+        name: Some(port_name.to_string()),
+        port: i32::from(port),
+        target_port: Some(IntOrString::String(target.to_string())),
+        protocol: Some("TCP".into()),
+        app_protocol: (target == "discovery").then(|| "grpc".to_string()),
+        ..ServicePort::default()
+    };
+    let mut ports = vec![service_port("discovery", xds_port, "discovery")];
+    if xds_port != CONVENTIONAL_XDS_PORT {
+        ports.push(service_port(
+            "discovery-default",
+            CONVENTIONAL_XDS_PORT,
+            "discovery",
+        ));
+    }
+    ports.push(service_port("metrics", metrics_port, "metrics"));
+    let service = Service {
+        metadata: meta(&ds.service_name()),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(labels.clone()),
+            ports: Some(ports),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    };
+
+    let deployment = Deployment {
+        metadata: meta(&name),
+        spec: DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                rolling_update: None,
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec(
+                    ds,
+                    namespace,
+                    images,
+                    (xds_port, metrics_port, probe_port),
+                    (&server_options.secret_name, &ca_options.secret_name),
+                )),
+            },
+            ..DeploymentSpec::default()
+        },
+        status: None,
+    };
+
+    Ok(DiscoveryServiceObjects {
+        ca,
+        server,
+        client,
+        service_account,
+        role,
+        role_binding,
+        service,
+        deployment,
+    })
+}
+
+/// The Role's rules: one per entry of [`crate::kubernetes::RBAC`].
+pub fn role_rules() -> Vec<PolicyRule> {
+    crate::kubernetes::RBAC
+        .iter()
+        .map(|a| PolicyRule {
+            api_groups: Some(vec![a.group.to_string()]),
+            resources: Some(vec![a.resource.to_string()]),
+            verbs: a.verbs.iter().map(|v| (*v).to_string()).collect(),
+            ..PolicyRule::default()
+        })
+        .collect()
+}
+
+fn pod_spec(
+    ds: &DiscoveryService,
+    namespace: &str,
+    images: &Images,
+    (xds_port, metrics_port, probe_port): (u16, u16, u16),
+    (server_secret, ca_secret): (&str, &str),
+) -> PodSpec {
+    let mut args = vec![
+        "discovery-service".to_string(),
+        format!("--xdss-port={xds_port}"),
+        format!("--server-certificate-path={SERVER_CERT_PATH}"),
+        format!("--ca-certificate-path={CA_CERT_PATH}"),
+        format!("--metrics-bind-address=:{metrics_port}"),
+        format!("--health-probe-bind-address=:{probe_port}"),
+        "--log-format=json".to_string(),
+    ];
+    if ds.debug() {
+        args.push("--log-level=debug".to_string());
+    }
+    let port = |name: &str, port: u16| ContainerPort {
+        name: Some(name.to_string()),
+        container_port: i32::from(port),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    };
+    let probe = |path: &str, initial_delay: i32, period: i32, failures: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String("probes".into()),
+            ..HTTPGetAction::default()
+        }),
+        initial_delay_seconds: (initial_delay > 0).then_some(initial_delay),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    };
+    let secret_volume = |name: &str, secret: &str, items: Option<Vec<KeyToPath>>| Volume {
+        name: name.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            // Group-readable: fsGroup 65532 owns the files.
+            default_mode: Some(0o440),
+            items,
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    };
+    let container = Container {
+        name: "discovery-service".into(),
+        image: Some(ds.image(&images.marin3r).to_string()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        args: Some(args),
+        env: Some(vec![
+            EnvVar {
+                // Kubernetes mode (no --config-dir): watch this namespace only.
+                name: "WATCH_NAMESPACE".into(),
+                value: Some(namespace.to_string()),
+                ..EnvVar::default()
+            },
+            EnvVar {
+                name: "POD_NAME".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: Some("v1".into()),
+                        field_path: "metadata.name".into(),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![
+            port("discovery", xds_port),
+            port("metrics", metrics_port),
+            port("probes", probe_port),
+        ]),
+        readiness_probe: Some(probe("/readyz", 0, 5, 2)),
+        liveness_probe: Some(probe("/healthz", 5, 10, 3)),
+        resources: Some(ds.resources()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            privileged: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("server-cert", SERVER_CERT_PATH),
+            mount("ca-cert", CA_CERT_PATH),
+        ]),
+        ..Container::default()
+    };
+    PodSpec {
+        service_account_name: Some(ds.resource_name()),
+        priority_class_name: ds.pod_priority_class().map(str::to_string),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(UID),
+            run_as_group: Some(UID),
+            fs_group: Some(UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        containers: vec![container],
+        volumes: Some(vec![
+            secret_volume("server-cert", server_secret, None),
+            // Only the CA's trust bundle, never its key.
+            secret_volume(
+                "ca-cert",
+                ca_secret,
+                Some(vec![KeyToPath {
+                    key: "ca.crt".into(),
+                    path: "ca.crt".into(),
+                    ..KeyToPath::default()
+                }]),
+            ),
+        ]),
+        ..PodSpec::default()
+    }
+}

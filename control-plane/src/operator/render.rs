@@ -1,0 +1,212 @@
+//! `marin3r operator render`: the objects the controllers would apply for a set of
+//! DiscoveryService, EnvoyDeployment and EnvoyConfig manifests, computed by the same
+//! generators the controllers call ([`super::discovery_service::generate`],
+//! [`super::envoy_deployment::generate`]), without a cluster.
+//!
+//! Rules, as the controllers apply them:
+//! - a manifest without `metadata.namespace` is in `default`;
+//! - one DiscoveryService per namespace: the oldest (`creationTimestamp`, then name)
+//!   is served; any other gets nothing and is reported ([`primary_discovery_service`],
+//!   OPERATOR.md Q1);
+//! - an EnvoyDeployment is rendered only when its DiscoveryService (the served one) and
+//!   its EnvoyConfig are in the input, in its namespace; otherwise it is reported with
+//!   the reason its `Ready` condition would carry;
+//! - every spec is validated first; a spec with errors is reported with each field.
+//!
+//! Objects come out in apply order: per DiscoveryService its certificates, account,
+//! Role, RoleBinding, Service and Deployment; per EnvoyDeployment its certificate,
+//! Deployment, HPA and PDB. Owner references are left out (the objects of a file have
+//! no uid). Certificate Secrets are the certificate controller's and hold key material:
+//! they are not rendered.
+
+use std::collections::BTreeMap;
+
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, parse_envoy_config};
+use marin3r_operator_api::conditions;
+use marin3r_operator_api::{DiscoveryService, EnvoyDeployment};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::Images;
+use super::{discovery_service, envoy_deployment};
+
+/// Namespace of a manifest without `metadata.namespace`.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// What `render` produced: the objects, and what could not be rendered (with why).
+#[derive(Debug, Default, PartialEq)]
+pub struct Rendered {
+    pub objects: Vec<Value>,
+    /// `kind namespace/name: problem`, one per line of output.
+    pub problems: Vec<String>,
+}
+
+/// The DiscoveryService a namespace is served by among `candidates` (all in one
+/// namespace): the oldest by `creationTimestamp`, then by name. The others get a
+/// `DuplicateDiscoveryService` condition and nothing else.
+pub fn primary_discovery_service<'a>(
+    candidates: impl IntoIterator<Item = &'a DiscoveryService>,
+) -> Option<&'a DiscoveryService> {
+    candidates.into_iter().min_by(|a, b| {
+        let key = |d: &'a DiscoveryService| {
+            (
+                d.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                d.metadata.name.clone(),
+            )
+        };
+        // An object without a timestamp (from a file) sorts after dated ones.
+        let (ta, na) = key(a);
+        let (tb, nb) = key(b);
+        match (ta, tb) {
+            (Some(x), Some(y)) => x.cmp(&y).then(na.cmp(&nb)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => na.cmp(&nb),
+        }
+    })
+}
+
+fn to_value(object: &impl Serialize, problems: &mut Vec<String>) -> Option<Value> {
+    match serde_json::to_value(object) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            problems.push(format!("cannot serialize a generated object: {e}"));
+            None
+        }
+    }
+}
+
+fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+}
+
+/// Renders what the controllers would apply for the DiscoveryServices, EnvoyDeployments
+/// and EnvoyConfigs among `docs` (other kinds are ignored).
+pub fn render(docs: &[Value], images: &Images) -> Rendered {
+    let mut out = Rendered::default();
+    let mut discovery_services: BTreeMap<String, Vec<DiscoveryService>> = BTreeMap::new();
+    let mut envoy_deployments: Vec<EnvoyDeployment> = Vec::new();
+    let mut envoy_configs: BTreeMap<(String, String), EnvoyConfig> = BTreeMap::new();
+
+    for (i, doc) in docs.iter().enumerate() {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("?");
+        let at = format!("document {} ({kind} {name})", i + 1);
+        match (doc["apiVersion"].as_str().unwrap_or_default(), kind) {
+            ("operator.marin3r.3scale.net/v1alpha1", "DiscoveryService") => {
+                match serde_json::from_value::<DiscoveryService>(doc.clone()) {
+                    Ok(ds) => match ds.spec.validate() {
+                        Ok(()) => discovery_services
+                            .entry(namespace_of(&ds.metadata))
+                            .or_default()
+                            .push(ds),
+                        Err(e) => out.problems.push(format!("{at}: {e}")),
+                    },
+                    Err(e) => out.problems.push(format!("{at}: {e}")),
+                }
+            }
+            ("operator.marin3r.3scale.net/v1alpha1", "EnvoyDeployment") => {
+                match serde_json::from_value::<EnvoyDeployment>(doc.clone()) {
+                    Ok(ed) => match ed.spec.validate() {
+                        Ok(()) => envoy_deployments.push(ed),
+                        Err(e) => out.problems.push(format!("{at}: {e}")),
+                    },
+                    Err(e) => out.problems.push(format!("{at}: {e}")),
+                }
+            }
+            (_, "EnvoyConfig") => match parse_envoy_config(doc) {
+                Ok(ec) => {
+                    let key = (
+                        namespace_of(&ec.metadata),
+                        ec.metadata.name.clone().unwrap_or_default(),
+                    );
+                    envoy_configs.insert(key, ec);
+                }
+                Err(e) => out.problems.push(format!("{at}: {e}")),
+            },
+            _ => {}
+        }
+    }
+
+    let mut primaries: BTreeMap<String, &DiscoveryService> = BTreeMap::new();
+    for (namespace, candidates) in &discovery_services {
+        let Some(primary) = primary_discovery_service(candidates) else {
+            continue;
+        };
+        primaries.insert(namespace.clone(), primary);
+        for other in candidates.iter().filter(|d| !std::ptr::eq(*d, primary)) {
+            out.problems.push(format!(
+                "DiscoveryService {namespace}/{}: {}: DiscoveryService {} already serves the namespace; nothing is created for this one",
+                other.metadata.name.as_deref().unwrap_or_default(),
+                conditions::REASON_DUPLICATE_DISCOVERY_SERVICE,
+                primary.metadata.name.as_deref().unwrap_or_default(),
+            ));
+        }
+        match discovery_service::generate(primary, namespace, images) {
+            Ok(o) => {
+                for object in [
+                    to_value(&o.ca, &mut out.problems),
+                    to_value(&o.server, &mut out.problems),
+                    to_value(&o.client, &mut out.problems),
+                    to_value(&o.service_account, &mut out.problems),
+                    to_value(&o.role, &mut out.problems),
+                    to_value(&o.role_binding, &mut out.problems),
+                    to_value(&o.service, &mut out.problems),
+                    to_value(&o.deployment, &mut out.problems),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    out.objects.push(object);
+                }
+            }
+            Err(e) => out.problems.push(e.to_string()),
+        }
+    }
+
+    for ed in &envoy_deployments {
+        let namespace = namespace_of(&ed.metadata);
+        let name = ed.metadata.name.as_deref().unwrap_or_default();
+        let at = format!("EnvoyDeployment {namespace}/{name}");
+        let ds = primaries
+            .get(&namespace)
+            .copied()
+            .filter(|d| d.metadata.name.as_deref() == Some(ed.spec.discovery_service_ref.as_str()));
+        let Some(ds) = ds else {
+            out.problems.push(format!(
+                "{at}: {}: DiscoveryService {namespace}/{} is not in the input (or does not serve the namespace)",
+                conditions::REASON_DISCOVERY_SERVICE_NOT_FOUND,
+                ed.spec.discovery_service_ref
+            ));
+            continue;
+        };
+        let Some(ec) = envoy_configs.get(&(namespace.clone(), ed.spec.envoy_config_ref.clone()))
+        else {
+            out.problems.push(format!(
+                "{at}: {}: EnvoyConfig {namespace}/{} is not in the input",
+                conditions::REASON_ENVOY_CONFIG_NOT_FOUND,
+                ed.spec.envoy_config_ref
+            ));
+            continue;
+        };
+        match envoy_deployment::generate(ed, ds, ec, &namespace, images) {
+            Ok(o) => {
+                let objects = [
+                    to_value(&o.client_certificate, &mut out.problems),
+                    to_value(&o.deployment, &mut out.problems),
+                ]
+                .into_iter()
+                .chain(o.hpa.as_ref().map(|h| to_value(h, &mut out.problems)))
+                .chain(o.pdb.as_ref().map(|p| to_value(p, &mut out.problems)))
+                .flatten()
+                .collect::<Vec<_>>();
+                out.objects.extend(objects);
+            }
+            Err(e) => out.problems.push(e.to_string()),
+        }
+    }
+    out
+}

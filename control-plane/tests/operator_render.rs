@@ -1,0 +1,355 @@
+//! Golden tests of `marin3r operator render` (the operator's generators): every
+//! `tests/fixtures/operator-render/<case>/input.yaml` renders exactly `expected.yaml`
+//! (the objects, a YAML stream) and `problems.txt` (what cannot be rendered, one per
+//! line). Every generated container passes Pod Security `restricted`.
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p marin3r-control-plane --test operator_render` rewrites
+//! the expected files; review every diff before committing it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use marin3r_control_plane::operator::Images;
+use marin3r_control_plane::operator::render::render;
+use marin3r_testkit::pod_security::{container_violations, volume_violations};
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/operator-render")
+}
+
+fn images() -> Images {
+    Images {
+        marin3r: "quay.io/marin3r-rs/marin3r:v0.1.0".into(),
+        envoy: "envoyproxy/envoy:v1.40.0".into(),
+    }
+}
+
+fn render_case(dir: &Path) -> (Vec<Value>, Vec<String>) {
+    let text = std::fs::read_to_string(dir.join("input.yaml")).unwrap();
+    let docs = marin3r_envoyconfig::manifest::documents(&text).unwrap();
+    let rendered = render(&docs, &images());
+    (rendered.objects, rendered.problems)
+}
+
+fn yaml_stream(objects: &[Value]) -> String {
+    objects
+        .iter()
+        .map(|o| serde_saphyr::to_string(o).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Why the containers and volumes of every Deployment in `objects` break Pod Security
+/// `restricted` (or our read-only root filesystem rule), and how many were checked.
+fn restricted_breaches(objects: &[Value]) -> (usize, Vec<String>) {
+    let mut checked = 0;
+    let mut out = Vec::new();
+    for d in objects.iter().filter(|o| o["kind"] == "Deployment") {
+        let spec = &d["spec"]["template"]["spec"];
+        out.extend(volume_violations(spec));
+        for key in ["containers", "initContainers"] {
+            for c in spec[key].as_array().into_iter().flatten() {
+                checked += 1;
+                out.extend(container_violations(c, &spec["securityContext"]));
+                if c["securityContext"]["readOnlyRootFilesystem"] != true {
+                    out.push(format!("{}: readOnlyRootFilesystem is not true", c["name"]));
+                }
+            }
+        }
+    }
+    (checked, out)
+}
+
+#[test]
+fn golden_render_cases() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 8, "{} cases", dirs.len());
+    let mut failures = Vec::new();
+    let mut containers = 0;
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let (objects, problems) = render_case(dir);
+        let yaml = yaml_stream(&objects);
+        let problems = problems
+            .iter()
+            .map(|p| format!("{p}\n"))
+            .collect::<String>();
+        if update {
+            std::fs::write(dir.join("expected.yaml"), &yaml).unwrap();
+            std::fs::write(dir.join("problems.txt"), &problems).unwrap();
+        }
+        let want_yaml = std::fs::read_to_string(dir.join("expected.yaml")).unwrap_or_default();
+        let want_problems = std::fs::read_to_string(dir.join("problems.txt")).unwrap_or_default();
+        if yaml != want_yaml {
+            failures.push(format!(
+                "{name}: objects differ\n got:\n{yaml}\nwant:\n{want_yaml}"
+            ));
+        }
+        if problems != want_problems {
+            failures.push(format!(
+                "{name}: problems differ\n got:\n{problems}\nwant:\n{want_problems}"
+            ));
+        }
+        let (checked, breaches) = restricted_breaches(&objects);
+        containers += checked;
+        if !breaches.is_empty() {
+            failures.push(format!("{name}: not Pod Security restricted: {breaches:?}"));
+        }
+    }
+    assert!(containers >= 12, "only {containers} containers checked");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn container_names(pod: &Value, key: &str) -> Vec<String> {
+    pod[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_walkthrough_envoydeployment_has_envoy_and_the_shutdown_manager_with_a_300_s_grace() {
+    let (objects, problems) = render_case(&fixtures().join("02-walkthrough-shutdown-manager"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let d = find(&objects, "Deployment", "marin3r-envoydeployment-envoy");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        container_names(pod, "containers"),
+        ["envoy", "envoy-shtdn-mgr"]
+    );
+    assert_eq!(container_names(pod, "initContainers"), ["envoy-init-mgr"]);
+    assert_eq!(pod["terminationGracePeriodSeconds"], 300);
+    assert_eq!(d["spec"]["replicas"], 1);
+    let envoy = &pod["containers"][0];
+    assert_eq!(
+        envoy["lifecycle"]["preStop"]["httpGet"]["path"],
+        "/shutdown"
+    );
+    let args: Vec<&str> = envoy["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--drain-time-s", "300"]),
+        "{args:?}"
+    );
+    let init = &pod["initContainers"][0]["args"];
+    let init: Vec<&str> = init
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        init.windows(2)
+            .any(|w| w == ["--xdss-host", "marin3r-discoveryservice.default.svc"])
+    );
+    assert!(init.windows(2).any(|w| w == ["--xdss-port", "18000"]));
+    assert!(init.windows(2).any(|w| w == ["--node-id", "envoy"]));
+    // The client certificate: signed by the DiscoveryService's CA, 48 h.
+    let dsc = find(
+        &objects,
+        "DiscoveryServiceCertificate",
+        "envoy-client-cert-envoy",
+    );
+    assert_eq!(
+        dsc["spec"]["signer"]["caSigned"]["caSecretRef"]["name"],
+        "marin3r-ca-cert-discoveryservice"
+    );
+    assert_eq!(dsc["spec"]["validFor"], 172_800);
+}
+
+#[test]
+fn scaling_to_zero_changes_only_the_replicas() {
+    let (zero, _) = render_case(&fixtures().join("05-static-zero"));
+    let (one, _) = render_case(&fixtures().join("02-walkthrough-shutdown-manager"));
+    let mut zero = find(&zero, "Deployment", "marin3r-envoydeployment-envoy").clone();
+    let one = find(&one, "Deployment", "marin3r-envoydeployment-envoy");
+    assert_eq!(zero["spec"]["replicas"], 0);
+    zero["spec"]["replicas"] = 1.into();
+    assert_eq!(&zero, one);
+}
+
+#[test]
+fn dynamic_replicas_leave_the_deployment_replicas_to_the_hpa() {
+    let (objects, problems) = render_case(&fixtures().join("03-dynamic-replicas-pdb-affinity"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let d = find(&objects, "Deployment", "marin3r-envoydeployment-instance");
+    assert!(d["spec"].get("replicas").is_none(), "{}", d["spec"]);
+    let hpa = find(
+        &objects,
+        "HorizontalPodAutoscaler",
+        "marin3r-envoydeployment-instance",
+    );
+    assert_eq!(hpa["spec"]["minReplicas"], 2);
+    assert_eq!(hpa["spec"]["maxReplicas"], 4);
+    assert_eq!(
+        hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"],
+        60
+    );
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"]["name"],
+        "marin3r-envoydeployment-instance"
+    );
+    let pdb = find(
+        &objects,
+        "PodDisruptionBudget",
+        "marin3r-envoydeployment-instance",
+    );
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+}
+
+#[test]
+fn admin_and_shutdown_manager_ports_are_honoured() {
+    let (objects, problems) = render_case(&fixtures().join("04-ports-and-pki"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let d = find(&objects, "Deployment", "marin3r-envoydeployment-gw");
+    let pod = &d["spec"]["template"]["spec"];
+    let sm = &pod["containers"][1];
+    assert_eq!(sm["name"], "envoy-shtdn-mgr");
+    let args: Vec<&str> = sm["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "shutdown-manager",
+            "--port",
+            "8091",
+            "--envoy-admin-address",
+            "http://127.0.0.1:9902"
+        ]
+    );
+    assert_eq!(
+        pod["containers"][0]["lifecycle"]["preStop"]["httpGet"]["port"],
+        8091
+    );
+    assert_eq!(
+        pod["containers"][0]["readinessProbe"]["httpGet"]["port"],
+        9902
+    );
+    assert_eq!(pod["terminationGracePeriodSeconds"], 60);
+    // The DiscoveryService's xDS port, also reachable on the conventional 18000.
+    let svc = find(&objects, "Service", "marin3r-ds");
+    let ports: Vec<(String, i64)> = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["port"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("discovery".to_string(), 19000),
+            ("discovery-default".to_string(), 18000),
+            ("metrics".to_string(), 19001)
+        ]
+    );
+    let init: Vec<&str> = pod["initContainers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(init.windows(2).any(|w| w == ["--xdss-port", "19000"]));
+    // pkiConfg durations are used, its secret names are not.
+    let ca = find(
+        &objects,
+        "DiscoveryServiceCertificate",
+        "marin3r-ca-cert-ds",
+    );
+    assert_eq!(ca["spec"]["validFor"], 8760 * 3600);
+    let server = find(
+        &objects,
+        "DiscoveryServiceCertificate",
+        "marin3r-server-cert-ds",
+    );
+    assert_eq!(server["spec"]["validFor"], 720 * 3600);
+    assert_eq!(
+        server["spec"]["hosts"],
+        serde_json::json!([
+            "marin3r-ds",
+            "marin3r-ds.edge",
+            "marin3r-ds.edge.svc",
+            "marin3r-ds.edge.svc.cluster.local"
+        ])
+    );
+}
+
+#[test]
+fn the_discovery_service_mounts_the_trust_bundle_never_the_ca_key_and_has_no_hash_label() {
+    let (objects, _) = render_case(&fixtures().join("01-readme-discoveryservice"));
+    let d = find(&objects, "Deployment", "marin3r-discoveryservice");
+    let pod = &d["spec"]["template"]["spec"];
+    let ca = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "ca-cert")
+        .unwrap();
+    assert_eq!(
+        ca["secret"]["secretName"],
+        "marin3r-ca-cert-discoveryservice"
+    );
+    assert_eq!(
+        ca["secret"]["items"],
+        serde_json::json!([{"key": "ca.crt", "path": "ca.crt"}])
+    );
+    let labels = d["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .unwrap();
+    assert!(
+        labels.keys().all(|k| k.starts_with("app.kubernetes.io/")),
+        "{labels:?}"
+    );
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    // The Role is the discovery service's RBAC table, nothing more.
+    let role = find(&objects, "Role", "marin3r-discoveryservice");
+    assert_eq!(
+        role["rules"].as_array().unwrap().len(),
+        marin3r_control_plane::kubernetes::RBAC.len()
+    );
+    let names: Vec<&str> = objects
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "marin3r-ca-cert-discoveryservice",
+            "marin3r-server-cert-discoveryservice",
+            "envoy-sidecar-client-cert",
+            "marin3r-discoveryservice",
+            "marin3r-discoveryservice",
+            "marin3r-discoveryservice",
+            "marin3r-discoveryservice",
+            "marin3r-discoveryservice",
+        ]
+    );
+}
