@@ -12,8 +12,11 @@
 //! Layout: [`objects`] holds what every generated object shares (labels, owner
 //! references); the generators and controllers are one module per kind.
 
+pub mod apply;
 pub mod discovery_service;
+pub mod discovery_service_controller;
 pub mod envoy_deployment;
+pub mod envoy_deployment_controller;
 pub mod objects;
 pub mod render;
 

@@ -1,0 +1,316 @@
+//! The DiscoveryService controller (OPERATOR.md §3 with the [R] decisions): applies what
+//! [`super::discovery_service::generate`] builds, in order — the CA, server and client
+//! certificates, the ServiceAccount, Role, RoleBinding and Service — and the Deployment
+//! once the server certificate's Secret holds `tls.crt`, `tls.key` and `ca.crt` (or
+//! when it already exists: it is updated whatever the certificates do, and never deleted
+//! because an input is missing). A renewal changes only Secrets, which the discovery
+//! service re-reads: nothing restarts.
+//!
+//! One DiscoveryService per namespace (Q1): the oldest serves it; any other gets
+//! `Ready=False`, reason `DuplicateDiscoveryService`, and nothing else, and is looked at
+//! again every minute (it takes over when the first is deleted).
+//!
+//! Status: `deploymentName`, `deploymentStatus` (a copy of the Deployment's),
+//! `observedGeneration` and a `Ready` condition (`DeploymentAvailable`,
+//! `DeploymentUnavailable`, `CertificateNotReady`, `DuplicateDiscoveryService`,
+//! `InvalidSpec`), written only when it changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt as _};
+use marin3r_operator_api::conditions::{READY, REASON_DUPLICATE_DISCOVERY_SERVICE};
+use marin3r_operator_api::{DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceStatus};
+
+use super::Images;
+use super::apply::{apply, apply_status, get};
+use super::discovery_service::generate;
+use super::objects::MANAGED_BY_SELECTOR;
+use super::render::primary_discovery_service;
+use crate::kubernetes::plan::set_condition;
+use crate::kubernetes::{Error, Lenient};
+
+/// Reason: the Deployment has an available replica.
+pub const REASON_DEPLOYMENT_AVAILABLE: &str = "DeploymentAvailable";
+/// Reason: the Deployment has no available replica.
+pub const REASON_DEPLOYMENT_UNAVAILABLE: &str =
+    marin3r_operator_api::conditions::REASON_DEPLOYMENT_UNAVAILABLE;
+/// Reason: waiting for the server certificate's Secret.
+pub const REASON_CERTIFICATE_NOT_READY: &str =
+    marin3r_operator_api::conditions::REASON_CERTIFICATE_NOT_READY;
+/// Reason: the spec cannot be turned into objects.
+pub const REASON_INVALID_SPEC: &str = marin3r_operator_api::conditions::REASON_INVALID_SPEC;
+/// How often a DiscoveryService waiting for something is looked at again.
+pub const RECHECK: Duration = Duration::from_secs(10);
+/// How often a duplicate DiscoveryService is looked at again.
+pub const DUPLICATE_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the reconciler reads and writes.
+pub struct Context {
+    pub client: Client,
+    /// Every watched DiscoveryService (the controller's own store), for the
+    /// one-per-namespace rule.
+    pub discovery_services: Store<Lenient<DiscoveryService>>,
+    pub images: Images,
+}
+
+/// Whether a certificate Secret holds what a server needs.
+pub fn secret_is_ready(secret: Option<&Secret>) -> bool {
+    secret.and_then(|s| s.data.as_ref()).is_some_and(|d| {
+        ["tls.crt", "tls.key", "ca.crt"]
+            .iter()
+            .all(|k| d.get(*k).is_some_and(|v| !v.0.is_empty()))
+    })
+}
+
+/// Reconciles one DiscoveryService.
+pub async fn reconcile(
+    obj: Arc<Lenient<DiscoveryService>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+    let ds = match obj.valid() {
+        Ok(ds) => ds,
+        Err(error) => {
+            tracing::error!(
+                namespace,
+                name,
+                error,
+                "malformed DiscoveryService; skipped"
+            );
+            return Ok(Action::await_change());
+        }
+    };
+    if ds.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Timestamp::now();
+    let generation = ds.metadata.generation;
+    let mut status = ds.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let ready = |status: &mut DiscoveryServiceStatus, ok: bool, reason: &str, message: String| {
+        set_condition(
+            &mut status.conditions,
+            READY,
+            ok,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    };
+
+    let same_namespace: Vec<DiscoveryService> = ctx
+        .discovery_services
+        .state()
+        .iter()
+        .filter_map(|d| d.valid().ok())
+        .filter(|d| d.namespace().as_deref() == Some(namespace.as_str()))
+        .cloned()
+        .collect();
+    if let Some(primary) = primary_discovery_service(&same_namespace)
+        && primary.name_any() != name
+    {
+        ready(
+            &mut status,
+            false,
+            REASON_DUPLICATE_DISCOVERY_SERVICE,
+            format!(
+                "DiscoveryService {} already serves namespace {namespace}; only one per namespace is supported, nothing is created for this one",
+                primary.name_any()
+            ),
+        );
+        write_status(&ctx.client, ds, &namespace, &status).await?;
+        return Ok(Action::requeue(DUPLICATE_RECHECK));
+    }
+
+    let objects = match generate(ds, &namespace, &ctx.images) {
+        Ok(objects) => objects,
+        Err(e) => {
+            ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
+            write_status(&ctx.client, ds, &namespace, &status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let ignored = ds.ignored_fields();
+    if !ignored.is_empty() {
+        tracing::warn!(
+            namespace,
+            name,
+            ?ignored,
+            "DiscoveryService fields accepted for compatibility and ignored"
+        );
+    }
+    let client = &ctx.client;
+    for certificate in [&objects.ca, &objects.server, &objects.client] {
+        apply::<DiscoveryServiceCertificate>(client, &namespace, certificate).await?;
+    }
+    apply(client, &namespace, &objects.service_account).await?;
+    apply(client, &namespace, &objects.role).await?;
+    apply(client, &namespace, &objects.role_binding).await?;
+    apply::<Service>(client, &namespace, &objects.service).await?;
+
+    let deployment_name = objects.deployment.name_any();
+    status.deployment_name = Some(deployment_name.clone());
+    let server_secret = objects.server.spec.secret_name().to_string();
+    let secret: Option<Secret> = get(client, &namespace, &server_secret).await?;
+    let existing: Option<Deployment> = get(client, &namespace, &deployment_name).await?;
+    let action = if secret_is_ready(secret.as_ref()) || existing.is_some() {
+        let applied = apply(client, &namespace, &objects.deployment).await?;
+        status.deployment_status = applied.status.clone();
+        let available = applied
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        if available > 0 {
+            ready(
+                &mut status,
+                true,
+                REASON_DEPLOYMENT_AVAILABLE,
+                format!("Deployment {deployment_name} has {available} available replica(s)"),
+            );
+        } else {
+            ready(
+                &mut status,
+                false,
+                REASON_DEPLOYMENT_UNAVAILABLE,
+                format!("Deployment {deployment_name} has no available replica yet"),
+            );
+        }
+        // The Deployment's own events wake the controller (it is owned).
+        Action::await_change()
+    } else {
+        ready(
+            &mut status,
+            false,
+            REASON_CERTIFICATE_NOT_READY,
+            format!(
+                "waiting for Secret {server_secret} (tls.crt, tls.key, ca.crt) before creating Deployment {deployment_name}"
+            ),
+        );
+        Action::requeue(RECHECK)
+    };
+    write_status(client, ds, &namespace, &status).await?;
+    Ok(action)
+}
+
+/// Applies `status` unless it is what the object already has.
+async fn write_status(
+    client: &Client,
+    ds: &DiscoveryService,
+    namespace: &str,
+    status: &DiscoveryServiceStatus,
+) -> Result<(), Error> {
+    if ds.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    apply_status::<DiscoveryService>(client, namespace, &ds.name_any(), status).await?;
+    Ok(())
+}
+
+/// Retry policy: log, retry in 10 s (the controller backs off objects that keep failing).
+pub fn error_policy(obj: Arc<Lenient<DiscoveryService>>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(
+        namespace = obj.namespace().unwrap_or_default(),
+        name = obj.name_any(),
+        error = %error,
+        source = ?std::error::Error::source(error).map(ToString::to_string),
+        "DiscoveryService reconcile failed; retrying"
+    );
+    Action::requeue(RECHECK)
+}
+
+/// The DiscoveryServices of the namespace of `changed` (the one-per-namespace rule:
+/// a deletion lets the next one take over).
+fn same_namespace(
+    changed: &Lenient<DiscoveryService>,
+    store: &Store<Lenient<DiscoveryService>>,
+) -> Vec<ObjectRef<Lenient<DiscoveryService>>> {
+    let namespace = changed.namespace();
+    store
+        .state()
+        .iter()
+        .filter(|d| d.namespace() == namespace && d.name_any() != changed.name_any())
+        .map(|d| ObjectRef::from_obj(d.as_ref()))
+        .collect()
+}
+
+/// Runs the DiscoveryService controller over `namespace` (`None`: every namespace)
+/// until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    namespace: Option<&str>,
+    images: Images,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let discovery_services: Api<Lenient<DiscoveryService>> = api(&client, namespace);
+    let wc = watcher::Config::default();
+    let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
+    let controller = Controller::new(discovery_services.clone(), wc.clone());
+    let store = controller.store();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        discovery_services: store.clone(),
+        images,
+    });
+    controller
+        .owns(api::<Deployment>(&client, namespace), owned.clone())
+        .owns(api::<Service>(&client, namespace), owned.clone())
+        .owns(
+            api::<DiscoveryServiceCertificate>(&client, namespace),
+            owned,
+        )
+        .watches(discovery_services, wc, move |ds| {
+            same_namespace(&ds, &store)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "DiscoveryService reconcile not run");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_server_secret_is_ready_with_its_three_keys() {
+        let secret = |keys: &[&str]| Secret {
+            data: Some(
+                keys.iter()
+                    .map(|k| (k.to_string(), ByteString(b"x".to_vec())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Secret::default()
+        };
+        assert!(!secret_is_ready(None));
+        assert!(!secret_is_ready(Some(&secret(&["tls.crt", "tls.key"]))));
+        assert!(secret_is_ready(Some(&secret(&[
+            "tls.crt", "tls.key", "ca.crt"
+        ]))));
+    }
+}
