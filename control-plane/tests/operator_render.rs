@@ -353,3 +353,46 @@ fn the_discovery_service_mounts_the_trust_bundle_never_the_ca_key_and_has_no_has
         ]
     );
 }
+
+/// The YAML blocks of `docs/walkthrough-operator.md` are what the operator renders
+/// without a problem: the DiscoveryService, then the EnvoyConfig and EnvoyDeployment.
+#[test]
+fn the_operator_walkthrough_renders() {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/walkthrough-operator.md"),
+    )
+    .unwrap();
+    let blocks: Vec<&str> = doc
+        .split("```yaml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        2,
+        "the DiscoveryService, then the EnvoyDeployment"
+    );
+    let docs = marin3r_envoyconfig::manifest::documents(&blocks.join("---\n")).unwrap();
+    let rendered = render(&docs, &images());
+    assert!(rendered.problems.is_empty(), "{:?}", rendered.problems);
+    let kinds: Vec<&str> = rendered
+        .objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "Deployment").count(),
+        2,
+        "{kinds:?}"
+    );
+    // The same EnvoyDeployment as the walkthrough fixture.
+    let (fixture, _) = render_case(&fixtures().join("02-walkthrough-shutdown-manager"));
+    assert_eq!(
+        find(
+            &rendered.objects,
+            "Deployment",
+            "marin3r-envoydeployment-envoy"
+        ),
+        find(&fixture, "Deployment", "marin3r-envoydeployment-envoy")
+    );
+}
