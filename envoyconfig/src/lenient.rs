@@ -24,6 +24,11 @@
 //! the element index of Envoy's later constraint error). Taken from the parser's source
 //! only: `Timestamp` and `ListValue` as objects.
 //!
+//! How YAML scalars are typed before this rewrite (octal with a leading `0`, numbers
+//! with underscores as text) is the YAML parser's part: see
+//! [`crate::decode::yaml_options`]. An untagged number or boolean given to a string
+//! field is refused, as Envoy refuses an `int32` or a boolean there.
+//!
 //! Anything else is left as written, so prost-reflect reports it with its field path.
 //! The rewrite also checks the `value` of a `TypedStruct` (`xds.type.v3` or `udpa.type.v1`)
 //! against the message its `type_url` names when the registry has it, as Envoy does

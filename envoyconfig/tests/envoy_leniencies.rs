@@ -6,7 +6,7 @@
 //! negative twin is refused with the field path of the problem.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use marin3r_envoyconfig::decode::{decode_resource, to_json};
+use marin3r_envoyconfig::decode::{Serialization, decode_resource, decode_str, to_json};
 use marin3r_envoyconfig::resource::{Resource, ResourceType};
 use prost::Message;
 use serde_json::{Value, json};
@@ -406,4 +406,124 @@ fn null_in_a_list_is_the_default_element() {
         err(ResourceType::Route, &route),
         r#"route "r": virtual_hosts[0].response_headers_to_remove[1]: value length must be at least 1 characters"#
     );
+}
+
+// --- 5. YAML scalars -----------------------------------------------------------------
+//
+// Envoy turns YAML into JSON with yaml-cpp before protobuf's parser sees it
+// (`source/common/protobuf/yaml_utility.cc`): a plain scalar is a boolean if yaml-cpp
+// reads it as one (`true`, `yes`, `on`, `y`, … in three cases), else a number if it
+// reads as a C++ `int64` (decimal, `0x` hex, and legacy octal with a leading `0`; a
+// value outside the `int32` range becomes its decimal text), else the scalar's text.
+// Checked with Envoy 1.40 on `per_connection_buffer_limit_bytes` (UInt32Value) and
+// `alt_stat_name` (string) of a static cluster, reading the value back from
+// `/config_dump` for the accepted ones.
+
+fn yaml_cluster(field: &str, scalar: &str) -> Result<Resource, String> {
+    let text = format!(
+        "name: c\n{field}: {scalar}\nload_assignment: {{cluster_name: c, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 1}}}}}}}}]}}]}}\n"
+    );
+    decode_str(ResourceType::Cluster, &text, Serialization::Yaml).map_err(|e| e.to_string())
+}
+
+fn buffer_limit(scalar: &str) -> Result<Value, String> {
+    yaml_cluster("per_connection_buffer_limit_bytes", scalar)
+        .map(|r| to_json(&r).unwrap()["perConnectionBufferLimitBytes"].clone())
+}
+
+fn alt_stat_name(scalar: &str) -> Result<Value, String> {
+    yaml_cluster("alt_stat_name", scalar).map(|r| to_json(&r).unwrap()["altStatName"].clone())
+}
+
+/// Envoy: ACCEPT `per_connection_buffer_limit_bytes: 010` as 8, `0777` as 511,
+/// `0010` as 8 (yaml-cpp reads a leading `0` as octal, like YAML 1.1), `08` and `09`
+/// as 8 and 9 (not octal: text, which protobuf reads as decimal), `0x1F` as 31.
+/// marin3r read `010` as 10 before (YAML 1.2). Twin: `-010` is -8, REFUSEd for an
+/// unsigned field by both.
+#[test]
+fn integers_with_a_leading_zero_are_octal() {
+    for (scalar, value) in [
+        ("010", 8),
+        ("0777", 511),
+        ("0010", 8),
+        ("08", 8),
+        ("09", 9),
+        ("0x1F", 31),
+        ("1000", 1000),
+    ] {
+        assert_eq!(buffer_limit(scalar), Ok(json!(value)), "{scalar}");
+    }
+    let e = buffer_limit("-010").unwrap_err();
+    assert!(
+        e.starts_with(r#"cluster "c": per_connection_buffer_limit_bytes: "#),
+        "{e}"
+    );
+}
+
+/// Envoy: ACCEPT `alt_stat_name: 1_000` as the text "1_000" (yaml-cpp knows no
+/// underscores in numbers), and `0x1_0`, `1_0.5` likewise. Twin: REFUSE
+/// `per_connection_buffer_limit_bytes: 1_000` ("invalid JSON … per_connection_buffer_limit_bytes:
+/// message google.protobuf.UInt32Value"); marin3r read it as 1000 before (YAML 1.2).
+#[test]
+fn numbers_with_underscores_are_text() {
+    for scalar in ["1_000", "0x1_0", "1_0.5"] {
+        assert_eq!(alt_stat_name(scalar), Ok(json!(scalar)), "{scalar}");
+    }
+    for scalar in ["1_000", "0x1_0"] {
+        let e = buffer_limit(scalar).unwrap_err();
+        assert!(
+            e.starts_with(r#"cluster "c": per_connection_buffer_limit_bytes: "#),
+            "{scalar}: {e}"
+        );
+    }
+}
+
+/// Envoy: REFUSE an untagged integer in the `int32` range or a boolean given to a
+/// string field (`alt_stat_name: 123`, `-5`, `0x1F`, `010`, `true`, `yes`, `on`, `y`,
+/// `Off`: "invalid JSON … alt_stat_name: string"); ACCEPT it quoted (`'123'`, `"true"`).
+/// marin3r refuses and accepts the same, with the field path.
+#[test]
+fn integers_and_booleans_in_string_fields_are_refused() {
+    for scalar in ["123", "-5", "0x1F", "010", "true", "yes", "on", "y", "Off"] {
+        let e = alt_stat_name(scalar).unwrap_err();
+        assert!(
+            e.starts_with(r#"cluster "c": alt_stat_name: "#),
+            "{scalar}: {e}"
+        );
+    }
+    assert_eq!(alt_stat_name("'123'"), Ok(json!("123")));
+    assert_eq!(alt_stat_name("\"true\""), Ok(json!("true")));
+}
+
+/// Known differences, pinned so that a change is noticed. Envoy ACCEPTs these untagged
+/// scalars in a string field as their text (`alt_stat_name: 1.50` is "1.50"), marin3r
+/// refuses them: its YAML parser types them as numbers (`1.5`, `1.50`, `1e3`, `1.0`,
+/// `.5`, `08`; `0o17`, `0b101` are YAML 1.2 integers) and the text is gone before the
+/// decoder sees the value; the same number from JSON is refused by Envoy too. Likewise
+/// an integer outside the `int32` range (`12345678901`, which Envoy reads as the text
+/// "12345678901" from YAML, and refuses from JSON). Quoting them works everywhere.
+/// In a numeric field, `0o17` and `0b101` are REFUSEd by Envoy (text) and read as 15
+/// and 5 by marin3r.
+#[test]
+fn yaml_scalars_read_differently() {
+    for scalar in [
+        "1.5",
+        "1.50",
+        "1e3",
+        "1.0",
+        ".5",
+        "08",
+        "0o17",
+        "0b101",
+        "12345678901",
+    ] {
+        let e = alt_stat_name(scalar).unwrap_err();
+        assert!(
+            e.starts_with(r#"cluster "c": alt_stat_name: "#),
+            "{scalar}: {e}"
+        );
+        assert_eq!(alt_stat_name(&format!("'{scalar}'")), Ok(json!(scalar)));
+    }
+    assert_eq!(buffer_limit("0o17"), Ok(json!(15)));
+    assert_eq!(buffer_limit("0b101"), Ok(json!(5)));
 }

@@ -166,6 +166,8 @@ pub fn metric_sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
 pub struct Envoy {
     pub process: KillOnDrop,
     pub node_id: String,
+    /// Envoy's admin listener (127.0.0.1, a free port).
+    pub admin: SocketAddr,
     /// Envoy's stderr.
     pub log: PathBuf,
     _dir: tempfile::TempDir,
@@ -473,6 +475,26 @@ impl Envoy {
         api_type: ApiType,
         current_dir: Option<&Path>,
     ) -> Result<Self, String> {
+        Self::start_with(
+            xds,
+            node_id,
+            pod_name,
+            api_type,
+            current_dir,
+            &EnvoyExtras::default(),
+        )
+    }
+
+    /// Like [`Envoy::start_as`], with [`EnvoyExtras`]: more command-line arguments and
+    /// top-level bootstrap fields.
+    pub fn start_with(
+        xds: &Xds,
+        node_id: &str,
+        pod_name: &str,
+        api_type: ApiType,
+        current_dir: Option<&Path>,
+        extras: &EnvoyExtras,
+    ) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
         let admin = free_port().map_err(|e| format!("free port: {e}"))?;
         let opts = BootstrapOptions {
@@ -493,6 +515,9 @@ impl Envoy {
             ..BootstrapOptions::default()
         };
         write_files(&opts).map_err(|e| format!("write the Envoy bootstrap: {e}"))?;
+        if !extras.bootstrap.is_empty() {
+            merge_bootstrap(&opts.config_file, &extras.bootstrap)?;
+        }
         let log = dir.path().join("envoy.log");
         let stderr =
             std::fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
@@ -508,6 +533,7 @@ impl Envoy {
                 "--log-level",
                 "info",
             ])
+            .args(&extras.args)
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr));
         if let Some(cwd) = current_dir {
@@ -518,10 +544,41 @@ impl Envoy {
         Ok(Self {
             process,
             node_id: node_id.into(),
+            admin: localhost(admin),
             log,
             _dir: dir,
         })
     }
+}
+
+/// What [`Envoy::start_with`] adds to the Envoy that [`Envoy::start_as`] starts.
+#[derive(Debug, Clone, Default)]
+pub struct EnvoyExtras {
+    /// Appended to Envoy's command line (e.g. `--drain-time-s 1`).
+    pub args: Vec<String>,
+    /// Top-level bootstrap fields, set over those of the injected bootstrap (e.g.
+    /// `typed_dns_resolver_config`).
+    pub bootstrap: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Sets the top-level `fields` in the JSON bootstrap at `path`.
+fn merge_bootstrap(
+    path: &Path,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let mut bootstrap: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
+    let top = bootstrap
+        .as_object_mut()
+        .ok_or_else(|| format!("{} is not a JSON object", path.display()))?;
+    for (k, v) in fields {
+        top.insert(k.clone(), v.clone());
+    }
+    let text = serde_json::to_string_pretty(&bootstrap)
+        .map_err(|e| format!("serialize {}: {e}", path.display()))?;
+    std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
 }
 
 // ---------------------------------------------------------------------------------------

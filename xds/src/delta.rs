@@ -28,8 +28,10 @@
 //!   *in flight* until answered. A `response_nonce` naming an in-flight response is its
 //!   ACK (no `error_detail`) or NACK (with it), reported with that response's system
 //!   version; any other nonce is stale and produces no event. On a NACK the resources
-//!   of the rejected response (unless re-sent since) are considered not held by the
-//!   client, so they are sent again — after the backoff.
+//!   of the rejected response (unless re-sent since) are considered held by the client
+//!   at an unknown version (Envoy's LDS and CDS apply the good resources of a rejected
+//!   response), so they are sent again — after the backoff — and listed in
+//!   `removed_resources` once the snapshot no longer has them.
 //! - **NACK backoff**: as for SotW, the rejected version is re-sent only after
 //!   `initial · 2^(n-1)` (capped); a newer type version is sent at once and resets it.
 //! - **Snapshot change**: only the differences, only for subscribed types; a type whose
@@ -423,8 +425,10 @@ fn answer(
     if req.error_detail.is_none() {
         return Some(event);
     }
-    // The rejected changes were not applied: forget them unless a newer in-flight
-    // response carries the same names again.
+    // The rejected changes may or may not have been applied (Envoy's LDS and CDS apply
+    // the good resources of a rejected response and NACK the rest): unless a newer
+    // in-flight response carries the same names again, the client may hold them at an
+    // unknown version, so they are sent again, and removed if the snapshot drops them.
     let later = |name: &String| {
         state
             .in_flight
@@ -443,10 +447,7 @@ fn answer(
         .filter(|n| !later(n))
         .cloned()
         .collect();
-    for name in resend {
-        state.client.remove(&name);
-    }
-    for name in reremove {
+    for name in resend.into_iter().chain(reremove) {
         state.client.insert(name, Some(UNKNOWN_VERSION.to_string()));
     }
     Some(event)
@@ -762,6 +763,30 @@ mod tests {
         let out = st.handle_request(nack(&out.responses[0], "x"), &s2, now);
         assert!(out.responses.is_empty());
         assert_eq!(st.next_timer(), Some(now + ms(100)));
+    }
+
+    /// Envoy's LDS applies the good listeners of a rejected response (the NACK names
+    /// the bad ones): a rejected name may be held, so dropping it from the snapshot
+    /// removes it (found serving the corpus to a real Envoy: the good listeners of a
+    /// rejected response stayed on Envoy for good).
+    #[test]
+    fn names_of_a_rejected_response_are_removed_when_dropped() {
+        let s0 = snap(&[]);
+        let mut st = DeltaStream::new(AdsConfig::default());
+        let now = Instant::now();
+        let r = st
+            .handle_request(first(Listener, &[]), &s0, now)
+            .responses
+            .remove(0);
+        st.handle_request(ack(&r), &s0, now);
+        let s1 = snap(&[(Listener, "good", "1"), (Listener, "bad", "1")]);
+        let r = st.handle_snapshot(&s1, now).responses.remove(0);
+        assert_eq!(sent(&r), ["bad", "good"]);
+        st.handle_request(nack(&r, "bad: rejected"), &s1, now);
+        let out = st.handle_snapshot(&s0, now);
+        assert_eq!(out.responses.len(), 1, "the removal goes out at once");
+        assert_eq!(removed(&out.responses[0]), ["bad", "good"]);
+        assert!(out.responses[0].resources.is_empty());
     }
 
     #[test]
