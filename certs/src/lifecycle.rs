@@ -235,6 +235,18 @@ pub fn requeue_after(next_check: SystemTime, now: SystemTime) -> Duration {
         .clamp(MIN_CHECK_INTERVAL, MAX_CHECK_INTERVAL)
 }
 
+/// `(notBefore, notAfter)` of the first certificate of `cert_pem`, or why it does not
+/// parse (the operator keeps a replaced CA in the trust bundle only if it parsed).
+pub fn validity(cert_pem: &str) -> Result<(SystemTime, SystemTime), String> {
+    let der = pem_der(cert_pem, "CERTIFICATE")?;
+    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| e.to_string())?;
+    let validity = cert.validity();
+    Ok((
+        to_system_time(validity.not_before.timestamp()),
+        to_system_time(validity.not_after.timestamp()),
+    ))
+}
+
 /// `(notBefore, notAfter)` of `current` if it is what `profile` and the signer ask for,
 /// else why not.
 fn inspect(

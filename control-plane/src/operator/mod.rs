@@ -12,6 +12,7 @@
 //! Layout: [`objects`] holds what every generated object shares (labels, owner
 //! references); the generators and controllers are one module per kind.
 
+pub mod certificate;
 pub mod objects;
 
 /// Field manager of every server-side apply of the operator.

@@ -1,0 +1,796 @@
+//! The DiscoveryServiceCertificate controller (OPERATOR.md §4, with the [R] decisions of
+//! §8 Q6–Q9, Q15, Q16): every DiscoveryServiceCertificate (DSC) becomes a
+//! `kubernetes.io/tls` Secret holding a certificate the operator issued, checked on every
+//! pass and re-issued whenever it is not what the spec asks for. No cert-manager.
+//!
+//! The decisions are one pure function, [`plan`] (the DSC, its Secret, its signer's
+//! Secret, the clock → the Secret to apply, the status, when to look again); the
+//! kube-runtime shell ([`run`], [`reconcile`]) reads the two Secrets, calls it and
+//! writes what it says.
+//!
+//! # The Secret
+//!
+//! Name `spec.secretRef.name`, always in the DSC's namespace (`secretRef.namespace` is
+//! ignored, as upstream). Type `kubernetes.io/tls`. Labels: the DSC's labels plus
+//! `app.kubernetes.io/managed-by: marin3r-operator` (the controller's Secret watch is
+//! selected on it). A controller owner reference to the DSC (deleting the DSC deletes
+//! the Secret). Written with server-side apply (field manager
+//! [`super::FIELD_MANAGER`], forced), so keys and annotations the operator stops writing
+//! are removed and everything else on the Secret is left alone.
+//!
+//! | data key | content |
+//! |---|---|
+//! | `tls.crt` | the certificate (PEM), ECDSA P-256, `notBefore` backdated 5 min |
+//! | `tls.key` | its PKCS#8 private key (PEM) |
+//! | `ca.crt` | what a peer of this certificate must trust (below) |
+//! | `retired-ca.crt` | CA Secrets only, during a rotation: the replaced CA certificate(s) (PEM), still trusted |
+//!
+//! and, with `retired-ca.crt`, the annotation [`RETIRED_UNTIL_ANNOTATION`]
+//! (`operator.marin3r.3scale.net/retired-ca-until`): RFC 3339 UTC, the instant until which
+//! every certificate in `retired-ca.crt` stays in the trust bundles. From that instant
+//! on, the key and the annotation are dropped.
+//!
+//! `ca.crt`:
+//! - a CA (`isCA`): the trust bundle, its own certificate first, then the retired CAs
+//!   still inside their overlap window ([`lifecycle::trust_bundle`]);
+//! - a leaf signed by a CA Secret: the same bundle, computed from the CA Secret's
+//!   `tls.crt`, `retired-ca.crt` and annotation at this pass (so that a leaf drops an
+//!   expired retired CA on time even before the CA's own pass); a CA Secret without the
+//!   annotation (e.g. made by hand) gives its `ca.crt`, or its `tls.crt` when it has
+//!   none;
+//! - a self-signed leaf: its own certificate.
+//!
+//! A certificate that is fine but whose Secret is not what it should be (another
+//! `ca.crt`, missing labels or owner, an expired retired CA still present) has its Secret
+//! re-applied with the same certificate and key: this is how the overlap bundle reaches
+//! every leaf and how the old CA is later dropped.
+//!
+//! # Rules
+//!
+//! - The profile comes from the spec ([`profile`]): common name, `hosts` (default
+//!   `[commonName]`; the DiscoveryService controller puts the server SANs of Q8 there),
+//!   usage (`isCA` → CA, `server` → serverAuth, else clientAuth), validity `validFor`
+//!   seconds, ECDSA P-256.
+//! - A certificate is re-issued (new key) per [`lifecycle::check`]: no Secret, no or
+//!   garbage `tls.crt`/`tls.key` (Q7: healed, never a panic loop), a key that is not the
+//!   certificate's, anything differing from the profile (CN, SANs, usage, key type,
+//!   lifetime), not signed by the CA Secret's **current** `tls.crt`, expired, or less than
+//!   20 % of its lifetime left (renewal on, the default). With renewal off an expired
+//!   certificate is reported (`Ready=False`, reason `Expired`) and left alone.
+//! - Signer (`caSigned`): the CA Secret `caSecretRef.name` in `caSecretRef.namespace`,
+//!   empty meaning the DSC's namespace (Q16). Another namespace is refused (condition
+//!   reason `CrossNamespaceSigner`, nothing written, no retry until the DSC changes).
+//!   A missing or unusable CA Secret is a wait, not an error: `Ready=False`, reason
+//!   `SignerNotReady`, looked at again in [`SIGNER_RETRY`]; the leaf's Secret is not
+//!   touched meanwhile.
+//! - CA rotation with overlap (Q6): when a CA is re-issued, its previous certificate (if
+//!   it parsed) joins `retired-ca.crt`, with the retired CAs still in their window; all of
+//!   them stay trusted until `now + overlap(longest validFor of the DSCs it signs, 2 ×
+//!   60 s kubelet sync)` ([`lifecycle::overlap`]). Leaves see the new `tls.crt`, fail the
+//!   "signed by the current CA" check and are re-issued by the new CA with the bundle as
+//!   `ca.crt`; Envoys that still hold the old files keep trusting the new server
+//!   certificate, and the server keeps trusting old client certificates, until every
+//!   Secret volume is refreshed. Both the CA and its leaves look again when the window
+//!   ends and drop the old CA.
+//! - Status: `ready`, `notBefore`, `notAfter` (RFC 3339), `certificateHash` (FNV-1a 64
+//!   of `tls.crt`, 16 hex digits), and the condition `Ready` (True, reason
+//!   `CertificateValid`; or False with a reason and a message naming the problem). The
+//!   condition's `observedGeneration` is the DSC's generation (the status type has no
+//!   top-level `observedGeneration`). Key material is never logged nor written to a
+//!   status.
+//! - When to look again: at the certificate's renewal time (or expiry + 1 s with renewal
+//!   off), or at the end of an overlap window if sooner, clamped to 1 s–1 h
+//!   ([`lifecycle::requeue_after`], Q15).
+//!
+//! # Watches
+//!
+//! `For(DSC)`; `Owns(Secret)` selected on [`MANAGED_BY_SELECTOR`]; and every event of a
+//! CA DSC reconciles the DSCs it signs **in the same namespace** (Q9: namespace and
+//! name, [`signed_by`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource as _, ResourceExt as _};
+use marin3r_certs::lifecycle::{self, Profile, RetiredCa, Usage, Verdict};
+use marin3r_certs::{CertKeyPem, KeyType};
+use marin3r_operator_api::conditions::{READY, REASON_INVALID_SPEC};
+use marin3r_operator_api::discoveryservicecertificate::{
+    DiscoveryServiceCertificate, DiscoveryServiceCertificateStatus, Issuer,
+};
+
+use super::FIELD_MANAGER;
+use super::objects::{MANAGED_BY, MANAGED_BY_SELECTOR, owner_reference};
+use crate::kubernetes::{Error, Lenient};
+
+/// Type of every certificate Secret.
+pub const SECRET_TYPE: &str = "kubernetes.io/tls";
+/// The certificate.
+pub const TLS_CRT: &str = "tls.crt";
+/// Its private key.
+pub const TLS_KEY: &str = "tls.key";
+/// What a peer must trust.
+pub const CA_CRT: &str = "ca.crt";
+/// CA Secrets during a rotation: the replaced CA certificate(s), PEM.
+pub const RETIRED_CA_CRT: &str = "retired-ca.crt";
+/// CA Secrets during a rotation: until when (RFC 3339) `retired-ca.crt` is trusted.
+pub const RETIRED_UNTIL_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-until";
+/// The kubelet's Secret volume sync period the overlap allows for (twice).
+pub const KUBELET_SYNC: Duration = Duration::from_secs(60);
+/// How soon a DSC waiting for its signer's Secret looks again.
+pub const SIGNER_RETRY: Duration = Duration::from_secs(10);
+
+/// Condition reason: the certificate in the Secret is valid.
+pub const REASON_CERTIFICATE_VALID: &str = "CertificateValid";
+/// Condition reason: the CA Secret is missing or unusable.
+pub const REASON_SIGNER_NOT_READY: &str = "SignerNotReady";
+/// Condition reason: `caSecretRef.namespace` is not the DSC's namespace.
+pub const REASON_CROSS_NAMESPACE_SIGNER: &str = "CrossNamespaceSigner";
+/// Condition reason: the certificate expired and renewal is off.
+pub const REASON_EXPIRED: &str = "Expired";
+/// Condition reason: the certificate cannot be issued from this spec.
+pub const REASON_ISSUE_FAILED: &str = "IssueFailed";
+
+/// What one pass over a DSC does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The Secret to apply (server-side apply), if it must change.
+    pub secret: Option<Secret>,
+    /// The status the DSC must have (written when it differs).
+    pub status: DiscoveryServiceCertificateStatus,
+    /// When to look again; `None`: when the DSC or its Secret changes.
+    pub requeue: Option<Duration>,
+    /// Why a new certificate was issued this pass (for the log).
+    pub reissued: Option<String>,
+}
+
+/// The certificate profile of a DSC's spec: CN, hosts (default `[CN]`), usage (`isCA` →
+/// CA, `server` → server, else client), `validFor` seconds, ECDSA P-256. `None` when
+/// `validFor` is not positive.
+pub fn profile(dsc: &DiscoveryServiceCertificate) -> Option<Profile> {
+    let spec = &dsc.spec;
+    let secs = u64::try_from(spec.valid_for).ok().filter(|s| *s > 0)?;
+    Some(Profile {
+        common_name: spec.common_name.clone(),
+        hosts: spec.hosts(),
+        usage: if spec.is_ca() {
+            Usage::Ca
+        } else if spec.is_server() {
+            Usage::Server
+        } else {
+            Usage::Client
+        },
+        validity: Duration::from_secs(secs),
+        key_type: KeyType::EcdsaP256,
+    })
+}
+
+/// The name of the CA Secret to read for `dsc` in `namespace`: `Some` for a CA-signed
+/// DSC whose signer is in its own namespace, `None` otherwise (self-signed, refused).
+pub fn signer_secret_name<'a>(
+    dsc: &'a DiscoveryServiceCertificate,
+    namespace: &str,
+) -> Option<&'a str> {
+    let ca = dsc.spec.signer.ca_signed.as_ref()?;
+    let ns = ca.ca_secret_ref.namespace.as_deref().unwrap_or_default();
+    let name = ca.ca_secret_ref.name.as_deref().unwrap_or_default();
+    (dsc.spec.signer.self_signed.is_none()
+        && (ns.is_empty() || ns == namespace)
+        && !name.is_empty())
+    .then_some(name)
+}
+
+/// One pass over `dsc` in `namespace` at `now` (see the module docs): `current_secret`
+/// is its Secret, `signer_secret` the CA Secret of a CA-signed DSC, and
+/// `signed_by_this_ca` the `validFor` of every DSC this one signs (for a CA: the length
+/// of the overlap when it rotates).
+pub fn plan(
+    dsc: &DiscoveryServiceCertificate,
+    namespace: &str,
+    current_secret: Option<&Secret>,
+    signer_secret: Option<&Secret>,
+    signed_by_this_ca: &[i64],
+    now: SystemTime,
+) -> Plan {
+    let previous = dsc.status.clone().unwrap_or_default();
+    let generation = dsc.metadata.generation;
+    let not_ready = |reason: &str, message: String, requeue: Option<Duration>| Plan {
+        secret: None,
+        status: DiscoveryServiceCertificateStatus {
+            ready: Some(false),
+            conditions: vec![condition(
+                &previous, false, reason, message, generation, now,
+            )],
+            ..previous.clone()
+        },
+        requeue,
+        reissued: None,
+    };
+    if let Err(e) = dsc.spec.validate() {
+        return not_ready(REASON_INVALID_SPEC, e.to_string(), None);
+    }
+    let Some(profile) = profile(dsc) else {
+        return not_ready(
+            REASON_INVALID_SPEC,
+            "spec.validFor must be positive".into(),
+            None,
+        );
+    };
+    // The signer: `None` self-signed, else the CA's certificate and key.
+    let signer = match dsc.spec.issuer(namespace) {
+        None => {
+            return not_ready(
+                REASON_INVALID_SPEC,
+                "spec.signer: exactly one of 'selfSigned' or 'caSigned' must be set".into(),
+                None,
+            );
+        }
+        Some(Issuer::SelfSigned) => None,
+        Some(Issuer::CaSigned {
+            name,
+            namespace: ns,
+        }) if ns != namespace => {
+            return not_ready(
+                REASON_CROSS_NAMESPACE_SIGNER,
+                format!(
+                    "the CA Secret {ns}/{name} is in another namespace; only CA Secrets in \
+                     {namespace} can sign its certificates"
+                ),
+                None,
+            );
+        }
+        Some(Issuer::CaSigned { name, .. }) => {
+            let usable = signer_secret.and_then(|s| {
+                Some(CertKeyPem {
+                    cert_pem: text(s, TLS_CRT)?,
+                    key_pem: text(s, TLS_KEY)?,
+                })
+            });
+            match (signer_secret, usable) {
+                (Some(secret), Some(pair)) => Some((secret, pair)),
+                (None, _) => {
+                    return not_ready(
+                        REASON_SIGNER_NOT_READY,
+                        format!("waiting for the CA Secret {namespace}/{name}"),
+                        Some(SIGNER_RETRY),
+                    );
+                }
+                (Some(_), None) => {
+                    return not_ready(
+                        REASON_SIGNER_NOT_READY,
+                        format!("the CA Secret {namespace}/{name} has no {TLS_CRT} and {TLS_KEY}"),
+                        Some(SIGNER_RETRY),
+                    );
+                }
+            }
+        }
+    };
+    let signer_cert = signer.as_ref().map(|(_, pair)| pair.cert_pem.as_str());
+
+    let current = current_secret.and_then(|s| {
+        Some(CertKeyPem {
+            cert_pem: text(s, TLS_CRT)?,
+            key_pem: text(s, TLS_KEY)?,
+        })
+    });
+    let renewal = dsc.spec.renewal_enabled();
+    let (cert, window, reissued) =
+        match lifecycle::check(&profile, current.as_ref(), signer_cert, renewal, now) {
+            Verdict::Ready {
+                not_before,
+                not_after,
+                next_check,
+            } => match &current {
+                Some(cert) => (cert.clone(), (not_before, not_after, next_check), None),
+                None => {
+                    return not_ready(REASON_ISSUE_FAILED, "no certificate".into(), None);
+                }
+            },
+            Verdict::Expired {
+                not_before,
+                not_after,
+            } => {
+                let mut plan = not_ready(
+                    REASON_EXPIRED,
+                    format!(
+                        "the certificate expired at {} and renewal is disabled",
+                        crate::status::rfc3339(not_after)
+                    ),
+                    None,
+                );
+                plan.status.not_before = Some(time(not_before));
+                plan.status.not_after = Some(time(not_after));
+                return plan;
+            }
+            Verdict::Reissue(reason) => {
+                let issued = match lifecycle::issue_cert(
+                    &profile,
+                    signer.as_ref().map(|(_, pair)| pair),
+                    now,
+                ) {
+                    Ok(issued) => issued,
+                    Err(e) => {
+                        let message = error_chain(&e);
+                        return match &e {
+                            marin3r_certs::CertsError::Generate { what, .. }
+                                if what.contains("signer") =>
+                            {
+                                not_ready(
+                                    REASON_SIGNER_NOT_READY,
+                                    format!("the CA Secret is unusable: {message}"),
+                                    Some(SIGNER_RETRY),
+                                )
+                            }
+                            _ => not_ready(REASON_ISSUE_FAILED, message, None),
+                        };
+                    }
+                };
+                match lifecycle::check(&profile, Some(&issued), signer_cert, renewal, now) {
+                    Verdict::Ready {
+                        not_before,
+                        not_after,
+                        next_check,
+                    } => (issued, (not_before, not_after, next_check), Some(reason)),
+                    other => {
+                        return not_ready(
+                            REASON_ISSUE_FAILED,
+                            format!("the issued certificate does not check: {other:?}"),
+                            Some(SIGNER_RETRY),
+                        );
+                    }
+                }
+            }
+        };
+    let (not_before, not_after, next_check) = window;
+
+    // Retired CAs and the trust bundle.
+    let mut wake = vec![next_check];
+    let (retired, ca_crt) = match (&profile.usage, &signer) {
+        (Usage::Ca, _) => {
+            let mut kept = live_retired(current_secret, now);
+            if reissued.is_some() {
+                let longest = signed_by_this_ca
+                    .iter()
+                    .filter_map(|s| u64::try_from(*s).ok())
+                    .max()
+                    .unwrap_or(0);
+                let until = now + lifecycle::overlap(Duration::from_secs(longest), KUBELET_SYNC);
+                let mut pem = String::new();
+                if let Some(old) = &current
+                    && lifecycle::validity(&old.cert_pem).is_ok()
+                    && old.cert_pem.trim() != cert.cert_pem.trim()
+                {
+                    pem.push_str(&with_newline(&old.cert_pem));
+                }
+                if let Some(r) = &kept {
+                    pem.push_str(&with_newline(&r.cert_pem));
+                }
+                kept = (!pem.is_empty()).then_some(RetiredCa {
+                    cert_pem: pem,
+                    until,
+                });
+            }
+            if let Some(r) = &kept {
+                wake.push(r.until);
+            }
+            let bundle = lifecycle::trust_bundle(&cert.cert_pem, kept.as_slice(), now);
+            (kept, bundle)
+        }
+        (_, Some((secret, pair))) => match live_retired(Some(secret), now) {
+            Some(r) => {
+                wake.push(r.until);
+                (None, lifecycle::trust_bundle(&pair.cert_pem, &[r], now))
+            }
+            None if retired_annotation(secret).is_some() => {
+                (None, lifecycle::trust_bundle(&pair.cert_pem, &[], now))
+            }
+            None => (
+                None,
+                text(secret, CA_CRT)
+                    .filter(|c| !c.trim().is_empty())
+                    .unwrap_or_else(|| pair.cert_pem.clone()),
+            ),
+        },
+        (_, None) => (None, with_newline(&cert.cert_pem)),
+    };
+
+    let desired = secret(dsc, namespace, &cert, &ca_crt, retired.as_ref());
+    let apply = reissued.is_some() || !up_to_date(current_secret, &desired);
+    let requeue = wake
+        .into_iter()
+        .filter(|t| *t > now)
+        .min()
+        .map(|t| lifecycle::requeue_after(t, now))
+        .unwrap_or(lifecycle::MIN_CHECK_INTERVAL);
+    let message = format!(
+        "valid from {} until {}",
+        crate::status::rfc3339(not_before),
+        crate::status::rfc3339(not_after)
+    );
+    Plan {
+        secret: apply.then_some(desired),
+        status: DiscoveryServiceCertificateStatus {
+            ready: Some(true),
+            not_before: Some(time(not_before)),
+            not_after: Some(time(not_after)),
+            certificate_hash: Some(certificate_hash(&cert.cert_pem)),
+            conditions: vec![condition(
+                &previous,
+                true,
+                REASON_CERTIFICATE_VALID,
+                message,
+                generation,
+                now,
+            )],
+        },
+        requeue: Some(requeue),
+        reissued,
+    }
+}
+
+/// `certificateHash`: FNV-1a 64 of the PEM certificate, 16 hex digits.
+pub fn certificate_hash(cert_pem: &str) -> String {
+    marin3r_envoyconfig::resource::version_string(marin3r_envoyconfig::resource::fnv1a64(
+        cert_pem.as_bytes(),
+    ))
+}
+
+/// The Secret of `dsc` holding `cert`, with `ca_crt` and, for a rotating CA, `retired`.
+fn secret(
+    dsc: &DiscoveryServiceCertificate,
+    namespace: &str,
+    cert: &CertKeyPem,
+    ca_crt: &str,
+    retired: Option<&RetiredCa>,
+) -> Secret {
+    let mut labels: BTreeMap<String, String> = dsc.labels().clone();
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_string(),
+        MANAGED_BY.to_string(),
+    );
+    let mut data = BTreeMap::from([
+        (TLS_CRT.to_string(), bytes(&cert.cert_pem)),
+        (TLS_KEY.to_string(), bytes(&cert.key_pem)),
+        (CA_CRT.to_string(), bytes(ca_crt)),
+    ]);
+    let annotations = retired.map(|r| {
+        data.insert(RETIRED_CA_CRT.to_string(), bytes(&r.cert_pem));
+        BTreeMap::from([(
+            RETIRED_UNTIL_ANNOTATION.to_string(),
+            crate::status::rfc3339(r.until),
+        )])
+    });
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(dsc.spec.secret_name().to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels),
+            annotations,
+            owner_references: owner_reference(dsc).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        type_: Some(SECRET_TYPE.to_string()),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+/// Whether `current` already is `desired` in everything the operator writes.
+fn up_to_date(current: Option<&Secret>, desired: &Secret) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    let empty = BTreeMap::new();
+    let have = current.data.as_ref().unwrap_or(&empty);
+    let want = desired.data.as_ref().unwrap_or(&empty);
+    let data_ok = want.iter().all(|(k, v)| have.get(k) == Some(v))
+        && (want.contains_key(RETIRED_CA_CRT) || !have.contains_key(RETIRED_CA_CRT));
+    let labels_ok = desired
+        .labels()
+        .iter()
+        .all(|(k, v)| current.labels().get(k) == Some(v));
+    let annotation_ok = retired_annotation(current) == retired_annotation(desired);
+    let owner_ok = desired.owner_references().iter().all(|want| {
+        current
+            .owner_references()
+            .iter()
+            .any(|o| o.uid == want.uid && o.controller == Some(true))
+    });
+    let type_ok = current.type_.as_deref() == Some(SECRET_TYPE);
+    data_ok && labels_ok && annotation_ok && owner_ok && type_ok
+}
+
+fn retired_annotation(secret: &Secret) -> Option<&String> {
+    secret.annotations().get(RETIRED_UNTIL_ANNOTATION)
+}
+
+/// The retired CAs of a CA Secret still trusted at `now`.
+fn live_retired(secret: Option<&Secret>, now: SystemTime) -> Option<RetiredCa> {
+    let secret = secret?;
+    let until: k8s_openapi::jiff::Timestamp = retired_annotation(secret)?.parse().ok()?;
+    let until = SystemTime::from(until);
+    let cert_pem = text(secret, RETIRED_CA_CRT)?;
+    (until > now && !cert_pem.trim().is_empty()).then_some(RetiredCa { cert_pem, until })
+}
+
+/// The data key `key` of `secret` as text (`None`: absent).
+fn text(secret: &Secret, key: &str) -> Option<String> {
+    let value = secret.data.as_ref()?.get(key)?;
+    Some(String::from_utf8_lossy(&value.0).into_owned())
+}
+
+fn bytes(s: &str) -> ByteString {
+    ByteString(s.as_bytes().to_vec())
+}
+
+fn with_newline(pem: &str) -> String {
+    let mut s = pem.trim_end().to_string();
+    s.push('\n');
+    s
+}
+
+fn time(t: SystemTime) -> Time {
+    Time(crate::status::timestamp(t))
+}
+
+/// An error with its sources, `: `-separated (never key material: the certs crate's
+/// errors name files and items, not contents).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
+/// The `Ready` condition, keeping the previous transition time when the status is
+/// unchanged.
+fn condition(
+    previous: &DiscoveryServiceCertificateStatus,
+    ready: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: SystemTime,
+) -> Condition {
+    let status = if ready { "True" } else { "False" };
+    let last_transition_time = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == READY && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| time(now));
+    Condition {
+        type_: READY.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// The DSCs in `all` that the CA DSC `ca` signs: CA-signed by its Secret, in its
+/// namespace (namespace AND name, Q9). Nothing for a DSC that is not a CA.
+pub fn signed_by(
+    ca: &DiscoveryServiceCertificate,
+    all: &[Arc<Lenient<DiscoveryServiceCertificate>>],
+) -> Vec<ObjectRef<Lenient<DiscoveryServiceCertificate>>> {
+    let Some(namespace) = ca.namespace() else {
+        return Vec::new();
+    };
+    if !ca.spec.is_ca() || ca.spec.secret_name().is_empty() {
+        return Vec::new();
+    }
+    all.iter()
+        .filter_map(|d| d.valid().ok())
+        .filter(|d| d.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|d| {
+            signer_secret_name(d, &namespace) == Some(ca.spec.secret_name())
+                && d.name_any() != ca.name_any()
+        })
+        .map(|d| ObjectRef::new(&d.name_any()).within(&namespace))
+        .collect()
+}
+
+/// `validFor` of every DSC in `all` signed by the CA Secret `ca_secret` of `namespace`.
+fn signed_valid_for(
+    ca: &DiscoveryServiceCertificate,
+    namespace: &str,
+    all: &[Arc<Lenient<DiscoveryServiceCertificate>>],
+) -> Vec<i64> {
+    if !ca.spec.is_ca() {
+        return Vec::new();
+    }
+    all.iter()
+        .filter_map(|d| d.valid().ok())
+        .filter(|d| d.namespace().as_deref() == Some(namespace))
+        .filter(|d| signer_secret_name(d, namespace) == Some(ca.spec.secret_name()))
+        .map(|d| d.spec.valid_for)
+        .collect()
+}
+
+/// What the reconciler reads and writes.
+pub struct Context {
+    pub client: Client,
+    /// Every watched DSC (the controller's own store).
+    pub certificates: Store<Lenient<DiscoveryServiceCertificate>>,
+}
+
+/// Reconciles one DSC: reads its Secret and its CA Secret, [`plan`]s, applies the
+/// Secret and the status.
+pub async fn reconcile(
+    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    reconcile_at(obj, ctx, SystemTime::now()).await
+}
+
+/// [`reconcile`] with the clock as an argument.
+pub async fn reconcile_at(
+    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
+    ctx: Arc<Context>,
+    now: SystemTime,
+) -> Result<Action, Error> {
+    let meta = obj.meta();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let dsc = match obj.valid() {
+        Ok(dsc) => dsc,
+        Err(error) => {
+            tracing::error!(
+                namespace,
+                name,
+                error,
+                "malformed DiscoveryServiceCertificate; skipped"
+            );
+            return Ok(Action::await_change());
+        }
+    };
+    if dsc.metadata.deletion_timestamp.is_some() {
+        // Its Secret is garbage collected through its owner reference.
+        return Ok(Action::await_change());
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret_name = dsc.spec.secret_name();
+    let current = if secret_name.is_empty() {
+        None
+    } else {
+        secrets.get_opt(secret_name).await?
+    };
+    let signer = match signer_secret_name(dsc, &namespace) {
+        Some(signer) => secrets.get_opt(signer).await?,
+        None => None,
+    };
+    let signed = signed_valid_for(dsc, &namespace, &ctx.certificates.state());
+    let plan = plan(
+        dsc,
+        &namespace,
+        current.as_ref(),
+        signer.as_ref(),
+        &signed,
+        now,
+    );
+    if let Some(secret) = &plan.secret {
+        secrets
+            .patch(
+                secret_name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(secret),
+            )
+            .await?;
+        match &plan.reissued {
+            Some(reason) => tracing::info!(
+                namespace,
+                name,
+                secret = secret_name,
+                reason,
+                "issued certificate"
+            ),
+            None => tracing::info!(
+                namespace,
+                name,
+                secret = secret_name,
+                "updated certificate Secret (trust bundle or metadata)"
+            ),
+        }
+    }
+    if dsc.status.as_ref() != Some(&plan.status) {
+        if let Some(c) = plan.status.conditions.iter().find(|c| c.status == "False") {
+            tracing::warn!(
+                namespace,
+                name,
+                reason = c.reason,
+                message = c.message,
+                "certificate not ready"
+            );
+        }
+        let api: Api<DiscoveryServiceCertificate> = Api::namespaced(ctx.client.clone(), &namespace);
+        let body = serde_json::json!({
+            "apiVersion": DiscoveryServiceCertificate::api_version(&()),
+            "kind": DiscoveryServiceCertificate::kind(&()),
+            "status": plan.status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    Ok(match plan.requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// Retry policy: log (no key material: kube errors), retry in 10 s.
+pub fn error_policy(
+    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
+    error: &Error,
+    _: Arc<Context>,
+) -> Action {
+    let meta = obj.meta();
+    tracing::warn!(
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        error = %error,
+        source = ?std::error::Error::source(error).map(ToString::to_string),
+        "DiscoveryServiceCertificate reconcile failed; retrying"
+    );
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Runs the DiscoveryServiceCertificate controller over `namespace` (`None`: every
+/// namespace) until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    namespace: Option<&str>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (certificates, secrets): (Api<Lenient<DiscoveryServiceCertificate>>, Api<Secret>) =
+        match namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let wc = watcher::Config::default();
+    let controller = Controller::new(certificates.clone(), wc.clone());
+    let store = controller.store();
+    let ctx = Arc::new(Context {
+        client,
+        certificates: store.clone(),
+    });
+    controller
+        .owns(secrets, wc.clone().labels(MANAGED_BY_SELECTOR))
+        .watches(
+            certificates,
+            wc,
+            move |ca: Lenient<DiscoveryServiceCertificate>| match ca.valid() {
+                Ok(ca) => signed_by(ca, &store.state()),
+                Err(_) => Vec::new(),
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "DiscoveryServiceCertificate reconcile not run");
+            }
+        })
+        .await;
+}
