@@ -794,3 +794,735 @@ pub async fn run(
         })
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use serde_json::json;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const NS: &str = "ns";
+
+    fn t0() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
+    fn dsc(name: &str, spec: serde_json::Value) -> DiscoveryServiceCertificate {
+        let mut d: DiscoveryServiceCertificate = serde_json::from_value(json!({
+            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
+            "kind": "DiscoveryServiceCertificate",
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 3,
+                         "labels": {"app.kubernetes.io/instance": "instance"}},
+            "spec": spec,
+        }))
+        .unwrap();
+        d.spec = d.spec.with_defaults();
+        d
+    }
+
+    fn ca() -> DiscoveryServiceCertificate {
+        dsc(
+            "marin3r-ca-cert-instance",
+            json!({"commonName": "marin3r-ca-instance", "isCA": true, "validFor": 1000 * 3600,
+                   "signer": {"selfSigned": {}}, "secretRef": {"name": "marin3r-ca-cert-instance"}}),
+        )
+    }
+
+    fn leaf(name: &str, server: bool, valid_for: i64) -> DiscoveryServiceCertificate {
+        dsc(
+            name,
+            json!({"commonName": name, "server": server, "validFor": valid_for,
+                   "hosts": [name, "localhost", "127.0.0.1"],
+                   "signer": {"caSigned": {"caSecretRef": {"name": "marin3r-ca-cert-instance"}}},
+                   "secretRef": {"name": name, "namespace": "ignored"}}),
+        )
+    }
+
+    fn server() -> DiscoveryServiceCertificate {
+        leaf("marin3r-server-cert-instance", true, 10 * 3600)
+    }
+
+    fn data<'a>(secret: &'a Secret, key: &str) -> &'a str {
+        std::str::from_utf8(&secret.data.as_ref().unwrap()[key].0).unwrap()
+    }
+
+    fn pair(secret: &Secret) -> CertKeyPem {
+        CertKeyPem {
+            cert_pem: data(secret, TLS_CRT).to_string(),
+            key_pem: data(secret, TLS_KEY).to_string(),
+        }
+    }
+
+    fn certs_in(pem: &str) -> usize {
+        pem.matches("BEGIN CERTIFICATE").count()
+    }
+
+    /// One pass, with the API server's side of it: the applied Secret and the written
+    /// status become the current ones.
+    fn pass(
+        d: &mut DiscoveryServiceCertificate,
+        current: &mut Option<Secret>,
+        signer: Option<&Secret>,
+        signed: &[i64],
+        now: SystemTime,
+    ) -> Plan {
+        let plan = plan(d, NS, current.as_ref(), signer, signed, now);
+        if let Some(s) = &plan.secret {
+            *current = Some(s.clone());
+        }
+        d.status = Some(plan.status.clone());
+        plan
+    }
+
+    fn ready(plan: &Plan) -> &Condition {
+        let c = &plan.status.conditions[0];
+        assert_eq!(c.type_, READY);
+        c
+    }
+
+    fn not_ready_reason(plan: &Plan) -> &str {
+        assert_eq!(plan.status.ready, Some(false), "{plan:?}");
+        let c = ready(plan);
+        assert_eq!(c.status, "False");
+        &c.reason
+    }
+
+    /// The CA issued at `t0()`, and its Secret.
+    fn issued_ca() -> (DiscoveryServiceCertificate, Secret) {
+        let mut ca = ca();
+        let mut secret = None;
+        pass(&mut ca, &mut secret, None, &[10 * 3600], t0());
+        (ca, secret.unwrap())
+    }
+
+    #[test]
+    fn a_self_signed_ca_is_issued_into_a_tls_secret() {
+        let mut ca = ca();
+        let mut current = None;
+        let plan = pass(&mut ca, &mut current, None, &[], t0());
+        let secret = plan.secret.clone().expect("a Secret to apply");
+        assert_eq!(plan.reissued.as_deref(), Some("no certificate yet"));
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("marin3r-ca-cert-instance")
+        );
+        assert_eq!(secret.metadata.namespace.as_deref(), Some(NS));
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        assert_eq!(
+            secret.labels(),
+            &BTreeMap::from([
+                ("app.kubernetes.io/instance".into(), "instance".into()),
+                (
+                    "app.kubernetes.io/managed-by".into(),
+                    "marin3r-operator".into()
+                ),
+            ])
+        );
+        let owner = &secret.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            (
+                "DiscoveryServiceCertificate",
+                "uid-marin3r-ca-cert-instance",
+                Some(true)
+            )
+        );
+        let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
+        assert_eq!(keys, ["ca.crt", "tls.crt", "tls.key"]);
+        assert_eq!(data(&secret, CA_CRT), data(&secret, TLS_CRT));
+        assert!(data(&secret, TLS_KEY).contains("PRIVATE KEY"));
+        assert!(secret.annotations().is_empty());
+        assert!(matches!(
+            lifecycle::check(
+                &profile(&ca).unwrap(),
+                Some(&pair(&secret)),
+                None,
+                true,
+                t0()
+            ),
+            Verdict::Ready { .. }
+        ));
+
+        let status = &plan.status;
+        assert_eq!(status.ready, Some(true));
+        assert_eq!(
+            status.certificate_hash.as_deref(),
+            Some(certificate_hash(data(&secret, TLS_CRT)).as_str())
+        );
+        assert_eq!(status.certificate_hash.as_ref().unwrap().len(), 16);
+        let json = serde_json::to_value(status).unwrap();
+        assert_eq!(
+            json["notBefore"], "2027-01-15T07:55:00Z",
+            "backdated 5 minutes"
+        );
+        assert_eq!(json["notAfter"], "2027-02-26T00:00:00Z", "1000 h");
+        let c = ready(&plan);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "CertificateValid")
+        );
+        assert_eq!(c.observed_generation, Some(3));
+        assert_eq!(
+            c.message,
+            "valid from 2027-01-15T07:55:00Z until 2027-02-26T00:00:00Z"
+        );
+        assert!(
+            !json.to_string().contains("PRIVATE"),
+            "no key material in the status"
+        );
+        assert_eq!(
+            plan.requeue,
+            Some(lifecycle::MAX_CHECK_INTERVAL),
+            "clamped to 1 h"
+        );
+
+        // The next pass (and every one until renewal) changes nothing.
+        let again = pass(&mut ca, &mut current, None, &[], t0() + 5 * HOUR);
+        assert_eq!(again.secret, None);
+        assert_eq!(again.reissued, None);
+        assert_eq!(
+            again.status, plan.status,
+            "same status, same transition time"
+        );
+    }
+
+    #[test]
+    fn a_ca_signed_server_certificate_carries_the_ca_bundle() {
+        let (_, ca_secret) = issued_ca();
+        let mut server = server();
+        let mut current = None;
+        let plan = pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
+        let secret = plan.secret.clone().unwrap();
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("marin3r-server-cert-instance")
+        );
+        assert_eq!(
+            secret.metadata.namespace.as_deref(),
+            Some(NS),
+            "secretRef.namespace ignored"
+        );
+        assert_eq!(data(&secret, CA_CRT), data(&ca_secret, CA_CRT));
+        let issued = pair(&secret);
+        assert!(matches!(
+            lifecycle::check(
+                &profile(&server).unwrap(),
+                Some(&issued),
+                Some(data(&ca_secret, TLS_CRT)),
+                true,
+                t0()
+            ),
+            Verdict::Ready { .. }
+        ));
+        assert_eq!(profile(&server).unwrap().usage, Usage::Server);
+        assert_eq!(
+            profile(&leaf("client", false, 60)).unwrap().usage,
+            Usage::Client
+        );
+        assert_eq!(plan.status.ready, Some(true));
+        // Checked again at its renewal time: 80 % of (10 h + 5 min) after notBefore.
+        let lifetime = 10 * HOUR + Duration::from_secs(300);
+        let renew_at = t0() + 10 * HOUR - lifetime.mul_f64(0.2);
+        assert_eq!(plan.requeue, Some(lifecycle::MAX_CHECK_INTERVAL));
+        let late = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            renew_at - HOUR / 2,
+        );
+        assert_eq!(late.secret, None);
+        assert_eq!(late.requeue, Some(HOUR / 2));
+    }
+
+    #[test]
+    fn renewal_at_80_percent_of_the_lifetime() {
+        let (_, ca_secret) = issued_ca();
+        let mut server = server();
+        let mut current = None;
+        pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
+        let first = current.clone().unwrap();
+        let lifetime = 10 * HOUR + Duration::from_secs(300);
+        let renew_at = t0() + 10 * HOUR - lifetime.mul_f64(0.2);
+        let before = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            renew_at - Duration::from_secs(1),
+        );
+        assert_eq!(before.secret, None);
+        assert_eq!(before.requeue, Some(Duration::from_secs(1)));
+        let due = pass(&mut server, &mut current, Some(&ca_secret), &[], renew_at);
+        assert!(due.reissued.as_deref().unwrap().starts_with("renewal due"));
+        let renewed = due.secret.unwrap();
+        assert_ne!(data(&renewed, TLS_CRT), data(&first, TLS_CRT));
+        assert_ne!(data(&renewed, TLS_KEY), data(&first, TLS_KEY), "a new key");
+        assert_ne!(
+            due.status.certificate_hash,
+            Some(certificate_hash(data(&first, TLS_CRT)))
+        );
+        assert_eq!(due.status.ready, Some(true));
+    }
+
+    // Upstream `TestCertificateReconciler_Reconcile` (OPERATOR.md §4.2) for a certificate
+    // valid 100 s. Our notBefore is backdated 5 minutes, so the lifetime is 400 s and the
+    // renewal (at 80 %) falls 80 s before notAfter instead of 20 s: the renewal-on rows
+    // shift accordingly; the renewal-off rows are upstream's exactly.
+    #[test]
+    fn upstream_worked_examples() {
+        let (_, ca_secret) = issued_ca();
+        let issue = |renewal: bool| {
+            let mut d = leaf("short", true, 100);
+            d.spec.certificate_renewal = Some(
+                marin3r_operator_api::discoveryservicecertificate::CertificateRenewal {
+                    enabled: renewal,
+                },
+            );
+            let mut current = None;
+            pass(&mut d, &mut current, Some(&ca_secret), &[], t0());
+            (d, current)
+        };
+        let at = |s: u64| t0() + Duration::from_secs(s);
+        // 00:01:00, renewal off: ready, look again in 41 s (expiry + 1 s).
+        let (mut off, mut current) = issue(false);
+        let p = pass(&mut off, &mut current, Some(&ca_secret), &[], at(60));
+        assert_eq!(
+            (p.status.ready, p.requeue, p.secret.is_none()),
+            (Some(true), Some(Duration::from_secs(41)), true)
+        );
+        // 00:02:00, renewal off: not ready, nothing scheduled, nothing re-issued.
+        let p = pass(&mut off, &mut current, Some(&ca_secret), &[], at(120));
+        assert_eq!(not_ready_reason(&p), REASON_EXPIRED);
+        assert_eq!((p.requeue, p.secret.is_none()), (None, true));
+        assert!(p.status.not_after.is_some());
+        // 00:02:00, renewal on: re-issued.
+        let (mut on, mut current) = issue(true);
+        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(120));
+        assert!(p.reissued.unwrap().starts_with("outside its validity"));
+        // Renewal on: ready 1 s before the renewal time (notAfter − 80 s), re-issued at it.
+        let (mut on, mut current) = issue(true);
+        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(19));
+        assert_eq!(
+            (p.requeue, p.secret.is_none()),
+            (Some(Duration::from_secs(1)), true)
+        );
+        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(20));
+        assert!(p.reissued.unwrap().starts_with("renewal due"));
+    }
+
+    #[test]
+    fn garbage_and_foreign_keys_are_healed() {
+        let (_, ca_secret) = issued_ca();
+        let mut server = server();
+        let mut current = None;
+        pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
+        let good = current.clone().unwrap();
+
+        let mut garbage = good.clone();
+        garbage
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(TLS_CRT.into(), bytes("garbage"));
+        let mut current = Some(garbage);
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert!(
+            p.reissued
+                .unwrap()
+                .contains("tls.crt is not a PEM certificate")
+        );
+        assert!(matches!(
+            lifecycle::check(
+                &profile(&server).unwrap(),
+                Some(&pair(current.as_ref().unwrap())),
+                Some(data(&ca_secret, TLS_CRT)),
+                true,
+                t0() + HOUR
+            ),
+            Verdict::Ready { .. }
+        ));
+
+        let mut foreign = good.clone();
+        foreign.data.as_mut().unwrap().insert(
+            TLS_KEY.into(),
+            ca_secret.data.as_ref().unwrap()[TLS_KEY].clone(),
+        );
+        let mut current = Some(foreign);
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert!(p.reissued.unwrap().contains("not the key"));
+
+        // A Secret with no tls.key at all (e.g. made by hand).
+        let mut bare = good;
+        bare.data.as_mut().unwrap().remove(TLS_KEY);
+        let mut current = Some(bare);
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert_eq!(p.reissued.as_deref(), Some("no certificate yet"));
+    }
+
+    #[test]
+    fn a_spec_change_reissues() {
+        let (_, ca_secret) = issued_ca();
+        let mut server = server();
+        let mut current = None;
+        pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
+        server.spec.hosts = Some(vec![
+            "marin3r-instance".into(),
+            "marin3r-instance.ns.svc".into(),
+        ]);
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert!(p.reissued.unwrap().starts_with("SANs"));
+        server.spec.valid_for = 20 * 3600;
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert!(p.reissued.unwrap().contains("lifetime"));
+        server.spec.server = Some(false);
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert!(p.reissued.unwrap().contains("clientAuth"));
+        let p = pass(
+            &mut server,
+            &mut current,
+            Some(&ca_secret),
+            &[],
+            t0() + HOUR,
+        );
+        assert_eq!((p.reissued, p.secret), (None, None), "then stable");
+    }
+
+    #[test]
+    fn ca_rotation_keeps_the_old_ca_trusted_for_the_overlap_then_drops_it() {
+        let leaf_validity: i64 = 10 * 3600;
+        let signed = [leaf_validity, 2 * 3600];
+        let (mut ca, ca_secret) = issued_ca();
+        let ca1 = data(&ca_secret, TLS_CRT).to_string();
+        let mut ca_current = Some(ca_secret);
+        let mut server = server();
+        let mut server_current = None;
+        pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            t0(),
+        );
+        assert_eq!(
+            data(server_current.as_ref().unwrap(), CA_CRT).trim(),
+            ca1.trim()
+        );
+
+        // The CA is re-issued (here: its spec changed).
+        let t1 = t0() + HOUR;
+        ca.spec.common_name = "marin3r-ca-instance-2".into();
+        ca.spec.hosts = Some(vec!["marin3r-ca-instance-2".into()]);
+        let p = pass(&mut ca, &mut ca_current, None, &signed, t1);
+        assert!(p.reissued.is_some());
+        let rotated = p.secret.unwrap();
+        let ca2 = data(&rotated, TLS_CRT).to_string();
+        assert_ne!(ca1, ca2);
+        let until = t1 + 10 * HOUR; // overlap(max validFor of its leaves = 10 h, 2 × 60 s)
+        assert_eq!(data(&rotated, RETIRED_CA_CRT).trim(), ca1.trim());
+        assert_eq!(
+            retired_annotation(&rotated).map(String::as_str),
+            Some(crate::status::rfc3339(until).as_str())
+        );
+        let bundle = data(&rotated, CA_CRT).to_string();
+        assert_eq!(certs_in(&bundle), 2);
+        assert!(bundle.starts_with(ca2.trim_end()), "the new CA first");
+        assert!(bundle.contains(ca1.trim_end()), "the old CA still trusted");
+
+        // The leaf: not signed by the current CA → re-issued by the new one, with the bundle.
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            t1,
+        );
+        assert_eq!(p.reissued.as_deref(), Some("not signed by the current CA"));
+        let leaf_secret = p.secret.unwrap();
+        assert_eq!(data(&leaf_secret, CA_CRT), bundle);
+        assert!(matches!(
+            lifecycle::check(
+                &profile(&server).unwrap(),
+                Some(&pair(&leaf_secret)),
+                Some(&ca2),
+                true,
+                t1
+            ),
+            Verdict::Ready { .. }
+        ));
+        // It is renewed at 80 % of its lifetime, before the overlap ends: still the bundle.
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            t1 + 8 * HOUR,
+        );
+        assert!(p.reissued.unwrap().starts_with("renewal due"));
+        assert_eq!(certs_in(data(server_current.as_ref().unwrap(), CA_CRT)), 2);
+        let renewed = server_current.clone().unwrap();
+        // Both look again when the overlap ends.
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            until - Duration::from_secs(30),
+        );
+        assert_eq!((p.secret, p.requeue), (None, Some(Duration::from_secs(30))));
+        let p = pass(
+            &mut ca,
+            &mut ca_current,
+            None,
+            &signed,
+            until - Duration::from_secs(30),
+        );
+        assert_eq!((p.secret, p.requeue), (None, Some(Duration::from_secs(30))));
+
+        // The overlap ended; the leaf passes first (its CA Secret still lists the old
+        // CA): the same certificate and key, with the new CA only.
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            until,
+        );
+        assert_eq!(p.reissued, None);
+        let dropped = p.secret.expect("re-applied with the new ca.crt");
+        assert_eq!(data(&dropped, TLS_CRT), data(&renewed, TLS_CRT));
+        assert_eq!(data(&dropped, TLS_KEY), data(&renewed, TLS_KEY));
+        assert_eq!(data(&dropped, CA_CRT).trim(), ca2.trim());
+        // The CA drops it too: same certificate, no retired key, no annotation.
+        let p = pass(&mut ca, &mut ca_current, None, &signed, until);
+        assert_eq!(p.reissued, None);
+        let ca_after = p.secret.unwrap();
+        assert_eq!(data(&ca_after, TLS_CRT), ca2);
+        assert_eq!(data(&ca_after, CA_CRT).trim(), ca2.trim());
+        assert!(!ca_after.data.as_ref().unwrap().contains_key(RETIRED_CA_CRT));
+        assert!(ca_after.annotations().is_empty());
+        // And then everything is stable.
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            until + Duration::from_secs(1),
+        );
+        assert_eq!(p.secret, None);
+        let p = pass(
+            &mut ca,
+            &mut ca_current,
+            None,
+            &signed,
+            until + Duration::from_secs(1),
+        );
+        assert_eq!(p.secret, None);
+    }
+
+    #[test]
+    fn a_ca_without_leaves_keeps_the_old_ca_for_two_kubelet_syncs_and_garbage_is_not_retired() {
+        let (mut ca, ca_secret) = issued_ca();
+        let mut current = Some(ca_secret);
+        ca.spec.valid_for = 2000 * 3600;
+        let p = pass(&mut ca, &mut current, None, &[], t0());
+        assert_eq!(
+            retired_annotation(p.secret.as_ref().unwrap()).map(String::as_str),
+            Some(crate::status::rfc3339(t0() + Duration::from_secs(120)).as_str())
+        );
+        assert_eq!(p.requeue, Some(Duration::from_secs(120)));
+        // A garbage tls.crt is replaced, not retired.
+        let mut garbage = current.clone().unwrap();
+        let d = garbage.data.as_mut().unwrap();
+        d.insert(TLS_CRT.into(), bytes("garbage"));
+        d.remove(RETIRED_CA_CRT);
+        garbage.metadata.annotations = None;
+        let mut current = Some(garbage);
+        let p = pass(&mut ca, &mut current, None, &[], t0());
+        assert!(p.reissued.unwrap().contains("tls.crt"));
+        let s = p.secret.unwrap();
+        assert!(!s.data.as_ref().unwrap().contains_key(RETIRED_CA_CRT));
+        assert_eq!(certs_in(data(&s, CA_CRT)), 1);
+    }
+
+    #[test]
+    fn a_missing_or_unusable_ca_is_a_wait() {
+        let mut server = server();
+        let mut current = None;
+        let p = pass(&mut server, &mut current, None, &[], t0());
+        assert_eq!(not_ready_reason(&p), REASON_SIGNER_NOT_READY);
+        assert_eq!(
+            ready(&p).message,
+            "waiting for the CA Secret ns/marin3r-ca-cert-instance"
+        );
+        assert_eq!((p.secret, p.requeue), (None, Some(SIGNER_RETRY)));
+
+        let (_, ca_secret) = issued_ca();
+        let mut no_key = ca_secret.clone();
+        no_key.data.as_mut().unwrap().remove(TLS_KEY);
+        let p = pass(&mut server, &mut current, Some(&no_key), &[], t0());
+        assert_eq!(not_ready_reason(&p), REASON_SIGNER_NOT_READY);
+        assert!(ready(&p).message.contains("has no tls.crt and tls.key"));
+
+        let mut garbage = ca_secret.clone();
+        garbage
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(TLS_CRT.into(), bytes("garbage"));
+        let p = pass(&mut server, &mut current, Some(&garbage), &[], t0());
+        assert_eq!(not_ready_reason(&p), REASON_SIGNER_NOT_READY);
+        assert!(
+            ready(&p).message.contains("unusable"),
+            "{}",
+            ready(&p).message
+        );
+        assert_eq!((p.secret, p.requeue), (None, Some(SIGNER_RETRY)));
+        assert!(
+            !serde_json::to_string(&p.status)
+                .unwrap()
+                .contains("PRIVATE")
+        );
+
+        // A leaf that was fine keeps its Secret while its CA is away; the status says so.
+        let p = pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
+        assert!(p.secret.is_some());
+        let hash = p.status.certificate_hash.clone();
+        let p = pass(&mut server, &mut current, None, &[], t0());
+        assert_eq!((p.secret, p.status.ready), (None, Some(false)));
+        assert_eq!(p.status.certificate_hash, hash);
+        // The CA comes back: ready again, nothing re-issued.
+        let p = pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
+        assert_eq!((p.secret, p.status.ready), (None, Some(true)));
+    }
+
+    #[test]
+    fn cross_namespace_signers_and_invalid_specs_are_refused() {
+        let mut other = server();
+        other
+            .spec
+            .signer
+            .ca_signed
+            .as_mut()
+            .unwrap()
+            .ca_secret_ref
+            .namespace = Some("other".into());
+        assert_eq!(signer_secret_name(&other, NS), None);
+        let p = plan(&other, NS, None, None, &[], t0());
+        assert_eq!(not_ready_reason(&p), REASON_CROSS_NAMESPACE_SIGNER);
+        assert!(ready(&p).message.contains("other/marin3r-ca-cert-instance"));
+        assert_eq!((p.secret, p.requeue), (None, None));
+        // Its own namespace spelled out is fine.
+        let mut own = server();
+        own.spec
+            .signer
+            .ca_signed
+            .as_mut()
+            .unwrap()
+            .ca_secret_ref
+            .namespace = Some(NS.into());
+        assert_eq!(
+            signer_secret_name(&own, NS),
+            Some("marin3r-ca-cert-instance")
+        );
+
+        let mut invalid = server();
+        invalid.spec.valid_for = 0;
+        let p = plan(&invalid, NS, None, None, &[], t0());
+        assert_eq!(not_ready_reason(&p), REASON_INVALID_SPEC);
+        assert!(ready(&p).message.contains("spec.validFor"));
+        assert_eq!((p.secret, p.requeue), (None, None));
+    }
+
+    #[test]
+    fn a_self_signed_leaf_trusts_itself_and_a_foreign_secret_is_adopted() {
+        let mut d = dsc(
+            "test",
+            json!({"commonName": "test", "validFor": 3600, "hosts": ["example.test"],
+                   "signer": {"selfSigned": {}}, "secretRef": {"name": "secret"}}),
+        );
+        let mut current = None;
+        let p = pass(&mut d, &mut current, None, &[], t0());
+        let s = p.secret.unwrap();
+        assert_eq!(data(&s, CA_CRT), data(&s, TLS_CRT));
+        // The same Secret without our labels and owner (made by someone else): adopted
+        // with the same certificate.
+        let mut foreign = s.clone();
+        foreign.metadata.labels = None;
+        foreign.metadata.owner_references = None;
+        let mut current = Some(foreign);
+        let p = pass(&mut d, &mut current, None, &[], t0());
+        assert_eq!(p.reissued, None);
+        let adopted = p.secret.unwrap();
+        assert_eq!(data(&adopted, TLS_CRT), data(&s, TLS_CRT));
+        assert_eq!(adopted.owner_references().len(), 1);
+    }
+
+    #[test]
+    fn a_ca_event_reconciles_the_certificates_it_signs_in_its_namespace_only() {
+        let lenient = |d: DiscoveryServiceCertificate| Arc::new(Lenient::Valid(d));
+        let mut elsewhere = server();
+        elsewhere.metadata.namespace = Some("other".into());
+        let all = vec![
+            lenient(ca()),
+            lenient(server()),
+            lenient(leaf("envoy-sidecar-client-cert", false, 3600)),
+            lenient(elsewhere),
+            lenient(dsc(
+                "self",
+                json!({"commonName": "x", "validFor": 1, "signer": {"selfSigned": {}}, "secretRef": {"name": "x"}}),
+            )),
+        ];
+        let got: Vec<String> = signed_by(&ca(), &all)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "DiscoveryServiceCertificate.v1alpha1.operator.marin3r.3scale.net/marin3r-server-cert-instance.ns",
+                "DiscoveryServiceCertificate.v1alpha1.operator.marin3r.3scale.net/envoy-sidecar-client-cert.ns"
+            ]
+        );
+        assert!(signed_by(&server(), &all).is_empty(), "not a CA");
+        assert_eq!(signed_valid_for(&ca(), NS, &all), [10 * 3600, 3600]);
+    }
+}
