@@ -25,10 +25,12 @@
 //! | `ca.crt` | what a peer of this certificate must trust (below) |
 //! | `retired-ca.crt` | CA Secrets only, during a rotation: the replaced CA certificate(s) (PEM), still trusted |
 //!
-//! and, with `retired-ca.crt`, the annotation [`RETIRED_UNTIL_ANNOTATION`]
-//! (`operator.marin3r.3scale.net/retired-ca-until`): RFC 3339 UTC, the instant until which
-//! every certificate in `retired-ca.crt` stays in the trust bundles. From that instant
-//! on, the key and the annotation are dropped.
+//! and, with `retired-ca.crt`, two annotations (RFC 3339 UTC):
+//! [`RETIRED_UNTIL_ANNOTATION`] (`operator.marin3r.3scale.net/retired-ca-until`), the
+//! instant until which every certificate in `retired-ca.crt` stays in the trust bundles,
+//! and [`RETIRED_SINCE_ANNOTATION`] (`operator.marin3r.3scale.net/retired-ca-since`), when
+//! the CA was last re-issued. From the `until` instant on, the key and both annotations
+//! are dropped.
 //!
 //! `ca.crt`:
 //! - a CA (`isCA`): the trust bundle, its own certificate first, then the retired CAs
@@ -63,15 +65,19 @@
 //!   A missing or unusable CA Secret is a wait, not an error: `Ready=False`, reason
 //!   `SignerNotReady`, looked at again in [`SIGNER_RETRY`]; the leaf's Secret is not
 //!   touched meanwhile.
-//! - CA rotation with overlap (Q6): when a CA is re-issued, its previous certificate (if
-//!   it parsed) joins `retired-ca.crt`, with the retired CAs still in their window; all of
-//!   them stay trusted until `now + overlap(longest validFor of the DSCs it signs, 2 ×
-//!   60 s kubelet sync)` ([`lifecycle::overlap`]). Leaves see the new `tls.crt`, fail the
-//!   "signed by the current CA" check and are re-issued by the new CA with the bundle as
-//!   `ca.crt`; Envoys that still hold the old files keep trusting the new server
-//!   certificate, and the server keeps trusting old client certificates, until every
-//!   Secret volume is refreshed. Both the CA and its leaves look again when the window
-//!   ends and drop the old CA.
+//! - CA rotation with overlap (Q6), in three phases:
+//!   1. *bundle*: when a CA is re-issued, its previous certificate (if it parsed) joins
+//!      `retired-ca.crt`, with the retired CAs still in their window. Its leaves keep
+//!      their certificates (still signed by a CA every peer trusts) and get the bundle
+//!      `new + old` as `ca.crt` at once (a Secret re-apply, no re-issue);
+//!   2. *switch*: [`PROPAGATION`] (two kubelet syncs) after the rotation, when every
+//!      mounted `ca.crt` holds the bundle, the leaves fail the "signed by the current CA"
+//!      check and are re-issued by the new CA. Peers with old files still present
+//!      old-CA certificates, which the bundle accepts; no handshake fails on either side
+//!      (the TLS test in `tests/operator_certificate.rs` shows a direct switch would);
+//!   3. *drop*: at `rotation + PROPAGATION + overlap(longest validFor of the DSCs it
+//!      signs, 2 × 60 s kubelet sync)` ([`lifecycle::overlap`]) the old CA leaves every
+//!      bundle. Both the CA and its leaves schedule a pass at each phase's end.
 //! - Status: `ready`, `notBefore`, `notAfter` (RFC 3339), `certificateHash` (FNV-1a 64
 //!   of `tls.crt`, 16 hex digits), and the condition `Ready` (True, reason
 //!   `CertificateValid`; or False with a reason and a message naming the problem). The
@@ -124,6 +130,12 @@ pub const CA_CRT: &str = "ca.crt";
 pub const RETIRED_CA_CRT: &str = "retired-ca.crt";
 /// CA Secrets during a rotation: until when (RFC 3339) `retired-ca.crt` is trusted.
 pub const RETIRED_UNTIL_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-until";
+/// CA Secrets during a rotation: when (RFC 3339) the CA was last re-issued.
+pub const RETIRED_SINCE_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-since";
+/// How long after a CA rotation the leaves it signed keep their old-CA certificates
+/// (with the new bundle as `ca.crt`), so that every peer has the bundle before any
+/// certificate of the new CA is presented: two kubelet syncs.
+pub const PROPAGATION: Duration = Duration::from_secs(2 * 60);
 /// The kubelet's Secret volume sync period the overlap allows for (twice).
 pub const KUBELET_SYNC: Duration = Duration::from_secs(60);
 /// How soon a DSC waiting for its signer's Secret looks again.
@@ -283,40 +295,55 @@ pub fn plan(
         })
     });
     let renewal = dsc.spec.renewal_enabled();
-    let (cert, window, reissued) =
-        match lifecycle::check(&profile, current.as_ref(), signer_cert, renewal, now) {
-            Verdict::Ready {
-                not_before,
-                not_after,
-                next_check,
-            } => match &current {
-                Some(cert) => (cert.clone(), (not_before, not_after, next_check), None),
-                None => {
-                    return not_ready(REASON_ISSUE_FAILED, "no certificate".into(), None);
-                }
-            },
-            Verdict::Expired {
-                not_before,
-                not_after,
-            } => {
-                let mut plan = not_ready(
-                    REASON_EXPIRED,
-                    format!(
-                        "the certificate expired at {} and renewal is disabled",
-                        crate::status::rfc3339(not_after)
-                    ),
-                    None,
-                );
-                plan.status.not_before = Some(time(not_before));
-                plan.status.not_after = Some(time(not_after));
-                return plan;
+    let mut verdict = lifecycle::check(&profile, current.as_ref(), signer_cert, renewal, now);
+    // The propagation phase of a CA rotation: a leaf still signed by the retired CA is
+    // kept (with the new bundle as `ca.crt`) until every peer has the bundle.
+    let mut hold_until = None;
+    if let (Verdict::Reissue(_), Some((signer_secret, _)), Some(cur)) =
+        (&verdict, &signer, &current)
+        && let Some(retired) = live_retired(Some(signer_secret), now)
+        && let Some(switch_at) = retired.since.checked_add(PROPAGATION)
+        && now < switch_at
+    {
+        for old_ca in split_certificates(&retired.ca.cert_pem) {
+            let old = lifecycle::check(&profile, Some(cur), Some(&old_ca), renewal, now);
+            if matches!(old, Verdict::Ready { .. }) {
+                verdict = old;
+                hold_until = Some(switch_at);
+                break;
             }
-            Verdict::Reissue(reason) => {
-                let issued = match lifecycle::issue_cert(
-                    &profile,
-                    signer.as_ref().map(|(_, pair)| pair),
-                    now,
-                ) {
+        }
+    }
+    let (cert, window, reissued) = match verdict {
+        Verdict::Ready {
+            not_before,
+            not_after,
+            next_check,
+        } => match &current {
+            Some(cert) => (cert.clone(), (not_before, not_after, next_check), None),
+            None => {
+                return not_ready(REASON_ISSUE_FAILED, "no certificate".into(), None);
+            }
+        },
+        Verdict::Expired {
+            not_before,
+            not_after,
+        } => {
+            let mut plan = not_ready(
+                REASON_EXPIRED,
+                format!(
+                    "the certificate expired at {} and renewal is disabled",
+                    crate::status::rfc3339(not_after)
+                ),
+                None,
+            );
+            plan.status.not_before = Some(time(not_before));
+            plan.status.not_after = Some(time(not_after));
+            return plan;
+        }
+        Verdict::Reissue(reason) => {
+            let issued =
+                match lifecycle::issue_cert(&profile, signer.as_ref().map(|(_, pair)| pair), now) {
                     Ok(issued) => issued,
                     Err(e) => {
                         let message = error_chain(&e);
@@ -334,26 +361,27 @@ pub fn plan(
                         };
                     }
                 };
-                match lifecycle::check(&profile, Some(&issued), signer_cert, renewal, now) {
-                    Verdict::Ready {
-                        not_before,
-                        not_after,
-                        next_check,
-                    } => (issued, (not_before, not_after, next_check), Some(reason)),
-                    other => {
-                        return not_ready(
-                            REASON_ISSUE_FAILED,
-                            format!("the issued certificate does not check: {other:?}"),
-                            Some(SIGNER_RETRY),
-                        );
-                    }
+            match lifecycle::check(&profile, Some(&issued), signer_cert, renewal, now) {
+                Verdict::Ready {
+                    not_before,
+                    not_after,
+                    next_check,
+                } => (issued, (not_before, not_after, next_check), Some(reason)),
+                other => {
+                    return not_ready(
+                        REASON_ISSUE_FAILED,
+                        format!("the issued certificate does not check: {other:?}"),
+                        Some(SIGNER_RETRY),
+                    );
                 }
             }
-        };
+        }
+    };
     let (not_before, not_after, next_check) = window;
 
     // Retired CAs and the trust bundle.
     let mut wake = vec![next_check];
+    wake.extend(hold_until);
     let (retired, ca_crt) = match (&profile.usage, &signer) {
         (Usage::Ca, _) => {
             let mut kept = live_retired(current_secret, now);
@@ -363,7 +391,11 @@ pub fn plan(
                     .filter_map(|s| u64::try_from(*s).ok())
                     .max()
                     .unwrap_or(0);
-                let until = now + lifecycle::overlap(Duration::from_secs(longest), KUBELET_SYNC);
+                // The leaves switch to the new CA after the propagation phase; from then
+                // on the old CA stays trusted for the overlap.
+                let until = now
+                    + PROPAGATION
+                    + lifecycle::overlap(Duration::from_secs(longest), KUBELET_SYNC);
                 let mut pem = String::new();
                 if let Some(old) = &current
                     && lifecycle::validity(&old.cert_pem).is_ok()
@@ -372,23 +404,32 @@ pub fn plan(
                     pem.push_str(&with_newline(&old.cert_pem));
                 }
                 if let Some(r) = &kept {
-                    pem.push_str(&with_newline(&r.cert_pem));
+                    pem.push_str(&with_newline(&r.ca.cert_pem));
                 }
-                kept = (!pem.is_empty()).then_some(RetiredCa {
-                    cert_pem: pem,
-                    until,
+                kept = (!pem.is_empty()).then_some(Retired {
+                    ca: RetiredCa {
+                        cert_pem: pem,
+                        until,
+                    },
+                    since: now,
                 });
             }
             if let Some(r) = &kept {
-                wake.push(r.until);
+                wake.push(r.ca.until);
             }
-            let bundle = lifecycle::trust_bundle(&cert.cert_pem, kept.as_slice(), now);
+            let bundle = lifecycle::trust_bundle(
+                &cert.cert_pem,
+                kept.as_ref()
+                    .map(|r| std::slice::from_ref(&r.ca))
+                    .unwrap_or_default(),
+                now,
+            );
             (kept, bundle)
         }
         (_, Some((secret, pair))) => match live_retired(Some(secret), now) {
             Some(r) => {
-                wake.push(r.until);
-                (None, lifecycle::trust_bundle(&pair.cert_pem, &[r], now))
+                wake.push(r.ca.until);
+                (None, lifecycle::trust_bundle(&pair.cert_pem, &[r.ca], now))
             }
             None if retired_annotation(secret).is_some() => {
                 (None, lifecycle::trust_bundle(&pair.cert_pem, &[], now))
@@ -450,7 +491,7 @@ fn secret(
     namespace: &str,
     cert: &CertKeyPem,
     ca_crt: &str,
-    retired: Option<&RetiredCa>,
+    retired: Option<&Retired>,
 ) -> Secret {
     let mut labels: BTreeMap<String, String> = dsc.labels().clone();
     labels.insert(
@@ -463,11 +504,17 @@ fn secret(
         (CA_CRT.to_string(), bytes(ca_crt)),
     ]);
     let annotations = retired.map(|r| {
-        data.insert(RETIRED_CA_CRT.to_string(), bytes(&r.cert_pem));
-        BTreeMap::from([(
-            RETIRED_UNTIL_ANNOTATION.to_string(),
-            crate::status::rfc3339(r.until),
-        )])
+        data.insert(RETIRED_CA_CRT.to_string(), bytes(&r.ca.cert_pem));
+        BTreeMap::from([
+            (
+                RETIRED_UNTIL_ANNOTATION.to_string(),
+                crate::status::rfc3339(r.ca.until),
+            ),
+            (
+                RETIRED_SINCE_ANNOTATION.to_string(),
+                crate::status::rfc3339(r.since),
+            ),
+        ])
     });
     Secret {
         metadata: ObjectMeta {
@@ -484,6 +531,23 @@ fn secret(
     }
 }
 
+/// The retired CAs of a CA Secret: the certificates, until when they are trusted, and
+/// since when (the rotation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Retired {
+    ca: RetiredCa,
+    since: SystemTime,
+}
+
+/// Every PEM certificate block of `pem`.
+fn split_certificates(pem: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    pem.split_inclusive(END)
+        .filter(|block| block.contains(END))
+        .map(|block| format!("{}\n", block.trim()))
+        .collect()
+}
+
 /// Whether `current` already is `desired` in everything the operator writes.
 fn up_to_date(current: Option<&Secret>, desired: &Secret) -> bool {
     let Some(current) = current else {
@@ -498,7 +562,9 @@ fn up_to_date(current: Option<&Secret>, desired: &Secret) -> bool {
         .labels()
         .iter()
         .all(|(k, v)| current.labels().get(k) == Some(v));
-    let annotation_ok = retired_annotation(current) == retired_annotation(desired);
+    let annotation_ok = [RETIRED_UNTIL_ANNOTATION, RETIRED_SINCE_ANNOTATION]
+        .iter()
+        .all(|a| current.annotations().get(*a) == desired.annotations().get(*a));
     let owner_ok = desired.owner_references().iter().all(|want| {
         current
             .owner_references()
@@ -514,12 +580,20 @@ fn retired_annotation(secret: &Secret) -> Option<&String> {
 }
 
 /// The retired CAs of a CA Secret still trusted at `now`.
-fn live_retired(secret: Option<&Secret>, now: SystemTime) -> Option<RetiredCa> {
+fn live_retired(secret: Option<&Secret>, now: SystemTime) -> Option<Retired> {
     let secret = secret?;
-    let until: k8s_openapi::jiff::Timestamp = retired_annotation(secret)?.parse().ok()?;
-    let until = SystemTime::from(until);
+    let at = |annotation: &str| {
+        let t: k8s_openapi::jiff::Timestamp = secret.annotations().get(annotation)?.parse().ok()?;
+        Some(SystemTime::from(t))
+    };
+    let until = at(RETIRED_UNTIL_ANNOTATION)?;
+    // Without it (written by hand): no propagation phase.
+    let since = at(RETIRED_SINCE_ANNOTATION).unwrap_or(SystemTime::UNIX_EPOCH);
     let cert_pem = text(secret, RETIRED_CA_CRT)?;
-    (until > now && !cert_pem.trim().is_empty()).then_some(RetiredCa { cert_pem, until })
+    (until > now && !cert_pem.trim().is_empty()).then_some(Retired {
+        ca: RetiredCa { cert_pem, until },
+        since,
+    })
 }
 
 /// The data key `key` of `secret` as text (`None`: absent).
@@ -1256,18 +1330,58 @@ mod tests {
         let rotated = p.secret.unwrap();
         let ca2 = data(&rotated, TLS_CRT).to_string();
         assert_ne!(ca1, ca2);
-        let until = t1 + 10 * HOUR; // overlap(max validFor of its leaves = 10 h, 2 × 60 s)
+        // Propagation, then overlap(max validFor of its leaves = 10 h, 2 × 60 s).
+        let until = t1 + PROPAGATION + 10 * HOUR;
         assert_eq!(data(&rotated, RETIRED_CA_CRT).trim(), ca1.trim());
         assert_eq!(
-            retired_annotation(&rotated).map(String::as_str),
-            Some(crate::status::rfc3339(until).as_str())
+            rotated.annotations(),
+            &BTreeMap::from([
+                (
+                    RETIRED_UNTIL_ANNOTATION.to_string(),
+                    crate::status::rfc3339(until)
+                ),
+                (
+                    RETIRED_SINCE_ANNOTATION.to_string(),
+                    crate::status::rfc3339(t1)
+                ),
+            ])
         );
         let bundle = data(&rotated, CA_CRT).to_string();
         assert_eq!(certs_in(&bundle), 2);
         assert!(bundle.starts_with(ca2.trim_end()), "the new CA first");
         assert!(bundle.contains(ca1.trim_end()), "the old CA still trusted");
 
-        // The leaf: not signed by the current CA → re-issued by the new one, with the bundle.
+        // Phase 1: the leaf keeps its old-CA certificate and gets the bundle at once.
+        let old_leaf = server_current.clone().unwrap();
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            t1,
+        );
+        assert_eq!(p.reissued, None);
+        let held = p.secret.expect("re-applied with the bundle");
+        assert_eq!(data(&held, TLS_CRT), data(&old_leaf, TLS_CRT));
+        assert_eq!(data(&held, TLS_KEY), data(&old_leaf, TLS_KEY));
+        assert_eq!(data(&held, CA_CRT), bundle);
+        assert_eq!(
+            p.requeue,
+            Some(PROPAGATION),
+            "looks again when it must switch"
+        );
+        assert_eq!(p.status.ready, Some(true));
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            ca_current.as_ref(),
+            &signed,
+            t1 + PROPAGATION - Duration::from_secs(1),
+        );
+        assert_eq!((p.secret, p.requeue), (None, Some(Duration::from_secs(1))));
+
+        // Phase 2: not signed by the current CA → re-issued by the new one, with the bundle.
+        let t1 = t1 + PROPAGATION;
         let p = pass(
             &mut server,
             &mut server_current,
@@ -1359,16 +1473,16 @@ mod tests {
     }
 
     #[test]
-    fn a_ca_without_leaves_keeps_the_old_ca_for_two_kubelet_syncs_and_garbage_is_not_retired() {
+    fn a_ca_without_leaves_keeps_the_old_ca_for_four_kubelet_syncs_and_garbage_is_not_retired() {
         let (mut ca, ca_secret) = issued_ca();
         let mut current = Some(ca_secret);
         ca.spec.valid_for = 2000 * 3600;
         let p = pass(&mut ca, &mut current, None, &[], t0());
         assert_eq!(
             retired_annotation(p.secret.as_ref().unwrap()).map(String::as_str),
-            Some(crate::status::rfc3339(t0() + Duration::from_secs(120)).as_str())
+            Some(crate::status::rfc3339(t0() + Duration::from_secs(240)).as_str())
         );
-        assert_eq!(p.requeue, Some(Duration::from_secs(120)));
+        assert_eq!(p.requeue, Some(Duration::from_secs(240)));
         // A garbage tls.crt is replaced, not retired.
         let mut garbage = current.clone().unwrap();
         let d = garbage.data.as_mut().unwrap();
