@@ -729,3 +729,108 @@ async fn issued_server_and_client_secrets_handshake_with_mtls_across_a_ca_rotati
             .is_err()
     );
 }
+
+// ---- The whole controller (`run`): watches, selectors, reconcile, shutdown ----
+
+fn list(kind: &str, items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "500"}, "items": items})
+}
+
+/// Answers the lists and watches of the controller; the CA DSC has no Secret yet. Every
+/// write is forwarded to `writes`; any other request fails the test.
+async fn router(mut api: ApiServer, writes: tokio::sync::mpsc::UnboundedSender<Received>) {
+    let mut open_watches = Vec::new();
+    let mut secret: Option<Value> = None;
+    while let Some((request, send)) = api.0.next_request().await {
+        let got = read(request).await;
+        let (path, query) = got.uri.split_once('?').unwrap_or((&got.uri, ""));
+        let watch = query.contains("watch=true");
+        let reply = match (got.method.as_str(), path, watch) {
+            ("GET", p, false) if p == DSCS => {
+                list("DiscoveryServiceCertificateList", vec![ca_json()])
+            }
+            ("GET", SECRETS, false) => {
+                assert!(
+                    query.contains(
+                        "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dmarin3r-operator"
+                    ),
+                    "the Secret watch is label-selected: {query}"
+                );
+                list("SecretList", vec![])
+            }
+            ("GET", _, true) => {
+                open_watches.push(send);
+                continue;
+            }
+            ("GET", p, false) if p == format!("{SECRETS}/marin3r-ca-cert-instance") => {
+                match &secret {
+                    Some(s) => {
+                        send.send_response(json_response(200, s));
+                        continue;
+                    }
+                    None => {
+                        send.send_response(json_response(
+                            404,
+                            &not_found("marin3r-ca-cert-instance"),
+                        ));
+                        continue;
+                    }
+                }
+            }
+            ("PATCH", p, false) if p == format!("{SECRETS}/marin3r-ca-cert-instance") => {
+                assert_eq!(query, &APPLY[1..]);
+                let s = stored(&got.body);
+                secret = Some(s.clone());
+                let _ = writes.send(got);
+                s
+            }
+            ("PATCH", p, false) if p == format!("{DSCS}/marin3r-ca-cert-instance/status") => {
+                assert_eq!(query, &APPLY[1..]);
+                let answer = with_status(&ca_json(), &got.body);
+                let _ = writes.send(got);
+                answer
+            }
+            _ => panic!("unexpected request {} {}", got.method, got.uri),
+        };
+        send.send_response(json_response(200, &reply));
+    }
+}
+
+#[tokio::test]
+async fn the_controller_issues_a_new_certificate_and_stops_on_shutdown() {
+    let (client, api) = mock_client();
+    let (tx, mut writes) = tokio::sync::mpsc::unbounded_channel();
+    let router = tokio::spawn(router(api, tx));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(certificate::run(client, Some("default"), async move {
+        let _ = stop_rx.await;
+    }));
+    let secret = tokio::time::timeout(TIMEOUT, writes.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        secret.uri,
+        format!("{SECRETS}/marin3r-ca-cert-instance{APPLY}")
+    );
+    assert_eq!(secret.body["type"], "kubernetes.io/tls");
+    let status = tokio::time::timeout(TIMEOUT, writes.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        status.uri,
+        format!("{DSCS}/marin3r-ca-cert-instance/status{APPLY}")
+    );
+    assert_eq!(status.body["status"]["ready"], true);
+    assert_eq!(
+        status.body["status"]["certificateHash"],
+        certificate_hash(&decoded(&secret.body, "tls.crt"))
+    );
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(TIMEOUT, controller)
+        .await
+        .unwrap()
+        .unwrap();
+    router.abort();
+}

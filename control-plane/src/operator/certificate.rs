@@ -11,7 +11,8 @@
 //! # The Secret
 //!
 //! Name `spec.secretRef.name`, always in the DSC's namespace (`secretRef.namespace` is
-//! ignored, as upstream). Type `kubernetes.io/tls`. Labels: the DSC's labels plus
+//! ignored, as upstream). Type `kubernetes.io/tls` (an existing Secret of another type,
+//! made by hand, keeps its type: it is immutable). Labels: the DSC's labels plus
 //! `app.kubernetes.io/managed-by: marin3r-operator` (the controller's Secret watch is
 //! selected on it). A controller owner reference to the DSC (deleting the DSC deletes
 //! the Secret). Written with server-side apply (field manager
@@ -444,7 +445,13 @@ pub fn plan(
         (_, None) => (None, with_newline(&cert.cert_pem)),
     };
 
-    let desired = secret(dsc, namespace, &cert, &ca_crt, retired.as_ref());
+    // A Secret's type is immutable: one that exists with another type (made by hand) keeps
+    // it rather than failing every apply.
+    let type_ = current_secret
+        .and_then(|s| s.type_.as_deref())
+        .filter(|t| !t.is_empty())
+        .unwrap_or(SECRET_TYPE);
+    let desired = secret(dsc, namespace, &cert, &ca_crt, retired.as_ref(), type_);
     let apply = reissued.is_some() || !up_to_date(current_secret, &desired);
     let requeue = wake
         .into_iter()
@@ -492,6 +499,7 @@ fn secret(
     cert: &CertKeyPem,
     ca_crt: &str,
     retired: Option<&Retired>,
+    type_: &str,
 ) -> Secret {
     let mut labels: BTreeMap<String, String> = dsc.labels().clone();
     labels.insert(
@@ -525,7 +533,7 @@ fn secret(
             owner_references: owner_reference(dsc).map(|o| vec![o]),
             ..ObjectMeta::default()
         },
-        type_: Some(SECRET_TYPE.to_string()),
+        type_: Some(type_.to_string()),
         data: Some(data),
         ..Secret::default()
     }
@@ -571,7 +579,7 @@ fn up_to_date(current: Option<&Secret>, desired: &Secret) -> bool {
             .iter()
             .any(|o| o.uid == want.uid && o.controller == Some(true))
     });
-    let type_ok = current.type_.as_deref() == Some(SECRET_TYPE);
+    let type_ok = current.type_ == desired.type_;
     data_ok && labels_ok && annotation_ok && owner_ok && type_ok
 }
 
@@ -1602,12 +1610,20 @@ mod tests {
         let mut foreign = s.clone();
         foreign.metadata.labels = None;
         foreign.metadata.owner_references = None;
+        foreign.type_ = Some("Opaque".into());
         let mut current = Some(foreign);
         let p = pass(&mut d, &mut current, None, &[], t0());
         assert_eq!(p.reissued, None);
         let adopted = p.secret.unwrap();
         assert_eq!(data(&adopted, TLS_CRT), data(&s, TLS_CRT));
         assert_eq!(adopted.owner_references().len(), 1);
+        assert_eq!(
+            adopted.type_.as_deref(),
+            Some("Opaque"),
+            "a type is immutable"
+        );
+        let p = pass(&mut d, &mut current, None, &[], t0());
+        assert_eq!(p.secret, None, "then stable");
     }
 
     #[test]
