@@ -802,9 +802,13 @@ async fn the_controller_issues_a_new_certificate_and_stops_on_shutdown() {
     let (tx, mut writes) = tokio::sync::mpsc::unbounded_channel();
     let router = tokio::spawn(router(api, tx));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(certificate::run(client, Some("default"), async move {
-        let _ = stop_rx.await;
-    }));
+    let namespaces = vec!["default".to_string()];
+    let controller = tokio::spawn(async move {
+        certificate::run(client, &namespaces, async move {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
     let secret = tokio::time::timeout(TIMEOUT, writes.recv())
         .await
         .unwrap()

@@ -835,13 +835,40 @@ pub fn error_policy(
     Action::requeue(Duration::from_secs(10))
 }
 
-/// Runs the DiscoveryServiceCertificate controller over `namespace` (`None`: every
-/// namespace) until `shutdown` completes.
+/// Runs the DiscoveryServiceCertificate controller until `shutdown` completes, over
+/// `namespaces` (`WATCH_NAMESPACE` split on commas): none means every namespace, one or
+/// more mean one controller per namespace (a CA only ever signs certificates of its own
+/// namespace, so they share nothing).
 pub async fn run(
     client: Client,
-    namespace: Option<&str>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    namespaces: &[String],
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    use futures::FutureExt as _;
+    let shutdown = shutdown.shared();
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    };
+    futures::future::join_all(
+        scopes
+            .into_iter()
+            .map(|ns| controller(client.clone(), ns.as_deref(), shutdown.clone())),
+    )
+    .await;
+}
+
+/// The controller over one namespace (`None`: all), as a future that ends after
+/// `shutdown`.
+pub fn controller<F>(
+    client: Client,
+    namespace: Option<&str>,
+    shutdown: F,
+) -> impl std::future::Future<Output = ()> + Send + use<F>
+where
+    F: std::future::Future<Output = ()> + Send + Sync + 'static,
+{
     let (certificates, secrets): (Api<Lenient<DiscoveryServiceCertificate>>, Api<Secret>) =
         match namespace {
             Some(ns) => (
@@ -874,7 +901,6 @@ pub async fn run(
                 tracing::debug!(error = %e, "DiscoveryServiceCertificate reconcile not run");
             }
         })
-        .await;
 }
 
 #[cfg(test)]
