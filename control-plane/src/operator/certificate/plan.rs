@@ -1280,6 +1280,39 @@ mod tests {
     }
 
     #[test]
+    fn a_host_that_cannot_be_a_san_is_reported() {
+        let (_, ca_secret) = issued_ca();
+        let mut bad = server();
+        bad.spec.hosts = Some(vec!["bücher.example".into()]);
+        let p = plan(&bad, NS, None, Some(&ca_secret), &[], t0());
+        assert_eq!(not_ready_reason(&p), REASON_ISSUE_FAILED);
+        assert!(
+            ready(&p).message.contains("bücher.example"),
+            "{}",
+            ready(&p).message
+        );
+        assert_eq!((p.secret, p.requeue), (None, None));
+    }
+
+    #[test]
+    fn a_hand_made_ca_secret_gives_its_ca_crt_or_its_certificate() {
+        let (_, ca_secret) = issued_ca();
+        let mut hand_made = ca_secret.clone();
+        hand_made.data.as_mut().unwrap().remove(CA_CRT);
+        let p = plan(&server(), NS, None, Some(&hand_made), &[], t0());
+        let s = p.secret.unwrap();
+        assert_eq!(data(&s, CA_CRT), data(&ca_secret, TLS_CRT));
+        let mut with_bundle = hand_made;
+        with_bundle
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(CA_CRT.into(), bytes("ROOTS"));
+        let p = plan(&server(), NS, None, Some(&with_bundle), &[], t0());
+        assert_eq!(data(&p.secret.unwrap(), CA_CRT), "ROOTS");
+    }
+
+    #[test]
     fn a_self_signed_leaf_trusts_itself_and_a_foreign_secret_is_adopted() {
         let mut d = dsc(
             "test",
