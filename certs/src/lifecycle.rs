@@ -661,6 +661,17 @@ mod tests {
     }
 
     #[test]
+    fn validity_reads_the_window_of_a_pem_certificate() {
+        let ca = issue_cert(&ca_profile(), None, t0()).unwrap();
+        assert_eq!(
+            validity(&ca.cert_pem),
+            Ok((t0() - BACKDATE, t0() + 1000 * HOUR))
+        );
+        assert!(validity("garbage").is_err());
+        assert!(validity(&ca.key_pem).is_err());
+    }
+
+    #[test]
     fn requeues_are_clamped_between_a_second_and_an_hour() {
         assert_eq!(requeue_after(t0() + 1000 * HOUR, t0()), MAX_CHECK_INTERVAL);
         assert_eq!(
