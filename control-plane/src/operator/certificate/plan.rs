@@ -789,9 +789,8 @@ mod tests {
             Usage::Client
         );
         assert_eq!(plan.status.ready, Some(true));
-        // Checked again at its renewal time: 80 % of (10 h + 5 min) after notBefore.
-        let lifetime = 10 * HOUR + Duration::from_secs(300);
-        let renew_at = t0() + 10 * HOUR - lifetime.mul_f64(0.2);
+        // Checked again at its renewal time: 80 % of its 10 h after the issue.
+        let renew_at = t0() + 8 * HOUR;
         assert_eq!(plan.requeue, Some(lifecycle::MAX_CHECK_INTERVAL));
         let late = pass(
             &mut server,
@@ -811,8 +810,7 @@ mod tests {
         let mut current = None;
         pass(&mut server, &mut current, Some(&ca_secret), &[], t0());
         let first = current.clone().unwrap();
-        let lifetime = 10 * HOUR + Duration::from_secs(300);
-        let renew_at = t0() + 10 * HOUR - lifetime.mul_f64(0.2);
+        let renew_at = t0() + 8 * HOUR;
         let before = pass(
             &mut server,
             &mut current,
@@ -835,9 +833,9 @@ mod tests {
     }
 
     // Upstream `TestCertificateReconciler_Reconcile` (OPERATOR.md §4.2) for a certificate
-    // valid 100 s. Our notBefore is backdated 5 minutes, so the lifetime is 400 s and the
-    // renewal (at 80 %) falls 80 s before notAfter instead of 20 s: the renewal-on rows
-    // shift accordingly; the renewal-off rows are upstream's exactly.
+    // issued at 00:00:00, valid 100 s: every row is upstream's (the backdated notBefore
+    // does not move the renewal time). Upstream re-issues and requeues before writing a
+    // status; here the same pass writes the new certificate's status.
     #[test]
     fn upstream_worked_examples() {
         let (_, ca_secret) = issued_ca();
@@ -869,15 +867,17 @@ mod tests {
         let (mut on, mut current) = issue(true);
         let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(120));
         assert!(p.reissued.unwrap().starts_with("outside its validity"));
-        // Renewal on: ready 1 s before the renewal time (notAfter − 80 s), re-issued at it.
+        // 00:01:00, renewal on: ready, looked at again in 20 s.
         let (mut on, mut current) = issue(true);
-        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(19));
+        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(60));
         assert_eq!(
-            (p.requeue, p.secret.is_none()),
-            (Some(Duration::from_secs(1)), true)
+            (p.status.ready, p.requeue, p.secret.is_none()),
+            (Some(true), Some(Duration::from_secs(20)), true)
         );
-        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(20));
+        // 00:01:21, renewal on: 19 s < 20 s left → re-issued.
+        let p = pass(&mut on, &mut current, Some(&ca_secret), &[], at(81));
         assert!(p.reissued.unwrap().starts_with("renewal due"));
+        assert_eq!(p.status.ready, Some(true));
     }
 
     #[test]
