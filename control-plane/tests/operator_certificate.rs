@@ -221,7 +221,8 @@ async fn a_new_pki_is_issued_and_a_second_pass_writes_nothing() {
     let (ca, server) = (ca_json(), server_json());
     let (ctx, _) = context(client, &[&ca, &server]);
 
-    // The CA: no Secret → issued, status written.
+    // The CA: no Secret → the Secrets it signs are read (nothing to recover yet), issued,
+    // status written.
     let (action, (ca_secret, ca_status)) =
         run(reconcile_at(typed(&ca), ctx.clone(), now()), async {
             api.expect(
@@ -229,6 +230,13 @@ async fn a_new_pki_is_issued_and_a_second_pass_writes_nothing() {
                 &format!("{SECRETS}/marin3r-ca-cert-instance"),
                 404,
                 |_| not_found("marin3r-ca-cert-instance"),
+            )
+            .await;
+            api.expect(
+                "GET",
+                &format!("{SECRETS}/marin3r-server-cert-instance"),
+                404,
+                |_| not_found("marin3r-server-cert-instance"),
             )
             .await;
             let secret = expect_secret_apply(&mut api, &ca).await;
@@ -498,6 +506,54 @@ async fn a_ca_rotation_reaches_a_leaf_with_the_overlap_bundle() {
     assert_ne!(
         decoded(&secret, "tls.crt"),
         decoded(&old_leaf_secret, "tls.crt")
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_ca_secret_is_recovered_from_the_leaves() {
+    let (client, mut api) = mock_client();
+    let (old_ca_secret, leaf_secret, server) = issued(&server_json());
+    let old_ca = decoded(&old_ca_secret, "tls.crt");
+    let (ca, client_dsc) = (ca_json(), client_json());
+    let (ctx, _) = context(client, &[&ca, &server, &client_dsc]);
+    let t = now();
+    let (action, secret) = run(reconcile_at(typed(&ca), ctx, t), async {
+        api.expect(
+            "GET",
+            &format!("{SECRETS}/marin3r-ca-cert-instance"),
+            404,
+            |_| not_found("marin3r-ca-cert-instance"),
+        )
+        .await;
+        // Its leaves, by name: the client's Secret is gone too, the server's is there.
+        api.expect(
+            "GET",
+            &format!("{SECRETS}/envoy-sidecar-client-cert"),
+            404,
+            |_| not_found("envoy-sidecar-client-cert"),
+        )
+        .await;
+        let leaf = leaf_secret.clone();
+        api.expect(
+            "GET",
+            &format!("{SECRETS}/marin3r-server-cert-instance"),
+            200,
+            move |_| leaf,
+        )
+        .await;
+        let secret = expect_secret_apply(&mut api, &ca).await;
+        expect_status(&mut api, &ca).await;
+        secret
+    })
+    .await;
+    assert_eq!(action.unwrap(), Action::requeue(HOUR));
+    assert_eq!(decoded(&secret, "retired-ca.crt").trim(), old_ca.trim());
+    let bundle = decoded(&secret, "ca.crt");
+    assert_eq!(certs_in(&bundle), 2);
+    assert!(bundle.contains(old_ca.trim_end()));
+    assert_eq!(
+        secret["metadata"]["annotations"]["operator.marin3r.3scale.net/retired-ca-since"],
+        marin3r_control_plane::status::rfc3339(t)
     );
 }
 

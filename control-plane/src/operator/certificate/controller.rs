@@ -14,7 +14,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificate;
 
-use super::plan::{plan, signer_secret_name};
+use super::plan::{needs_recovery, plan_recovering, signer_secret_name, trusted_cas};
 use crate::kubernetes::{Error, Lenient};
 use crate::operator::FIELD_MANAGER;
 use crate::operator::objects::MANAGED_BY_SELECTOR;
@@ -42,19 +42,34 @@ pub fn signed_by(
         .collect()
 }
 
-/// `validFor` of every DSC in `all` signed by the CA Secret `ca_secret` of `namespace`.
+/// The DSCs in `all` signed by the CA DSC `ca` of `namespace`, sorted by name.
+fn signed<'a>(
+    ca: &DiscoveryServiceCertificate,
+    namespace: &str,
+    all: &'a [Arc<Lenient<DiscoveryServiceCertificate>>],
+) -> Vec<&'a DiscoveryServiceCertificate> {
+    if !ca.spec.is_ca() {
+        return Vec::new();
+    }
+    let mut signed: Vec<&DiscoveryServiceCertificate> = all
+        .iter()
+        .filter_map(|d| d.valid().ok())
+        .filter(|d| d.namespace().as_deref() == Some(namespace))
+        .filter(|d| signer_secret_name(d, namespace) == Some(ca.spec.secret_name()))
+        .filter(|d| d.name_any() != ca.name_any())
+        .collect();
+    signed.sort_by_key(|d| d.name_any());
+    signed
+}
+
+/// `validFor` of every DSC in `all` signed by the CA DSC `ca` of `namespace`.
 fn signed_valid_for(
     ca: &DiscoveryServiceCertificate,
     namespace: &str,
     all: &[Arc<Lenient<DiscoveryServiceCertificate>>],
 ) -> Vec<i64> {
-    if !ca.spec.is_ca() {
-        return Vec::new();
-    }
-    all.iter()
-        .filter_map(|d| d.valid().ok())
-        .filter(|d| d.namespace().as_deref() == Some(namespace))
-        .filter(|d| signer_secret_name(d, namespace) == Some(ca.spec.secret_name()))
+    signed(ca, namespace, all)
+        .iter()
         .map(|d| d.spec.valid_for)
         .collect()
 }
@@ -111,13 +126,29 @@ pub async fn reconcile_at(
         Some(signer) => secrets.get_opt(signer).await?,
         None => None,
     };
-    let signed = signed_valid_for(dsc, &namespace, &ctx.certificates.state());
-    let plan = plan(
+    let all = ctx.certificates.state();
+    let signed_valid_for = signed_valid_for(dsc, &namespace, &all);
+    // A CA whose Secret is gone or damaged: what it was is still in its leaves' ca.crt.
+    let mut recovered = Vec::new();
+    if dsc.spec.is_ca() && needs_recovery(current.as_ref()) {
+        let mut leaves = Vec::new();
+        for leaf in signed(dsc, &namespace, &all) {
+            let name = leaf.spec.secret_name();
+            if !name.is_empty()
+                && let Some(secret) = secrets.get_opt(name).await?
+            {
+                leaves.push(secret);
+            }
+        }
+        recovered = trusted_cas(&leaves);
+    }
+    let plan = plan_recovering(
         dsc,
         &namespace,
         current.as_ref(),
         signer.as_ref(),
-        &signed,
+        &signed_valid_for,
+        &recovered,
         now,
     );
     if let Some(secret) = &plan.secret {
@@ -329,6 +360,10 @@ mod tests {
             ]
         );
         assert!(signed_by(&server(), &all).is_empty(), "not a CA");
-        assert_eq!(signed_valid_for(&ca(), NS, &all), [10 * 3600, 3600]);
+        assert_eq!(
+            signed_valid_for(&ca(), NS, &all),
+            [3600, 10 * 3600],
+            "by name"
+        );
     }
 }

@@ -79,6 +79,11 @@
 //!   3. *drop*: at `rotation + PROPAGATION + overlap(longest validFor of the DSCs it
 //!      signs, 2 × 60 s kubelet sync)` ([`lifecycle::overlap`](marin3r_certs::lifecycle::overlap)) the old CA leaves every
 //!      bundle. Both the CA and its leaves schedule a pass at each phase's end.
+//!
+//!   A CA whose Secret was deleted or whose `tls.crt` is damaged has nothing to retire
+//!   by itself: the shell reads the Secrets of the DSCs it signs and the CA certificates
+//!   still valid in their `ca.crt` are retired instead ([`trusted_cas`],
+//!   [`plan_recovering`]), so that rotation has the same three phases.
 //! - Status: `ready`, `notBefore`, `notAfter` (RFC 3339), `certificateHash` (FNV-1a 64
 //!   of `tls.crt`, 16 hex digits), and the condition `Ready` (True, reason
 //!   `CertificateValid`; or False with a reason and a message naming the problem). The
@@ -103,5 +108,6 @@ pub use plan::{
     CA_CRT, KUBELET_SYNC, PROPAGATION, Plan, REASON_CERTIFICATE_VALID,
     REASON_CROSS_NAMESPACE_SIGNER, REASON_EXPIRED, REASON_ISSUE_FAILED, REASON_SIGNER_NOT_READY,
     RETIRED_CA_CRT, RETIRED_SINCE_ANNOTATION, RETIRED_UNTIL_ANNOTATION, SECRET_TYPE, SIGNER_RETRY,
-    TLS_CRT, TLS_KEY, certificate_hash, plan, profile, signer_secret_name,
+    TLS_CRT, TLS_KEY, certificate_hash, needs_recovery, plan, plan_recovering, profile,
+    signer_secret_name, trusted_cas,
 };

@@ -112,6 +112,52 @@ pub fn plan(
     signed_by_this_ca: &[i64],
     now: SystemTime,
 ) -> Plan {
+    plan_recovering(
+        dsc,
+        namespace,
+        current_secret,
+        signer_secret,
+        signed_by_this_ca,
+        &[],
+        now,
+    )
+}
+
+/// Whether a CA's own Secret is gone or its `tls.crt` unreadable: the CA it held can
+/// then only be recovered from the `ca.crt` of the Secrets it signed
+/// ([`trusted_cas`], [`plan_recovering`]).
+pub fn needs_recovery(current_secret: Option<&Secret>) -> bool {
+    current_secret
+        .and_then(|s| text(s, TLS_CRT))
+        .is_none_or(|pem| lifecycle::validity(&pem).is_err())
+}
+
+/// The distinct certificates in the `ca.crt` of `secrets` (the Secrets a CA signed).
+pub fn trusted_cas<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for pem in secrets.into_iter().filter_map(|s| text(s, CA_CRT)) {
+        for cert in split_certificates(&pem) {
+            if !found.contains(&cert) {
+                found.push(cert);
+            }
+        }
+    }
+    found
+}
+
+/// [`plan`] for a CA whose Secret was deleted or damaged ([`needs_recovery`]):
+/// `recovered` are the CA certificates its leaves still trust ([`trusted_cas`]). When
+/// the CA is re-issued, those still valid are retired like a replaced CA, so the
+/// rotation keeps its bundle and propagation phases instead of cutting every peer off.
+pub fn plan_recovering(
+    dsc: &DiscoveryServiceCertificate,
+    namespace: &str,
+    current_secret: Option<&Secret>,
+    signer_secret: Option<&Secret>,
+    signed_by_this_ca: &[i64],
+    recovered: &[String],
+    now: SystemTime,
+) -> Plan {
     let previous = dsc.status.clone().unwrap_or_default();
     let generation = dsc.metadata.generation;
     let not_ready = |reason: &str, message: String, requeue: Option<Duration>| Plan {
@@ -295,15 +341,24 @@ pub fn plan(
                 let until = now
                     + PROPAGATION
                     + lifecycle::overlap(Duration::from_secs(longest), KUBELET_SYNC);
-                let mut pem = String::new();
-                if let Some(old) = &current
-                    && lifecycle::validity(&old.cert_pem).is_ok()
-                    && old.cert_pem.trim() != cert.cert_pem.trim()
-                {
-                    pem.push_str(&with_newline(&old.cert_pem));
+                let mut olds: Vec<String> = Vec::new();
+                let previous_cert = current_secret.and_then(|s| text(s, TLS_CRT));
+                if needs_recovery(current_secret) {
+                    olds.extend(recovered.iter().cloned());
+                } else {
+                    olds.extend(previous_cert);
                 }
                 if let Some(r) = &kept {
-                    pem.push_str(&with_newline(&r.ca.cert_pem));
+                    olds.extend(split_certificates(&r.ca.cert_pem));
+                }
+                let mut pem = String::new();
+                let mut seen = vec![cert.cert_pem.trim().to_string()];
+                for old in olds {
+                    let usable = lifecycle::validity(&old).is_ok_and(|(_, end)| end > now);
+                    if usable && !seen.contains(&old.trim().to_string()) {
+                        seen.push(old.trim().to_string());
+                        pem.push_str(&with_newline(&old));
+                    }
                 }
                 kept = (!pem.is_empty()).then_some(Retired {
                     ca: RetiredCa {
@@ -1188,6 +1243,75 @@ mod tests {
         let s = p.secret.unwrap();
         assert!(!s.data.as_ref().unwrap().contains_key(RETIRED_CA_CRT));
         assert_eq!(certs_in(data(&s, CA_CRT)), 1);
+    }
+
+    #[test]
+    fn a_deleted_ca_secret_is_recovered_from_its_leaves_and_rotates_with_overlap() {
+        let (mut ca, ca_secret) = issued_ca();
+        let ca1 = data(&ca_secret, TLS_CRT).to_string();
+        let mut server = server();
+        let mut server_current = None;
+        pass(
+            &mut server,
+            &mut server_current,
+            Some(&ca_secret),
+            &[],
+            t0(),
+        );
+        let leaf_secret = server_current.clone().unwrap();
+        assert!(!needs_recovery(Some(&ca_secret)));
+        assert!(needs_recovery(None));
+        let recovered = trusted_cas([&leaf_secret, &leaf_secret]);
+        assert_eq!(recovered.len(), 1, "deduplicated");
+        assert_eq!(recovered[0].trim(), ca1.trim());
+
+        // The CA Secret was deleted: a new CA, the old one (from the leaf) retired.
+        let t1 = t0() + HOUR;
+        let p = plan_recovering(&ca, NS, None, None, &[10 * 3600], &recovered, t1);
+        ca.status = Some(p.status.clone());
+        let rotated = p.secret.unwrap();
+        assert_eq!(data(&rotated, RETIRED_CA_CRT).trim(), ca1.trim());
+        assert_eq!(certs_in(data(&rotated, CA_CRT)), 2);
+        assert_eq!(
+            rotated.annotations()[RETIRED_SINCE_ANNOTATION],
+            crate::status::rfc3339(t1)
+        );
+        // The leaf is held with the bundle, then switched: the usual rotation.
+        let p = pass(&mut server, &mut server_current, Some(&rotated), &[], t1);
+        assert_eq!(p.reissued, None);
+        assert_eq!(
+            data(p.secret.as_ref().unwrap(), CA_CRT),
+            data(&rotated, CA_CRT)
+        );
+        let p = pass(
+            &mut server,
+            &mut server_current,
+            Some(&rotated),
+            &[],
+            t1 + PROPAGATION,
+        );
+        assert_eq!(p.reissued.as_deref(), Some("not signed by the current CA"));
+
+        // A damaged tls.crt is recovered the same way; a readable one needs no recovery
+        // (and recovered certificates are then ignored).
+        let mut damaged = ca_secret.clone();
+        damaged
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(TLS_CRT.into(), bytes("garbage"));
+        assert!(needs_recovery(Some(&damaged)));
+        let p = plan_recovering(&ca, NS, Some(&damaged), None, &[], &recovered, t1);
+        assert_eq!(data(&p.secret.unwrap(), RETIRED_CA_CRT).trim(), ca1.trim());
+        let other = issued_ca().1;
+        let mut spec_changed = ca.clone();
+        spec_changed.spec.valid_for = 2000 * 3600;
+        let p = plan_recovering(&spec_changed, NS, Some(&other), None, &[], &recovered, t1);
+        let retired = data(p.secret.as_ref().unwrap(), RETIRED_CA_CRT).to_string();
+        assert_eq!(retired.trim(), data(&other, TLS_CRT).trim());
+        // Expired recovered certificates are not kept.
+        let p = plan_recovering(&ca, NS, None, None, &[], &recovered, t0() + 2000 * HOUR);
+        assert!(!p.secret.unwrap().data.unwrap().contains_key(RETIRED_CA_CRT));
     }
 
     #[test]
