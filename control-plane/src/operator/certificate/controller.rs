@@ -81,7 +81,7 @@ pub struct Context {
     pub certificates: Store<Lenient<DiscoveryServiceCertificate>>,
 }
 
-/// Reconciles one DSC: reads its Secret and its CA Secret, [`plan`]s, applies the
+/// Reconciles one DSC: reads its Secret and its CA Secret, [`plan`](super::plan())s, applies the
 /// Secret and the status.
 pub async fn reconcile(
     obj: Arc<Lenient<DiscoveryServiceCertificate>>,
