@@ -894,3 +894,48 @@ async fn the_controller_issues_a_new_certificate_and_stops_on_shutdown() {
         .unwrap();
     router.abort();
 }
+
+#[tokio::test]
+async fn malformed_deleted_and_cross_namespace_certificates() {
+    let (client, mut api) = mock_client();
+    let (ctx, _) = context(client, &[]);
+    // Malformed (validFor is not a number) or being deleted: nothing is read or written.
+    let mut malformed = server_json();
+    malformed["spec"]["validFor"] = json!("ninety days");
+    let obj = typed(&malformed);
+    assert!(obj.valid().is_err());
+    let action = reconcile_at(obj, ctx.clone(), now()).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let mut deleting = server_json();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let action = reconcile_at(typed(&deleting), ctx.clone(), now())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::await_change());
+    // A CA Secret in another namespace is never read: refused in the status.
+    let mut cross = server_json();
+    cross["spec"]["signer"]["caSigned"]["caSecretRef"]["namespace"] = json!("kube-system");
+    let (action, status) = run(reconcile_at(typed(&cross), ctx, now()), async {
+        api.expect(
+            "GET",
+            &format!("{SECRETS}/marin3r-server-cert-instance"),
+            404,
+            |_| not_found("marin3r-server-cert-instance"),
+        )
+        .await;
+        expect_status(&mut api, &cross).await
+    })
+    .await;
+    assert_eq!(action.unwrap(), Action::await_change());
+    let c = condition(&status, "Ready");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some("CrossNamespaceSigner"))
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), api.0.next_request())
+            .await
+            .map_or(true, |r| r.is_none()),
+        "nothing else was asked"
+    );
+}
