@@ -198,10 +198,14 @@ pub fn check(
         Err(reason) => return Verdict::Reissue(reason),
     };
     let (not_before, not_after) = inspected;
-    let lifetime = not_after.duration_since(not_before).unwrap_or_default();
+    // The lifetime counts from the issue time (`notBefore` + the backdate), i.e. it is
+    // the spec's validity: a certificate valid for 10 s is renewed 8 s after its issue
+    // (upstream's worked examples), not at once because of the 5-minute backdate.
+    let issued_at = not_before + BACKDATE;
+    let lifetime = not_after.duration_since(issued_at).unwrap_or_default();
     let renew_at = not_after
         .checked_sub(lifetime.mul_f64(RENEW_WHEN_LEFT))
-        .unwrap_or(not_before);
+        .unwrap_or(issued_at);
     let expired = now >= not_after || now < not_before;
     match (renewal, expired) {
         (true, true) => Verdict::Reissue("outside its validity window".into()),
@@ -233,6 +237,18 @@ pub fn requeue_after(next_check: SystemTime, now: SystemTime) -> Duration {
         .duration_since(now)
         .unwrap_or_default()
         .clamp(MIN_CHECK_INTERVAL, MAX_CHECK_INTERVAL)
+}
+
+/// `(notBefore, notAfter)` of the first certificate of `cert_pem`, or why it does not
+/// parse (the operator keeps a replaced CA in the trust bundle only if it parsed).
+pub fn validity(cert_pem: &str) -> Result<(SystemTime, SystemTime), String> {
+    let der = pem_der(cert_pem, "CERTIFICATE")?;
+    let (_, cert) = X509Certificate::from_der(&der).map_err(|e| e.to_string())?;
+    let validity = cert.validity();
+    Ok((
+        to_system_time(validity.not_before.timestamp()),
+        to_system_time(validity.not_after.timestamp()),
+    ))
 }
 
 /// `(notBefore, notAfter)` of `current` if it is what `profile` and the signer ask for,
@@ -475,9 +491,8 @@ mod tests {
         };
         assert_eq!(not_before, t0() - BACKDATE, "backdated 5 minutes");
         assert_eq!(not_after, t0() + 100 * HOUR);
-        // 80 % of (100 h + 5 min) after notBefore.
-        let lifetime = 100 * HOUR + BACKDATE;
-        assert_eq!(next_check, not_after - lifetime.mul_f64(0.2));
+        // 80 % of the 100 h after the issue time (notBefore is backdated).
+        assert_eq!(next_check, t0() + 80 * HOUR);
         assert!(matches!(
             check(&server_profile(), Some(&server), Some(&ca.cert_pem), true, next_check),
             Verdict::Reissue(r) if r.starts_with("renewal due")
@@ -496,8 +511,8 @@ mod tests {
 
     #[test]
     fn upstream_worked_examples_of_renewal() {
-        // A certificate valid for 100 s (notBefore backdated: lifetime 100 s + 5 min;
-        // the examples are shifted by the backdate).
+        // A certificate issued at 00:00:00 valid for 100 s (OPERATOR.md §4.2); the
+        // backdated notBefore does not shift the renewal time.
         let p = Profile {
             validity: Duration::from_secs(100),
             ..server_profile()
@@ -506,7 +521,7 @@ mod tests {
         let cert = issue_cert(&p, Some(&ca), t0()).unwrap();
         let signer = Some(ca.cert_pem.as_str());
         let not_after = t0() + Duration::from_secs(100);
-        let renew_at = not_after - (Duration::from_secs(100) + BACKDATE).mul_f64(0.2);
+        let renew_at = t0() + Duration::from_secs(80);
         assert_eq!(
             check(&p, Some(&cert), signer, true, t0()),
             Verdict::Ready {
@@ -534,6 +549,26 @@ mod tests {
         assert!(matches!(
             check(&p, Some(&cert), signer, true, not_after + Duration::from_secs(20)),
             Verdict::Reissue(r) if r.starts_with("outside its validity")
+        ));
+        // 00:01:00, renewal on: ready, looked at again in 20 s; 00:01:21: re-issued.
+        let at = |s: u64| t0() + Duration::from_secs(s);
+        assert!(matches!(
+            check(&p, Some(&cert), signer, true, at(60)),
+            Verdict::Ready { next_check, .. } if requeue_after(next_check, at(60)) == Duration::from_secs(20)
+        ));
+        assert!(matches!(
+            check(&p, Some(&cert), signer, true, at(81)),
+            Verdict::Reissue(r) if r.starts_with("renewal due")
+        ));
+        // Even a 10 s certificate (upstream's envtest renewal case) is renewed at 8 s.
+        let short = Profile {
+            validity: Duration::from_secs(10),
+            ..p.clone()
+        };
+        let cert = issue_cert(&short, Some(&ca), t0()).unwrap();
+        assert!(matches!(
+            check(&short, Some(&cert), signer, true, t0()),
+            Verdict::Ready { next_check, .. } if next_check == at(8)
         ));
     }
 
@@ -646,6 +681,17 @@ mod tests {
             check(&rsa, Some(&cert), Some(&ca.cert_pem), true, t0()),
             Verdict::Ready { .. }
         ));
+    }
+
+    #[test]
+    fn validity_reads_the_window_of_a_pem_certificate() {
+        let ca = issue_cert(&ca_profile(), None, t0()).unwrap();
+        assert_eq!(
+            validity(&ca.cert_pem),
+            Ok((t0() - BACKDATE, t0() + 1000 * HOUR))
+        );
+        assert!(validity("garbage").is_err());
+        assert!(validity(&ca.key_pem).is_err());
     }
 
     #[test]

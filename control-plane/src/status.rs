@@ -103,7 +103,7 @@ pub fn rfc3339(t: SystemTime) -> String {
     timestamp(t).to_string()
 }
 
-fn timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
+pub(crate) fn timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
     let secs = match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN, |s| -s),

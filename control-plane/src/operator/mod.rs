@@ -7,12 +7,13 @@
 //! field manager [`FIELD_MANAGER`], with a controller owner reference to the object it
 //! belongs to. Only the fields the operator owns are applied, so fields other managers
 //! set (a `kubectl rollout restart` annotation, an HPA's replica count) are kept
-//! (OPERATOR.md §1 [R], Q10).
+//! (OPERATOR.md §1 \[R\], Q10).
 //!
 //! Layout: [`objects`] holds what every generated object shares (labels, owner
 //! references); the generators and controllers are one module per kind.
 
 pub mod apply;
+pub mod certificate;
 pub mod discovery_service;
 pub mod discovery_service_controller;
 pub mod envoy_deployment;

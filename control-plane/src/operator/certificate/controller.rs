@@ -1,0 +1,369 @@
+//! The kube-runtime shell of the DiscoveryServiceCertificate controller: reads a DSC's
+//! Secret and its CA Secret, calls [`plan`], applies what it says; the watches and the
+//! CA → signed certificates mapper.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource as _, ResourceExt as _};
+use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificate;
+
+use super::plan::{needs_recovery, plan_recovering, signer_secret_name, trusted_cas};
+use crate::kubernetes::{Error, Lenient};
+use crate::operator::FIELD_MANAGER;
+use crate::operator::objects::MANAGED_BY_SELECTOR;
+
+/// The DSCs in `all` that the CA DSC `ca` signs: CA-signed by its Secret, in its
+/// namespace (namespace AND name, Q9). Nothing for a DSC that is not a CA.
+pub fn signed_by(
+    ca: &DiscoveryServiceCertificate,
+    all: &[Arc<Lenient<DiscoveryServiceCertificate>>],
+) -> Vec<ObjectRef<Lenient<DiscoveryServiceCertificate>>> {
+    let Some(namespace) = ca.namespace() else {
+        return Vec::new();
+    };
+    if !ca.spec.is_ca() || ca.spec.secret_name().is_empty() {
+        return Vec::new();
+    }
+    all.iter()
+        .filter_map(|d| d.valid().ok())
+        .filter(|d| d.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|d| {
+            signer_secret_name(d, &namespace) == Some(ca.spec.secret_name())
+                && d.name_any() != ca.name_any()
+        })
+        .map(|d| ObjectRef::new(&d.name_any()).within(&namespace))
+        .collect()
+}
+
+/// The DSCs in `all` signed by the CA DSC `ca` of `namespace`, sorted by name.
+fn signed<'a>(
+    ca: &DiscoveryServiceCertificate,
+    namespace: &str,
+    all: &'a [Arc<Lenient<DiscoveryServiceCertificate>>],
+) -> Vec<&'a DiscoveryServiceCertificate> {
+    if !ca.spec.is_ca() {
+        return Vec::new();
+    }
+    let mut signed: Vec<&DiscoveryServiceCertificate> = all
+        .iter()
+        .filter_map(|d| d.valid().ok())
+        .filter(|d| d.namespace().as_deref() == Some(namespace))
+        .filter(|d| signer_secret_name(d, namespace) == Some(ca.spec.secret_name()))
+        .filter(|d| d.name_any() != ca.name_any())
+        .collect();
+    signed.sort_by_key(|d| d.name_any());
+    signed
+}
+
+/// `validFor` of every DSC in `all` signed by the CA DSC `ca` of `namespace`.
+fn signed_valid_for(
+    ca: &DiscoveryServiceCertificate,
+    namespace: &str,
+    all: &[Arc<Lenient<DiscoveryServiceCertificate>>],
+) -> Vec<i64> {
+    signed(ca, namespace, all)
+        .iter()
+        .map(|d| d.spec.valid_for)
+        .collect()
+}
+
+/// What the reconciler reads and writes.
+pub struct Context {
+    pub client: Client,
+    /// Every watched DSC (the controller's own store).
+    pub certificates: Store<Lenient<DiscoveryServiceCertificate>>,
+}
+
+/// Reconciles one DSC: reads its Secret and its CA Secret, [`plan`](super::plan())s, applies the
+/// Secret and the status.
+pub async fn reconcile(
+    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    reconcile_at(obj, ctx, SystemTime::now()).await
+}
+
+/// [`reconcile`] with the clock as an argument.
+pub async fn reconcile_at(
+    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
+    ctx: Arc<Context>,
+    now: SystemTime,
+) -> Result<Action, Error> {
+    let meta = obj.meta();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let dsc = match obj.valid() {
+        Ok(dsc) => dsc,
+        Err(error) => {
+            tracing::error!(
+                namespace,
+                name,
+                error,
+                "malformed DiscoveryServiceCertificate; skipped"
+            );
+            return Ok(Action::await_change());
+        }
+    };
+    if dsc.metadata.deletion_timestamp.is_some() {
+        // Its Secret is garbage collected through its owner reference.
+        return Ok(Action::await_change());
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret_name = dsc.spec.secret_name();
+    let current = if secret_name.is_empty() {
+        None
+    } else {
+        secrets.get_opt(secret_name).await?
+    };
+    let signer = match signer_secret_name(dsc, &namespace) {
+        Some(signer) => secrets.get_opt(signer).await?,
+        None => None,
+    };
+    let all = ctx.certificates.state();
+    let signed_valid_for = signed_valid_for(dsc, &namespace, &all);
+    // A CA whose Secret is gone or damaged: what it was is still in its leaves' ca.crt.
+    let mut recovered = Vec::new();
+    if dsc.spec.is_ca() && needs_recovery(current.as_ref()) {
+        let mut leaves = Vec::new();
+        for leaf in signed(dsc, &namespace, &all) {
+            let name = leaf.spec.secret_name();
+            if !name.is_empty()
+                && let Some(secret) = secrets.get_opt(name).await?
+            {
+                leaves.push(secret);
+            }
+        }
+        recovered = trusted_cas(&leaves);
+    }
+    let plan = plan_recovering(
+        dsc,
+        &namespace,
+        current.as_ref(),
+        signer.as_ref(),
+        &signed_valid_for,
+        &recovered,
+        now,
+    );
+    if let Some(secret) = &plan.secret {
+        secrets
+            .patch(
+                secret_name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(secret),
+            )
+            .await?;
+        match &plan.reissued {
+            Some(reason) => tracing::info!(
+                namespace,
+                name,
+                secret = secret_name,
+                reason,
+                "issued certificate"
+            ),
+            None => tracing::info!(
+                namespace,
+                name,
+                secret = secret_name,
+                "updated certificate Secret (trust bundle or metadata)"
+            ),
+        }
+    }
+    if dsc.status.as_ref() != Some(&plan.status) {
+        if let Some(c) = plan.status.conditions.iter().find(|c| c.status == "False") {
+            tracing::warn!(
+                namespace,
+                name,
+                reason = c.reason,
+                message = c.message,
+                "certificate not ready"
+            );
+        }
+        let api: Api<DiscoveryServiceCertificate> = Api::namespaced(ctx.client.clone(), &namespace);
+        let body = serde_json::json!({
+            "apiVersion": DiscoveryServiceCertificate::api_version(&()),
+            "kind": DiscoveryServiceCertificate::kind(&()),
+            "status": plan.status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    Ok(match plan.requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// Retry policy: log (no key material: kube errors), retry in 10 s.
+pub fn error_policy(
+    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
+    error: &Error,
+    _: Arc<Context>,
+) -> Action {
+    let meta = obj.meta();
+    tracing::warn!(
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        error = %error,
+        source = ?std::error::Error::source(error).map(ToString::to_string),
+        "DiscoveryServiceCertificate reconcile failed; retrying"
+    );
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Runs the DiscoveryServiceCertificate controller until `shutdown` completes, over
+/// `namespaces` (`WATCH_NAMESPACE` split on commas): none means every namespace, one or
+/// more mean one controller per namespace (a CA only ever signs certificates of its own
+/// namespace, so they share nothing).
+pub async fn run(
+    client: Client,
+    namespaces: &[String],
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    use futures::FutureExt as _;
+    let shutdown = shutdown.shared();
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    };
+    futures::future::join_all(
+        scopes
+            .into_iter()
+            .map(|ns| controller(client.clone(), ns.as_deref(), shutdown.clone())),
+    )
+    .await;
+}
+
+/// The controller over one namespace (`None`: all), as a future that ends after
+/// `shutdown`.
+pub fn controller<F>(
+    client: Client,
+    namespace: Option<&str>,
+    shutdown: F,
+) -> impl std::future::Future<Output = ()> + Send + use<F>
+where
+    F: std::future::Future<Output = ()> + Send + Sync + 'static,
+{
+    let (certificates, secrets): (Api<Lenient<DiscoveryServiceCertificate>>, Api<Secret>) =
+        match namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+    let wc = watcher::Config::default();
+    let controller = Controller::new(certificates.clone(), wc.clone());
+    let store = controller.store();
+    let ctx = Arc::new(Context {
+        client,
+        certificates: store.clone(),
+    });
+    controller
+        .owns(secrets, wc.clone().labels(MANAGED_BY_SELECTOR))
+        .watches(
+            certificates,
+            wc,
+            move |ca: Lenient<DiscoveryServiceCertificate>| match ca.valid() {
+                Ok(ca) => signed_by(ca, &store.state()),
+                Err(_) => Vec::new(),
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "DiscoveryServiceCertificate reconcile not run");
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use serde_json::json;
+
+    const NS: &str = "ns";
+
+    fn dsc(name: &str, namespace: &str, spec: serde_json::Value) -> DiscoveryServiceCertificate {
+        let mut d: DiscoveryServiceCertificate = serde_json::from_value(json!({
+            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
+            "kind": "DiscoveryServiceCertificate",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
+            "spec": spec,
+        }))
+        .unwrap();
+        d.spec = d.spec.with_defaults();
+        d
+    }
+
+    fn ca() -> DiscoveryServiceCertificate {
+        dsc(
+            "marin3r-ca-cert-instance",
+            NS,
+            json!({"commonName": "marin3r-ca-instance", "isCA": true, "validFor": 1000 * 3600,
+                   "signer": {"selfSigned": {}}, "secretRef": {"name": "marin3r-ca-cert-instance"}}),
+        )
+    }
+
+    fn leaf(name: &str, namespace: &str, valid_for: i64) -> DiscoveryServiceCertificate {
+        dsc(
+            name,
+            namespace,
+            json!({"commonName": name, "validFor": valid_for,
+                   "signer": {"caSigned": {"caSecretRef": {"name": "marin3r-ca-cert-instance"}}},
+                   "secretRef": {"name": name}}),
+        )
+    }
+
+    fn server() -> DiscoveryServiceCertificate {
+        leaf("marin3r-server-cert-instance", NS, 10 * 3600)
+    }
+
+    #[test]
+    fn a_ca_event_reconciles_the_certificates_it_signs_in_its_namespace_only() {
+        let lenient = |d: DiscoveryServiceCertificate| Arc::new(Lenient::Valid(d));
+        let elsewhere = leaf("marin3r-server-cert-instance", "other", 3600);
+        let all = vec![
+            lenient(ca()),
+            lenient(server()),
+            lenient(leaf("envoy-sidecar-client-cert", NS, 3600)),
+            lenient(elsewhere),
+            lenient(dsc(
+                "self",
+                NS,
+                json!({"commonName": "x", "validFor": 1, "signer": {"selfSigned": {}}, "secretRef": {"name": "x"}}),
+            )),
+        ];
+        let got: Vec<String> = signed_by(&ca(), &all)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "DiscoveryServiceCertificate.v1alpha1.operator.marin3r.3scale.net/marin3r-server-cert-instance.ns",
+                "DiscoveryServiceCertificate.v1alpha1.operator.marin3r.3scale.net/envoy-sidecar-client-cert.ns"
+            ]
+        );
+        assert!(signed_by(&server(), &all).is_empty(), "not a CA");
+        assert_eq!(
+            signed_valid_for(&ca(), NS, &all),
+            [3600, 10 * 3600],
+            "by name"
+        );
+    }
+}
