@@ -9,20 +9,18 @@
 //! cluster) and the xDS host's address (the bootstrap's `xds_cluster` endpoint resolves
 //! to 127.0.0.1, as cluster DNS would resolve the Service; the TLS SNI and the server
 //! certificate's names stay the Service's). The certificates are issued from the
-//! rendered DiscoveryServiceCertificates with `marin3r_certs::lifecycle`, as the
-//! certificate controller issues them; Secrets are folders with `tls.crt`, `tls.key` and
-//! `ca.crt`.
+//! rendered DiscoveryServiceCertificates by the certificate controller's own `plan`;
+//! Secrets are folders with their keys (`tls.crt`, `tls.key`, `ca.crt`), as volumes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use marin3r_certs::CertKeyPem;
-use marin3r_certs::KeyType;
-use marin3r_certs::lifecycle::{Profile, Usage, issue_cert};
-use marin3r_control_plane::operator::Images;
+use k8s_openapi::api::core::v1::Secret;
 use marin3r_control_plane::operator::render::render;
+use marin3r_control_plane::operator::{Images, certificate};
+use marin3r_operator_api::DiscoveryServiceCertificate;
 use marin3r_tests::{KillOnDrop, envoy_bin, free_port, marin3r_bin, wait_for, workspace_root};
 use serde_json::Value;
 
@@ -47,30 +45,26 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The profile of a rendered DiscoveryServiceCertificate.
-fn profile(dsc: &Value) -> Profile {
-    let spec = &dsc["spec"];
-    Profile {
-        common_name: spec["commonName"].as_str().unwrap().into(),
-        hosts: strings(&spec["hosts"]),
-        usage: if spec["isCA"] == true {
-            Usage::Ca
-        } else if spec["server"] == true {
-            Usage::Server
-        } else {
-            Usage::Client
-        },
-        validity: Duration::from_secs(spec["validFor"].as_u64().unwrap()),
-        key_type: KeyType::EcdsaP256,
-    }
+/// Issues the Secret of a rendered DiscoveryServiceCertificate the way the certificate
+/// controller does: its pure `plan`, given the signer's Secret.
+fn issue(dsc: &Value, signer: Option<&Secret>, now: SystemTime) -> Secret {
+    let dsc: DiscoveryServiceCertificate = serde_json::from_value(dsc.clone()).unwrap();
+    let plan = certificate::plan(&dsc, "default", None, signer, &[], now);
+    let secret = plan
+        .secret
+        .unwrap_or_else(|| panic!("nothing issued: {:?}", plan.status));
+    assert_eq!(plan.status.ready, Some(true), "{:?}", plan.status);
+    secret
 }
 
-/// Writes a `kubernetes.io/tls` Secret's keys into `dir`.
-fn write_secret(dir: &Path, cert: &CertKeyPem, ca_pem: &str) {
+/// Writes a Secret's keys into `dir`, as its volume would (all keys, or `only`).
+fn mount(dir: &Path, secret: &Secret, only: Option<&str>) {
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("tls.crt"), &cert.cert_pem).unwrap();
-    std::fs::write(dir.join("tls.key"), &cert.key_pem).unwrap();
-    std::fs::write(dir.join("ca.crt"), ca_pem).unwrap();
+    for (key, value) in secret.data.as_ref().unwrap() {
+        if only.is_none_or(|o| o == key) {
+            std::fs::write(dir.join(key), &value.0).unwrap();
+        }
+    }
 }
 
 /// `args` with every occurrence of each `from` replaced by its `to`, and the value of
@@ -116,31 +110,17 @@ fn the_rendered_envoydeployment_pod_serves_the_walkthrough_response() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
 
-    // The PKI, issued from the rendered certificates.
+    // The PKI, issued from the rendered certificates by the certificate controller's
+    // plan.
     let now = SystemTime::now();
-    let ca_dsc = find(
-        objects,
-        "DiscoveryServiceCertificate",
-        "marin3r-ca-cert-discoveryservice",
-    );
-    let ca = issue_cert(&profile(ca_dsc), None, now).unwrap();
-    let server_dsc = find(
-        objects,
-        "DiscoveryServiceCertificate",
-        "marin3r-server-cert-discoveryservice",
-    );
-    let server = issue_cert(&profile(server_dsc), Some(&ca), now).unwrap();
-    let client_dsc = find(
-        objects,
-        "DiscoveryServiceCertificate",
-        "envoy-client-cert-envoy",
-    );
-    let client = issue_cert(&profile(client_dsc), Some(&ca), now).unwrap();
-    write_secret(&dir.join("server-cert"), &server, &ca.cert_pem);
+    let dsc = |name| find(objects, "DiscoveryServiceCertificate", name);
+    let ca = issue(dsc("marin3r-ca-cert-discoveryservice"), None, now);
+    let server = issue(dsc("marin3r-server-cert-discoveryservice"), Some(&ca), now);
+    let client = issue(dsc("envoy-client-cert-envoy"), Some(&ca), now);
+    mount(&dir.join("server-cert"), &server, None);
     // The discovery service's CA volume holds only `ca.crt` (items: [ca.crt]).
-    std::fs::create_dir_all(dir.join("ca-cert")).unwrap();
-    std::fs::write(dir.join("ca-cert/ca.crt"), &ca.cert_pem).unwrap();
-    write_secret(&dir.join("envoy-tls"), &client, &ca.cert_pem);
+    mount(&dir.join("ca-cert"), &ca, Some("ca.crt"));
+    mount(&dir.join("envoy-tls"), &client, None);
 
     // The walkthrough's EnvoyConfig in local mode, its listener on a free port.
     let port = free_port().unwrap();
