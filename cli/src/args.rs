@@ -61,12 +61,35 @@ pub enum Command {
     Operator(OperatorArgs),
 }
 
-/// `marin3r operator`.
+/// `marin3r operator`: with no subcommand, runs the controllers.
 #[derive(Debug, Args)]
-#[command(subcommand_required = true)]
 pub struct OperatorArgs {
     #[command(subcommand)]
-    pub command: OperatorCommand,
+    pub command: Option<OperatorCommand>,
+    #[command(flatten)]
+    pub run: OperatorRunArgs,
+}
+
+/// `marin3r operator` (run).
+#[derive(Debug, Args)]
+pub struct OperatorRunArgs {
+    /// Plain-HTTP address of /metrics.
+    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = ":8383", value_parser = bind_address)]
+    pub metrics_bind_address: SocketAddr,
+    /// Plain-HTTP address of /healthz and /readyz.
+    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8384", value_parser = bind_address)]
+    pub health_probe_bind_address: SocketAddr,
+    /// Run the controllers only while holding the leader Lease (in POD_NAMESPACE, as
+    /// POD_NAME); `--leader-elect=false` runs them at once (one replica only).
+    #[arg(long, env = "MARIN3R_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// Image of the discovery service, the init manager and the shutdown manager when a
+    /// resource names none.
+    #[arg(long = "marin3r-image", env = "MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
+    pub marin3r_image: String,
+    /// Envoy image of EnvoyDeployments without `spec.image`.
+    #[arg(long = "envoy-image", env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE)]
+    pub envoy_image: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -424,5 +447,30 @@ mod tests {
             panic!("not the discovery service");
         };
         assert_eq!(a.drain_time, std::time::Duration::ZERO);
+    }
+
+    #[test]
+    fn operator_runs_without_a_subcommand_with_leader_election_on_by_default() {
+        use clap::Parser as _;
+        let leader_elect = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Command::Operator(a) = cli.command else {
+                panic!("not the operator");
+            };
+            assert!(a.command.is_none());
+            a.run.leader_elect
+        };
+        assert!(leader_elect(&["marin3r", "operator"]));
+        assert!(leader_elect(&["marin3r", "operator", "--leader-elect"]));
+        assert!(!leader_elect(&[
+            "marin3r",
+            "operator",
+            "--leader-elect=false"
+        ]));
+        let cli = Cli::try_parse_from(["marin3r", "operator", "render", "-f", "-"]).unwrap();
+        let Command::Operator(a) = cli.command else {
+            panic!("not the operator");
+        };
+        assert!(matches!(a.command, Some(OperatorCommand::Render(_))));
     }
 }

@@ -8,8 +8,8 @@ use anyhow::{Context as _, Result};
 
 use crate::args::{
     CertsArgs, Command, CrdsArgs, DiscoveryServiceArgs, InitManagerArgs, InjectArgs,
-    OperatorCommand, RenderArgs, ShutdownManagerArgs, StatusArgs, StatusOutput, ValidateArgs,
-    WebhookArgs,
+    OperatorCommand, OperatorRunArgs, RenderArgs, ShutdownManagerArgs, StatusArgs, StatusOutput,
+    ValidateArgs, WebhookArgs,
 };
 
 pub fn run(command: Command) -> Result<ExitCode> {
@@ -27,7 +27,8 @@ pub fn run(command: Command) -> Result<ExitCode> {
         Command::Status(a) => status(a),
         Command::Crds(a) => crds(a),
         Command::Operator(a) => match a.command {
-            OperatorCommand::Render(r) => operator_render(r),
+            Some(OperatorCommand::Render(r)) => operator_render(r),
+            None => runtime()?.block_on(operator(a.run)),
         },
     }
 }
@@ -118,6 +119,43 @@ fn read_input(file: &std::path::Path) -> Result<String> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))
     }
+}
+
+/// `marin3r operator`: the controllers, over `WATCH_NAMESPACE` (unset or empty: every
+/// namespace; `a,b`: those), with leader election on a Lease in `POD_NAMESPACE` held as
+/// `POD_NAME` (outside a pod: the kubeconfig's namespace and the host name).
+async fn operator(a: OperatorRunArgs) -> Result<ExitCode> {
+    use marin3r_control_plane::operator;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure the Kubernetes client (in-cluster config or kubeconfig)")?;
+    let watch = std::env::var("WATCH_NAMESPACE").ok();
+    let namespaces = operator::watch_namespaces(watch.as_deref());
+    if watch.is_none() {
+        tracing::info!("WATCH_NAMESPACE is not set: watching every namespace");
+    }
+    let leader = a.leader_elect.then(|| operator::LeaderConfig {
+        namespace: std::env::var("POD_NAMESPACE")
+            .unwrap_or_else(|_| client.default_namespace().to_string()),
+        identity: std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "marin3r-operator".to_string()),
+    });
+    let config = operator::OperatorConfig {
+        metrics_addr: a.metrics_bind_address,
+        health_addr: a.health_probe_bind_address,
+        namespaces,
+        images: operator::Images {
+            marin3r: a.marin3r_image,
+            envoy: a.envoy_image,
+        },
+        leader,
+    };
+    operator::serve(client, config, marin3r_process::shutdown_signal())
+        .await
+        .context("operator failed")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `marin3r operator render`: the generated objects as a YAML stream on stdout, what

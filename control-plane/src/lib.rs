@@ -57,6 +57,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Leader election of the operator failed.
+    #[error(transparent)]
+    Leader(crate::operator::leader::LeaderError),
     /// An operator resource whose spec cannot be turned into objects (a duration or a
     /// port out of range); the source names the field.
     #[error("invalid {kind} {name:?}: {source}")]

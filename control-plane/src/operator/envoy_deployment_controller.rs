@@ -235,10 +235,11 @@ pub fn referencing(
 /// `shutdown` completes.
 pub async fn run(
     client: Client,
-    namespace: Option<&str>,
+    namespace: Option<String>,
     images: Images,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let namespace = namespace.as_deref();
     fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
     where
         K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,

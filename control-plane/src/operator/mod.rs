@@ -18,6 +18,7 @@ pub mod discovery_service;
 pub mod discovery_service_controller;
 pub mod envoy_deployment;
 pub mod envoy_deployment_controller;
+pub mod leader;
 pub mod objects;
 pub mod render;
 
@@ -40,5 +41,189 @@ impl Default for Images {
             marin3r: marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE.to_string(),
             envoy: marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE.to_string(),
         }
+    }
+}
+
+/// Runs the three controllers (certificates, DiscoveryServices, EnvoyDeployments) over
+/// `namespaces` (empty: every namespace; else one set of controllers per namespace)
+/// until `shutdown` completes.
+pub async fn run(
+    client: kube::Client,
+    namespaces: &[String],
+    images: Images,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    use futures::FutureExt as _;
+    let shutdown = shutdown.boxed().shared();
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    };
+    let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
+    for namespace in scopes {
+        tasks.push(
+            certificate::controller(client.clone(), namespace.as_deref(), shutdown.clone()).boxed(),
+        );
+        tasks.push(
+            discovery_service_controller::run(
+                client.clone(),
+                namespace.clone(),
+                images.clone(),
+                shutdown.clone(),
+            )
+            .boxed(),
+        );
+        tasks.push(
+            envoy_deployment_controller::run(
+                client.clone(),
+                namespace,
+                images.clone(),
+                shutdown.clone(),
+            )
+            .boxed(),
+        );
+    }
+    futures::future::join_all(tasks).await;
+}
+
+/// Who holds the leader Lease: the pod's namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderConfig {
+    pub namespace: String,
+    pub identity: String,
+}
+
+/// `marin3r operator` settings.
+#[derive(Clone, Debug)]
+pub struct OperatorConfig {
+    /// `/metrics` (`--metrics-bind-address`).
+    pub metrics_addr: std::net::SocketAddr,
+    /// `/healthz`, `/readyz` (`--health-probe-bind-address`).
+    pub health_addr: std::net::SocketAddr,
+    /// Watched namespaces (`WATCH_NAMESPACE`); empty: every namespace.
+    pub namespaces: Vec<String>,
+    pub images: Images,
+    /// Leader election (`None`: `--leader-elect=false`, the controllers run at once).
+    pub leader: Option<LeaderConfig>,
+}
+
+/// `WATCH_NAMESPACE` as the operator reads it (OPERATOR.md §7 [R]): unset or empty is
+/// every namespace; otherwise a comma-separated list (trimmed, empty entries and
+/// duplicates dropped).
+pub fn watch_namespaces(value: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for ns in value.unwrap_or_default().split(',').map(str::trim) {
+        if !ns.is_empty() && !out.iter().any(|n| n == ns) {
+            out.push(ns.to_string());
+        }
+    }
+    out
+}
+
+/// Runs the operator: the probe and metrics listeners at once (ready as soon as they
+/// listen: a standby replica is ready too), and the controllers while this replica leads
+/// (or at once without leader election), until `shutdown`.
+pub async fn serve(
+    client: kube::Client,
+    config: OperatorConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), crate::Error> {
+    use futures::FutureExt as _;
+    use prometheus_client::metrics::gauge::Gauge;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    let bind = |addr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| crate::Error::Bind { addr, source })
+    };
+    let metrics_listener = bind(config.metrics_addr).await?;
+    let health_listener = bind(config.health_addr).await?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let leader_gauge: Gauge = Gauge::default();
+    registry.register(
+        "marin3r_operator_leader",
+        "1 while this replica holds the leader Lease and runs the controllers",
+        leader_gauge.clone(),
+    );
+    let shutdown = shutdown.boxed().shared();
+    let metrics = tokio::spawn(
+        axum::serve(
+            metrics_listener,
+            marin3r_process::metrics_router(Arc::new(registry)),
+        )
+        .with_graceful_shutdown(shutdown.clone())
+        .into_future(),
+    );
+    let health = tokio::spawn(
+        axum::serve(
+            health_listener,
+            marin3r_process::probe_router(Arc::new(AtomicBool::new(true))),
+        )
+        .with_graceful_shutdown(shutdown.clone())
+        .into_future(),
+    );
+    tracing::info!(
+        namespaces = ?config.namespaces,
+        leader_election = config.leader.is_some(),
+        "operator started"
+    );
+    let namespaces = config.namespaces.clone();
+    let images = config.images.clone();
+    let result = match &config.leader {
+        None => {
+            leader_gauge.set(1);
+            run(client, &namespaces, images, shutdown.clone()).await;
+            Ok(())
+        }
+        Some(leader) => leader::run_while_leader(
+            client.clone(),
+            &leader.namespace,
+            &leader.identity,
+            |stop| {
+                let (client, namespaces, images) =
+                    (client.clone(), namespaces.clone(), images.clone());
+                async move {
+                    run(client, &namespaces, images, async {
+                        let _ = stop.await;
+                    })
+                    .await;
+                }
+            },
+            |leading| {
+                leader_gauge.set(i64::from(leading));
+            },
+            shutdown.clone(),
+        )
+        .await
+        .map_err(crate::Error::Leader),
+    };
+    if result.is_err() {
+        // Not a shutdown: the listeners would wait for one.
+        metrics.abort();
+        health.abort();
+        return result;
+    }
+    for (server, task) in [("metrics", metrics), ("health probe", health)] {
+        if let Ok(Err(source)) = task.await {
+            return Err(crate::Error::Serve { server, source });
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_namespace_is_every_namespace_or_a_list() {
+        assert!(watch_namespaces(None).is_empty());
+        assert!(watch_namespaces(Some("")).is_empty());
+        assert!(watch_namespaces(Some(" , ")).is_empty());
+        assert_eq!(watch_namespaces(Some("a")), ["a"]);
+        assert_eq!(watch_namespaces(Some(" a, b ,a,,c")), ["a", "b", "c"]);
     }
 }
