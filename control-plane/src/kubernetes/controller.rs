@@ -150,6 +150,21 @@ async fn apply_status<K>(
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    Ok(apply_status_as(api, name, status, FIELD_MANAGER).await?)
+}
+
+/// Server-side apply (forced, as `field_manager`) of `status` on the status subresource
+/// of `name`: what both the Kubernetes-mode controllers and the operator write statuses
+/// with.
+pub async fn apply_status_as<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+    field_manager: &str,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let body = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -157,7 +172,7 @@ where
     });
     api.patch_status(
         name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(field_manager).force(),
         &Patch::Apply(&body),
     )
     .await?;
@@ -166,7 +181,7 @@ where
 
 /// Retry policy of both controllers: log, retry in 10 s (the controller adds its own
 /// backoff for objects that keep failing).
-pub fn error_policy<K>(obj: Arc<K>, error: &Error, _: Arc<Shared>) -> Action
+pub fn error_policy<K, C>(obj: Arc<K>, error: &Error, _: Arc<C>) -> Action
 where
     K: kube::Resource<DynamicType = ()>,
 {

@@ -29,32 +29,38 @@ where
     .await
 }
 
-/// Server-side applies `status` on the status subresource of `name`.
-pub async fn apply_status<K>(
+/// Server-side applies `status` on the status subresource of `name`, unless it is
+/// `current` already.
+pub async fn write_status<K, S>(
     client: &Client,
     namespace: &str,
     name: &str,
-    status: &impl Serialize,
+    current: Option<&S>,
+    status: &S,
 ) -> Result<(), kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + DeserializeOwned
         + Clone
         + std::fmt::Debug,
+    S: Serialize + PartialEq,
 {
+    if current == Some(status) {
+        return Ok(());
+    }
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let body = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
+    crate::kubernetes::controller::apply_status_as(&api, name, status, FIELD_MANAGER).await
+}
+
+/// `K` in `namespace`, or in every namespace (`None`).
+pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 /// Reads `name` in `namespace`, `None` when it does not exist.

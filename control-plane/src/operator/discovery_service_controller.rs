@@ -30,7 +30,7 @@ use marin3r_operator_api::conditions::{READY, REASON_DUPLICATE_DISCOVERY_SERVICE
 use marin3r_operator_api::{DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceStatus};
 
 use super::Images;
-use super::apply::{apply, apply_status, get};
+use super::apply::{apply, get, scoped, write_status};
 use super::discovery_service::generate;
 use super::objects::MANAGED_BY_SELECTOR;
 use super::render::primary_discovery_service;
@@ -128,7 +128,14 @@ pub async fn reconcile(
                 primary.name_any()
             ),
         );
-        write_status(&ctx.client, ds, &namespace, &status).await?;
+        write_status::<DiscoveryService, _>(
+            &ctx.client,
+            &namespace,
+            &name,
+            ds.status.as_ref(),
+            &status,
+        )
+        .await?;
         return Ok(Action::requeue(DUPLICATE_RECHECK));
     }
 
@@ -136,7 +143,14 @@ pub async fn reconcile(
         Ok(objects) => objects,
         Err(e) => {
             ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
-            write_status(&ctx.client, ds, &namespace, &status).await?;
+            write_status::<DiscoveryService, _>(
+                &ctx.client,
+                &namespace,
+                &name,
+                ds.status.as_ref(),
+                &status,
+            )
+            .await?;
             return Ok(Action::await_change());
         }
     };
@@ -199,34 +213,9 @@ pub async fn reconcile(
         );
         Action::requeue(RECHECK)
     };
-    write_status(client, ds, &namespace, &status).await?;
+    write_status::<DiscoveryService, _>(client, &namespace, &name, ds.status.as_ref(), &status)
+        .await?;
     Ok(action)
-}
-
-/// Applies `status` unless it is what the object already has.
-async fn write_status(
-    client: &Client,
-    ds: &DiscoveryService,
-    namespace: &str,
-    status: &DiscoveryServiceStatus,
-) -> Result<(), Error> {
-    if ds.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    apply_status::<DiscoveryService>(client, namespace, &ds.name_any(), status).await?;
-    Ok(())
-}
-
-/// Retry policy: log, retry in 10 s (the controller backs off objects that keep failing).
-pub fn error_policy(obj: Arc<Lenient<DiscoveryService>>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(
-        namespace = obj.namespace().unwrap_or_default(),
-        name = obj.name_any(),
-        error = %error,
-        source = ?std::error::Error::source(error).map(ToString::to_string),
-        "DiscoveryService reconcile failed; retrying"
-    );
-    Action::requeue(RECHECK)
 }
 
 /// The DiscoveryServices of the namespace of `changed` (the one-per-namespace rule:
@@ -253,16 +242,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = namespace.as_deref();
-    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-    where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
-    let discovery_services: Api<Lenient<DiscoveryService>> = api(&client, namespace);
+    let discovery_services: Api<Lenient<DiscoveryService>> = scoped(&client, namespace);
     let wc = watcher::Config::default();
     let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
     let controller = Controller::new(discovery_services.clone(), wc.clone());
@@ -273,17 +253,17 @@ pub async fn run(
         images,
     });
     controller
-        .owns(api::<Deployment>(&client, namespace), owned.clone())
-        .owns(api::<Service>(&client, namespace), owned.clone())
+        .owns(scoped::<Deployment>(&client, namespace), owned.clone())
+        .owns(scoped::<Service>(&client, namespace), owned.clone())
         .owns(
-            api::<DiscoveryServiceCertificate>(&client, namespace),
+            scoped::<DiscoveryServiceCertificate>(&client, namespace),
             owned,
         )
         .watches(discovery_services, wc, move |ds| {
             same_namespace(&ds, &store)
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, crate::kubernetes::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "DiscoveryService reconcile not run");

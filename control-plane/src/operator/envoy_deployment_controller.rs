@@ -27,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Client, ResourceExt as _};
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_operator_api::conditions::{
     READY, REASON_DISCOVERY_SERVICE_NOT_FOUND, REASON_ENVOY_CONFIG_NOT_FOUND,
@@ -37,7 +37,7 @@ use marin3r_operator_api::{
 };
 
 use super::Images;
-use super::apply::{apply, apply_status, delete_if_exists, get};
+use super::apply::{apply, delete_if_exists, get, scoped, write_status};
 use super::discovery_service_controller::{
     REASON_CERTIFICATE_NOT_READY, REASON_DEPLOYMENT_AVAILABLE, REASON_DEPLOYMENT_UNAVAILABLE,
     REASON_INVALID_SPEC, RECHECK,
@@ -94,7 +94,8 @@ pub async fn reconcile(
 
     if let Err(e) = ed.spec.validate() {
         ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
-        write_status(client, ed, &namespace, &status).await?;
+        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
+            .await?;
         return Ok(Action::await_change());
     }
     let ds_name = &ed.spec.discovery_service_ref;
@@ -105,7 +106,8 @@ pub async fn reconcile(
             REASON_DISCOVERY_SERVICE_NOT_FOUND,
             format!("DiscoveryService {namespace}/{ds_name} does not exist"),
         );
-        write_status(client, ed, &namespace, &status).await?;
+        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
+            .await?;
         return Ok(Action::requeue(RECHECK));
     };
     let ec_name = &ed.spec.envoy_config_ref;
@@ -116,14 +118,22 @@ pub async fn reconcile(
             REASON_ENVOY_CONFIG_NOT_FOUND,
             format!("EnvoyConfig {namespace}/{ec_name} does not exist"),
         );
-        write_status(client, ed, &namespace, &status).await?;
+        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
+            .await?;
         return Ok(Action::requeue(RECHECK));
     };
     let objects = match generate(ed, &ds, &ec, &namespace, &ctx.images) {
         Ok(objects) => objects,
         Err(e) => {
             ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
-            write_status(client, ed, &namespace, &status).await?;
+            write_status::<EnvoyDeployment, _>(
+                client,
+                &namespace,
+                &name,
+                ed.status.as_ref(),
+                &status,
+            )
+            .await?;
             return Ok(Action::await_change());
         }
     };
@@ -184,34 +194,9 @@ pub async fn reconcile(
             delete_if_exists::<PodDisruptionBudget>(client, &namespace, &hpa_name).await?;
         }
     }
-    write_status(client, ed, &namespace, &status).await?;
+    write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
+        .await?;
     Ok(action)
-}
-
-/// Applies `status` unless it is what the object already has.
-async fn write_status(
-    client: &Client,
-    ed: &EnvoyDeployment,
-    namespace: &str,
-    status: &EnvoyDeploymentStatus,
-) -> Result<(), Error> {
-    if ed.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    apply_status::<EnvoyDeployment>(client, namespace, &ed.name_any(), status).await?;
-    Ok(())
-}
-
-/// Retry policy: log, retry in 10 s.
-pub fn error_policy(obj: Arc<Lenient<EnvoyDeployment>>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(
-        namespace = obj.namespace().unwrap_or_default(),
-        name = obj.name_any(),
-        error = %error,
-        source = ?std::error::Error::source(error).map(ToString::to_string),
-        "EnvoyDeployment reconcile failed; retrying"
-    );
-    Action::requeue(RECHECK)
 }
 
 /// The EnvoyDeployments of `namespace` whose reference (`pick`) is `name` (Q9: never
@@ -240,19 +225,10 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = namespace.as_deref();
-    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-    where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     let wc = watcher::Config::default();
     let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
     let controller = Controller::new(
-        api::<Lenient<EnvoyDeployment>>(&client, namespace),
+        scoped::<Lenient<EnvoyDeployment>>(&client, namespace),
         wc.clone(),
     );
     let by_config = controller.store();
@@ -262,18 +238,18 @@ pub async fn run(
         images,
     });
     controller
-        .owns(api::<Deployment>(&client, namespace), owned.clone())
+        .owns(scoped::<Deployment>(&client, namespace), owned.clone())
         .owns(
-            api::<DiscoveryServiceCertificate>(&client, namespace),
+            scoped::<DiscoveryServiceCertificate>(&client, namespace),
             owned.clone(),
         )
         .owns(
-            api::<HorizontalPodAutoscaler>(&client, namespace),
+            scoped::<HorizontalPodAutoscaler>(&client, namespace),
             owned.clone(),
         )
-        .owns(api::<PodDisruptionBudget>(&client, namespace), owned)
+        .owns(scoped::<PodDisruptionBudget>(&client, namespace), owned)
         .watches(
-            api::<Lenient<EnvoyConfig>>(&client, namespace),
+            scoped::<Lenient<EnvoyConfig>>(&client, namespace),
             wc.clone(),
             move |ec| {
                 referencing(
@@ -285,7 +261,7 @@ pub async fn run(
             },
         )
         .watches(
-            api::<Lenient<DiscoveryService>>(&client, namespace),
+            scoped::<Lenient<DiscoveryService>>(&client, namespace),
             wc,
             move |ds| {
                 referencing(&by_ds, ds.namespace().as_deref(), &ds.name_any(), |ed| {
@@ -294,7 +270,7 @@ pub async fn run(
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, crate::kubernetes::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "EnvoyDeployment reconcile not run");

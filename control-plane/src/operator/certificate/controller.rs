@@ -3,7 +3,7 @@
 //! CA → signed certificates mapper.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
@@ -204,23 +204,6 @@ pub async fn reconcile_at(
     })
 }
 
-/// Retry policy: log (no key material: kube errors), retry in 10 s.
-pub fn error_policy(
-    obj: Arc<Lenient<DiscoveryServiceCertificate>>,
-    error: &Error,
-    _: Arc<Context>,
-) -> Action {
-    let meta = obj.meta();
-    tracing::warn!(
-        namespace = meta.namespace.as_deref().unwrap_or_default(),
-        name = meta.name.as_deref().unwrap_or_default(),
-        error = %error,
-        source = ?std::error::Error::source(error).map(ToString::to_string),
-        "DiscoveryServiceCertificate reconcile failed; retrying"
-    );
-    Action::requeue(Duration::from_secs(10))
-}
-
 /// Runs the DiscoveryServiceCertificate controller until `shutdown` completes, over
 /// `namespaces` (`WATCH_NAMESPACE` split on commas): none means every namespace, one or
 /// more mean one controller per namespace (a CA only ever signs certificates of its own
@@ -255,14 +238,9 @@ pub fn controller<F>(
 where
     F: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
-    let (certificates, secrets): (Api<Lenient<DiscoveryServiceCertificate>>, Api<Secret>) =
-        match namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client.clone())),
-        };
+    let certificates: Api<Lenient<DiscoveryServiceCertificate>> =
+        crate::operator::apply::scoped(&client, namespace);
+    let secrets: Api<Secret> = crate::operator::apply::scoped(&client, namespace);
     let wc = watcher::Config::default();
     let controller = Controller::new(certificates.clone(), wc.clone());
     let store = controller.store();
@@ -281,7 +259,7 @@ where
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, crate::kubernetes::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "DiscoveryServiceCertificate reconcile not run");
