@@ -204,6 +204,7 @@ fn manifest_containers_use_existing_subcommands_flags_and_env() {
             [
                 "discovery-service",
                 "init-manager",
+                "operator",
                 "shutdown-manager",
                 "webhook"
             ]

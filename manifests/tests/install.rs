@@ -1384,3 +1384,76 @@ patches:
         c["image"]
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The operator
+
+#[test]
+fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
+    let objs = objects("operator");
+    let granted = role_access(find(objs, "ClusterRole", "marin3r-operator"));
+    let needed = marin3r_control_plane::operator::rbac::cluster_role_access();
+    let missing: Vec<_> = needed.difference(&granted).collect();
+    let extra: Vec<_> = granted.difference(&needed).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "ClusterRole vs operator::rbac\nmissing: {missing:?}\nextra: {extra:?}"
+    );
+    let lease = role_access(find(objs, "Role", "marin3r-operator-leader-election"));
+    let lease_needed: BTreeSet<(String, String, String)> =
+        marin3r_control_plane::operator::rbac::LEASE_RBAC
+            .iter()
+            .flat_map(|a| {
+                a.verbs
+                    .iter()
+                    .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
+            })
+            .collect();
+    assert_eq!(lease, lease_needed);
+
+    // Both bound to the Deployment's ServiceAccount, in marin3r-system.
+    let d = find(objs, "Deployment", "marin3r-operator");
+    assert_eq!(d["metadata"]["namespace"], SYSTEM_NAMESPACE);
+    let sa = d["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    find(objs, "ServiceAccount", sa);
+    let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": SYSTEM_NAMESPACE}]);
+    assert_eq!(
+        find(objs, "ClusterRoleBinding", "marin3r-operator")["subjects"],
+        subject
+    );
+    assert_eq!(
+        find(objs, "RoleBinding", "marin3r-operator-leader-election")["subjects"],
+        subject
+    );
+
+    check_hardened(d);
+    let c = container(d, "operator");
+    check_probes(c);
+    let a = args(c);
+    assert_eq!(a[0], "operator");
+    assert!(a.contains(&"--leader-elect"));
+    for name in ["POD_NAME", "POD_NAMESPACE"] {
+        assert!(
+            env(c, name).is_some(),
+            "{name}: the Lease's namespace and holder"
+        );
+    }
+    let pod = &d["spec"]["template"]["spec"];
+    assert!(
+        marin3r_testkit::pod_security::container_violations(c, &pod["securityContext"]).is_empty()
+    );
+    // The operator's CRDs come with it.
+    let crds: BTreeSet<&str> = of_kind(objs, "CustomResourceDefinition")
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for crd in [
+        "discoveryservices.operator.marin3r.3scale.net",
+        "discoveryservicecertificates.operator.marin3r.3scale.net",
+        "envoydeployments.operator.marin3r.3scale.net",
+        "envoyconfigs.marin3r.3scale.net",
+    ] {
+        assert!(crds.contains(crd), "{crd}");
+    }
+}

@@ -20,6 +20,7 @@ pub mod envoy_deployment;
 pub mod envoy_deployment_controller;
 pub mod leader;
 pub mod objects;
+pub mod rbac;
 pub mod render;
 
 /// Field manager of every server-side apply of the operator.

@@ -1,0 +1,156 @@
+//! The Kubernetes API permissions of `marin3r operator`, the single source of its
+//! ClusterRole and lease Role (`manifests/operator/`, compared with these tables both
+//! ways by the `marin3r-manifests` tests).
+//!
+//! Writes are server-side applies (`patch`; creating through an apply also needs
+//! `create`). Objects are created with an owner reference that sets
+//! `blockOwnerDeletion`, which needs `update` on the owner's `finalizers` where
+//! `OwnerReferencesPermissionEnforcement` is on. The operator also holds everything the
+//! discovery-service Role it creates grants ([`crate::kubernetes::RBAC`]): Kubernetes
+//! only lets a subject grant what it holds (RBAC escalation prevention).
+
+use crate::kubernetes::{ApiAccess, RBAC};
+
+const OPERATOR: &str = "operator.marin3r.3scale.net";
+
+/// What the three controllers read and write, cluster-wide (or in `WATCH_NAMESPACE`).
+///
+/// - DiscoveryServices, DiscoveryServiceCertificates, EnvoyDeployments: watched (list,
+///   watch) and read one by one (get: an EnvoyDeployment's DiscoveryService); statuses
+///   applied; certificates also applied (the DiscoveryService and EnvoyDeployment
+///   controllers create them); `finalizers` for owner references.
+/// - EnvoyConfigs: an EnvoyDeployment's node id (get), and watched to follow changes.
+/// - Secrets: the certificates (watched label-selected, read, applied).
+/// - Deployments: watched (owned), read (is it there yet?), applied.
+/// - Services: watched (owned), applied. ServiceAccounts, Roles, RoleBindings: applied.
+/// - HPAs and PDBs: watched (owned), applied, deleted when the spec drops them.
+pub const OPERATOR_RBAC: &[ApiAccess] = &[
+    ApiAccess {
+        group: OPERATOR,
+        resource: "discoveryservices",
+        verbs: &["get", "list", "watch"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "discoveryservices/status",
+        verbs: &["patch"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "discoveryservices/finalizers",
+        verbs: &["update"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "discoveryservicecertificates",
+        verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "discoveryservicecertificates/status",
+        verbs: &["patch"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "discoveryservicecertificates/finalizers",
+        verbs: &["update"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "envoydeployments",
+        verbs: &["get", "list", "watch"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "envoydeployments/status",
+        verbs: &["patch"],
+    },
+    ApiAccess {
+        group: OPERATOR,
+        resource: "envoydeployments/finalizers",
+        verbs: &["update"],
+    },
+    ApiAccess {
+        group: "marin3r.3scale.net",
+        resource: "envoyconfigs",
+        verbs: &["get", "list", "watch"],
+    },
+    ApiAccess {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    ApiAccess {
+        group: "",
+        resource: "services",
+        verbs: &["list", "watch", "create", "patch"],
+    },
+    ApiAccess {
+        group: "",
+        resource: "serviceaccounts",
+        verbs: &["create", "patch"],
+    },
+    ApiAccess {
+        group: "rbac.authorization.k8s.io",
+        resource: "roles",
+        verbs: &["create", "patch"],
+    },
+    ApiAccess {
+        group: "rbac.authorization.k8s.io",
+        resource: "rolebindings",
+        verbs: &["create", "patch"],
+    },
+    ApiAccess {
+        group: "apps",
+        resource: "deployments",
+        verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    ApiAccess {
+        group: "autoscaling",
+        resource: "horizontalpodautoscalers",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    ApiAccess {
+        group: "policy",
+        resource: "poddisruptionbudgets",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+];
+
+/// The leader-election Lease, in the operator's own namespace
+/// ([`super::leader`]: read, created when missing, applied and patched).
+pub const LEASE_RBAC: &[ApiAccess] = &[ApiAccess {
+    group: "coordination.k8s.io",
+    resource: "leases",
+    verbs: &["get", "create", "patch"],
+}];
+
+/// Every `(group, resource, verb)` the operator's ClusterRole must grant: its own
+/// ([`OPERATOR_RBAC`]) and the discovery service's ([`RBAC`]).
+pub fn cluster_role_access() -> std::collections::BTreeSet<(String, String, String)> {
+    OPERATOR_RBAC
+        .iter()
+        .chain(RBAC)
+        .flat_map(|a| {
+            a.verbs
+                .iter()
+                .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_role_holds_what_the_discovery_service_role_grants() {
+        let all = cluster_role_access();
+        for a in RBAC {
+            for v in a.verbs {
+                assert!(all.contains(&(a.group.into(), a.resource.into(), (*v).into())));
+            }
+        }
+        assert!(all.contains(&("apps".into(), "deployments".into(), "patch".into())));
+    }
+}
