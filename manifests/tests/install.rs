@@ -820,41 +820,59 @@ fn the_mutating_webhook_is_spec_1_1_field_by_field() {
 }
 
 #[test]
-fn the_validating_webhook_checks_envoyconfig_creates_and_updates() {
+fn the_validating_webhooks_check_envoyconfig_and_envoydeployment_creates_and_updates() {
     let objs = objects("default");
-    let mut configs = of_kind(objs, "ValidatingWebhookConfiguration");
-    let raw = configs.next().expect("a ValidatingWebhookConfiguration");
-    assert!(configs.next().is_none());
-    let config: ValidatingWebhookConfiguration = strict(raw).unwrap();
-    let webhooks = config.webhooks.unwrap();
-    assert_eq!(webhooks.len(), 1);
-    let w = &webhooks[0];
-    let rules = w.rules.as_ref().unwrap();
-    assert_eq!(rules.len(), 1);
-    let rule = serde_json::to_value(&rules[0]).unwrap();
-    assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
-    assert_eq!(rule["apiGroups"], json!(["marin3r.3scale.net"]));
-    assert_eq!(rule["apiVersions"], json!(["v1alpha1"]));
-    assert_eq!(rule["resources"], json!(["envoyconfigs"]));
-    assert_eq!(w.side_effects, "None");
-    assert_eq!(w.admission_review_versions, ["v1"]);
-    assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
-    assert!(w.timeout_seconds.is_some_and(|t| t <= 10));
-    assert!(w.object_selector.is_none() && w.namespace_selector.is_none());
-    let service = w.client_config.service.as_ref().unwrap();
+    let expected = [
+        (
+            "marin3r-envoyconfig-validator",
+            "marin3r.3scale.net",
+            "envoyconfigs",
+            marin3r_webhook::server::VALIDATE_ENVOYCONFIG_PATH,
+            "envoyconfigs.marin3r.3scale.net",
+        ),
+        (
+            "marin3r-envoydeployment-validator",
+            "operator.marin3r.3scale.net",
+            "envoydeployments",
+            marin3r_webhook::server::VALIDATE_ENVOYDEPLOYMENT_PATH,
+            "envoydeployments.operator.marin3r.3scale.net",
+        ),
+    ];
     assert_eq!(
-        service.path.as_deref(),
-        Some(marin3r_webhook::server::VALIDATE_ENVOYCONFIG_PATH)
+        of_kind(objs, "ValidatingWebhookConfiguration").count(),
+        expected.len()
     );
-    let host = check_webhook_service(objs, &serde_json::to_value(service).unwrap());
-    check_webhook_ca(objs, raw, &host);
-    // The webhook answers for the group the CRDs define.
-    let crd = find(
-        objs,
-        "CustomResourceDefinition",
-        "envoyconfigs.marin3r.3scale.net",
-    );
-    assert_eq!(crd["spec"]["group"], "marin3r.3scale.net");
+    for (name, group, resource, path, crd_name) in expected {
+        let raw = find(objs, "ValidatingWebhookConfiguration", name);
+        let config: ValidatingWebhookConfiguration = strict(raw).unwrap();
+        let webhooks = config.webhooks.unwrap();
+        assert_eq!(webhooks.len(), 1);
+        let w = &webhooks[0];
+        let rules = w.rules.as_ref().unwrap();
+        assert_eq!(rules.len(), 1);
+        let rule = serde_json::to_value(&rules[0]).unwrap();
+        assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
+        assert_eq!(rule["apiGroups"], json!([group]));
+        assert_eq!(rule["apiVersions"], json!(["v1alpha1"]));
+        assert_eq!(rule["resources"], json!([resource]));
+        assert_eq!(w.side_effects, "None");
+        assert_eq!(w.admission_review_versions, ["v1"]);
+        assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
+        assert!(w.timeout_seconds.is_some_and(|t| t <= 10));
+        assert!(w.object_selector.is_none() && w.namespace_selector.is_none());
+        let service = w.client_config.service.as_ref().unwrap();
+        assert_eq!(service.path.as_deref(), Some(path));
+        let host = check_webhook_service(objs, &serde_json::to_value(service).unwrap());
+        check_webhook_ca(objs, raw, &host);
+        // The webhook answers for the group the CRD defines.
+        let crds = if group == "marin3r.3scale.net" {
+            objs
+        } else {
+            objects("operator")
+        };
+        let crd = find(crds, "CustomResourceDefinition", crd_name);
+        assert_eq!(crd["spec"]["group"], group);
+    }
 }
 
 #[test]

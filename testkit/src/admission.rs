@@ -55,6 +55,17 @@ impl Review {
         }
     }
 
+    /// A CREATE/UPDATE/DELETE review of an `operator.marin3r.3scale.net/v1alpha1`
+    /// EnvoyDeployment.
+    pub fn envoy_deployment(operation: &str, object: Value, old_object: Value) -> Self {
+        Self {
+            group: "operator.marin3r.3scale.net",
+            kind: "EnvoyDeployment",
+            resource: "envoydeployments",
+            ..Self::envoy_config(operation, object, old_object)
+        }
+    }
+
     /// Another `request.uid`.
     pub fn uid(mut self, uid: &str) -> Self {
         self.uid = uid.to_string();

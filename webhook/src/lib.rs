@@ -20,7 +20,10 @@ use std::time::Duration;
 use marin3r_sidecar::Defaults;
 
 use marin3r_process::{metrics_router, probe_router};
-pub use server::{AppState, MAX_BODY_BYTES, MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH, router};
+pub use server::{
+    AppState, MAX_BODY_BYTES, MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH,
+    VALIDATE_ENVOYDEPLOYMENT_PATH, router,
+};
 
 /// How long in-flight requests may take to finish after a shutdown signal.
 pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);

@@ -25,6 +25,9 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub const MUTATE_PATH: &str = "/pod-v1-mutate";
 /// Path of the EnvoyConfig validating webhook (upstream's path).
 pub const VALIDATE_ENVOYCONFIG_PATH: &str = "/validate-marin3r-3scale-net-v1alpha1-envoyconfig";
+/// Path of the EnvoyDeployment validating webhook (upstream's path, OPERATOR.md §5.8).
+pub const VALIDATE_ENVOYDEPLOYMENT_PATH: &str =
+    "/validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment";
 
 /// How many EnvoyConfig validations run at once by default; more are answered 429.
 pub const VALIDATION_SLOTS: usize = 2;
@@ -162,21 +165,37 @@ fn validations_busy() -> Response {
 async fn validate_in_slot(
     state: &AppState,
     body: Bytes,
+    what: &'static validation::Validated,
 ) -> Option<Result<(ReviewOut, Verdict), BadRequest>> {
     let permit = state.validation_slots.clone().try_acquire_owned().ok()?;
     let handled = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        validation::validate(&body)
+        validation::validate_as(&body, what)
     })
     .await;
     Some(handled.unwrap_or_else(|e| Err(BadRequest(format!("validation failed: {e}")))))
 }
 
 async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    validate_kind(&state, req, &validation::ENVOYCONFIG).await
+}
+
+async fn validate_envoydeployment(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    validate_kind(&state, req, &validation::ENVOYDEPLOYMENT).await
+}
+
+/// One validation review of `what`'s kind, in a validation slot (EnvoyConfig and
+/// EnvoyDeployment validations share the slots and the metrics).
+async fn validate_kind(
+    state: &AppState,
+    req: Request,
+    what: &'static validation::Validated,
+) -> Response {
+    let kind = what.kind;
     let started = Instant::now();
     let result = match read_body(req).await {
         Err(message) => Err(BadRequest(message)),
-        Ok(body) => match validate_in_slot(&state, body).await {
+        Ok(body) => match validate_in_slot(state, body, what).await {
             Some(result) => result,
             None => return validations_busy(),
         },
@@ -189,13 +208,13 @@ async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response 
         let uid = bounded(&out.response.uid);
         match verdict {
             Verdict::Denied => {
-                tracing::info!(%uid, denial = %bounded(denial_message(out)), "denied EnvoyConfig")
+                tracing::info!(%uid, kind, denial = %bounded(denial_message(out)), "denied")
             }
             Verdict::Allowed => {
-                tracing::debug!(%uid, seconds = elapsed, "EnvoyConfig is valid")
+                tracing::debug!(%uid, kind, seconds = elapsed, "valid")
             }
             Verdict::Skipped(p) => {
-                tracing::debug!(%uid, reason = p.as_str(), "skipped EnvoyConfig validation")
+                tracing::debug!(%uid, kind, reason = p.as_str(), "validation skipped")
             }
         }
     }
@@ -227,12 +246,18 @@ pub async fn with_timeout(
     }
 }
 
-/// The HTTPS admission router: `POST /pod-v1-mutate` (Pod sidecar injection) and
-/// `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` (EnvoyConfig validation).
+/// The HTTPS admission router: `POST /pod-v1-mutate` (Pod sidecar injection),
+/// `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` (EnvoyConfig validation) and
+/// `POST /validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment`
+/// (EnvoyDeployment validation).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(MUTATE_PATH, post(mutate))
         .route(VALIDATE_ENVOYCONFIG_PATH, post(validate))
+        .route(
+            VALIDATE_ENVOYDEPLOYMENT_PATH,
+            post(validate_envoydeployment),
+        )
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }

@@ -1,4 +1,8 @@
-//! The sans-I/O EnvoyConfig validation (`/validate-marin3r-3scale-net-v1alpha1-envoyconfig`).
+//! The sans-I/O validations: EnvoyConfig (`/validate-marin3r-3scale-net-v1alpha1-envoyconfig`)
+//! and EnvoyDeployment (`/validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment`,
+//! OPERATOR.md §5.8: its spec's `validate()`, which includes upstream's two rules with
+//! their messages — `static` xor `dynamic` replicas, `minAvailable` xor
+//! `maxUnavailable` — and reports every field error with its path).
 //!
 //! CREATE and UPDATE of a `marin3r.3scale.net/v1alpha1` EnvoyConfig are decoded with the
 //! decoder of `marin3r validate` ([`validate_envoy_config`]): every resource of either
@@ -27,7 +31,8 @@ pub const KIND: &str = "EnvoyConfig";
 /// Why a review was allowed without validation (a log field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {
-    /// `request.kind` is not `marin3r.3scale.net/v1alpha1, EnvoyConfig`.
+    /// `request.kind` is not the kind of the path (e.g. `marin3r.3scale.net/v1alpha1,
+    /// EnvoyConfig`).
     NotAnEnvoyConfig,
     /// A request on a subresource (`status`).
     Subresource,
@@ -60,12 +65,55 @@ pub enum Verdict {
     Skipped(Pass),
 }
 
+/// A kind a validating path checks: its group, version, kind and the check of one
+/// object (the denial message on failure).
+pub struct Validated {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub check: fn(&Value) -> Result<(), String>,
+}
+
+/// The EnvoyConfig path: decoded as `marin3r validate` does.
+pub const ENVOYCONFIG: Validated = Validated {
+    group: GROUP,
+    version: VERSION,
+    kind: KIND,
+    check: |object| {
+        validate_envoy_config(object, &NoSecrets).map_err(|errors| {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            format!("invalid EnvoyConfig: {}", errors.join("; "))
+        })
+    },
+};
+
+/// The EnvoyDeployment path: its spec decodes and passes `validate()`.
+pub const ENVOYDEPLOYMENT: Validated = Validated {
+    group: marin3r_operator_api::GROUP,
+    version: marin3r_operator_api::VERSION,
+    kind: "EnvoyDeployment",
+    check: |object| {
+        let spec: marin3r_operator_api::EnvoyDeploymentSpec =
+            serde_path_to_error::deserialize(&object["spec"]).map_err(|e| {
+                format!("invalid EnvoyDeployment: spec.{}: {}", e.path(), e.inner())
+            })?;
+        spec.validate()
+            .map_err(|e| format!("invalid EnvoyDeployment: {e}"))
+    },
+};
+
 /// Handles one AdmissionReview body of the EnvoyConfig validating webhook.
 pub fn validate(body: &[u8]) -> Result<(ReviewOut, Verdict), BadRequest> {
+    validate_as(body, &ENVOYCONFIG)
+}
+
+/// Handles one AdmissionReview body of the validating webhook of `what`: CREATE, and
+/// UPDATE of `spec`, of `what`'s kind are checked; anything else is allowed.
+pub fn validate_as(body: &[u8], what: &Validated) -> Result<(ReviewOut, Verdict), BadRequest> {
     let request = parse(body)?;
     let uid = request.uid.clone();
     let skip = |pass| Ok((ReviewOut::allow(uid.clone()), Verdict::Skipped(pass)));
-    if !request.is_kind(GROUP, VERSION, KIND) {
+    if !request.is_kind(what.group, what.version, what.kind) {
         return skip(Pass::NotAnEnvoyConfig);
     }
     if request.is_subresource() {
@@ -81,7 +129,7 @@ pub fn validate(body: &[u8]) -> Result<(ReviewOut, Verdict), BadRequest> {
             ReviewOut::deny(
                 uid,
                 400,
-                "request.object must be an EnvoyConfig object".into(),
+                format!("request.object must be an {} object", what.kind),
             ),
             Verdict::Denied,
         ));
@@ -94,13 +142,9 @@ pub fn validate(body: &[u8]) -> Result<(ReviewOut, Verdict), BadRequest> {
     {
         return skip(Pass::SpecUnchanged);
     }
-    match validate_envoy_config(object, &NoSecrets) {
+    match (what.check)(object) {
         Ok(()) => Ok((ReviewOut::allow(uid), Verdict::Allowed)),
-        Err(errors) => {
-            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            let message = format!("invalid EnvoyConfig: {}", errors.join("; "));
-            Ok((ReviewOut::deny(uid, 400, message), Verdict::Denied))
-        }
+        Err(message) => Ok((ReviewOut::deny(uid, 400, message), Verdict::Denied)),
     }
 }
 

@@ -515,3 +515,91 @@ async fn a_full_validation_queue_answers_429_and_never_holds_injection() {
     assert_eq!(admit(state.clone(), &config).await["allowed"], true);
     assert_eq!(state.validation_slots.available_permits(), 1);
 }
+
+// ------------------------------------------------------------ EnvoyDeployment (§5.8)
+
+fn envoy_deployment(spec: Value) -> Value {
+    json!({
+        "apiVersion": "operator.marin3r.3scale.net/v1alpha1", "kind": "EnvoyDeployment",
+        "metadata": {"name": "envoy", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+async fn admit_envoy_deployment(review: Review) -> Value {
+    let (status, out) = common::post(
+        state(),
+        marin3r_webhook::VALIDATE_ENVOYDEPLOYMENT_PATH,
+        review.bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["response"]["uid"], UID);
+    out["response"].clone()
+}
+
+#[tokio::test]
+async fn envoydeployments_are_validated_with_upstreams_messages_and_every_field_named() {
+    let good = envoy_deployment(json!({
+        "discoveryServiceRef": "discoveryservice", "envoyConfigRef": "envoy",
+        "ports": [{"name": "http", "port": 8080}], "replicas": {"static": 1}, "shutdownManager": {},
+    }));
+    assert_eq!(
+        admit_envoy_deployment(Review::envoy_deployment(
+            "CREATE",
+            good.clone(),
+            Value::Null
+        ))
+        .await,
+        allowed()
+    );
+    // Upstream's two rules, with upstream's messages.
+    let both = envoy_deployment(json!({
+        "discoveryServiceRef": "ds", "envoyConfigRef": "ec",
+        "replicas": {"static": 1, "dynamic": {"maxReplicas": 2}},
+        "podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1},
+    }));
+    let denied =
+        admit_envoy_deployment(Review::envoy_deployment("UPDATE", both, good.clone())).await;
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(denied["status"]["code"], 400);
+    let message = denied["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("invalid EnvoyDeployment: "),
+        "{message}"
+    );
+    assert!(
+        message
+            .contains("only one of 'spec.replicas.static' or 'spec.replicas.dynamic' is allowed"),
+        "{message}"
+    );
+    assert!(message.contains("only one of 'spec.podDisruptionBudget.minAvailable' or 'spec.podDisruptionBudget.maxUnavailable' is allowed"), "{message}");
+    // A spec that does not even decode is denied naming the field.
+    let mistyped = envoy_deployment(
+        json!({"discoveryServiceRef": "ds", "envoyConfigRef": "ec", "adminPort": "x"}),
+    );
+    let denied =
+        admit_envoy_deployment(Review::envoy_deployment("CREATE", mistyped, Value::Null)).await;
+    assert!(
+        denied["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.adminPort"),
+        "{denied}"
+    );
+    // A status update or an unchanged spec is never blocked.
+    assert_eq!(
+        admit_envoy_deployment(Review::envoy_deployment("UPDATE", good.clone(), good)).await,
+        allowed()
+    );
+    // An EnvoyConfig sent to this path is not judged by it.
+    assert_eq!(
+        admit_envoy_deployment(Review::envoy_config(
+            "CREATE",
+            json!({"spec": {}}),
+            Value::Null
+        ))
+        .await,
+        allowed()
+    );
+}
