@@ -434,7 +434,11 @@ async fn the_walkthrough_envoydeployment_creates_envoy_with_the_shutdown_manager
     // Server-side apply owns only what it sends: no annotations are claimed, so
     // `kubectl rollout restart` (a pod-template annotation) and user annotations stay.
     assert!(deployment["metadata"].get("annotations").is_none());
-    assert!(deployment["spec"]["template"]["metadata"].get("annotations").is_none());
+    assert!(
+        deployment["spec"]["template"]["metadata"]
+            .get("annotations")
+            .is_none()
+    );
     let ready = condition(&status, "Ready");
     assert_eq!(
         (ready["status"].as_str(), ready["reason"].as_str()),
