@@ -6,10 +6,16 @@
 
 mod kube_mock;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube_mock::*;
-use marin3r_control_plane::operator::leader::{LEASE_NAME, run_while_leader};
+use marin3r_control_plane::operator::leader::{
+    LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LEASE_NAME, run_while_leader,
+};
+use marin3r_testkit::wait_until;
 use serde_json::{Value, json};
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/marin3r-system/leases";
@@ -147,5 +153,227 @@ async fn the_controllers_run_only_while_the_lease_is_held_and_it_is_released_aft
             .contains_key("holderIdentity")
     );
     drop(log);
+    server.abort();
+}
+
+// ---------------------------------------------------------------------------------------
+// Losing the lease: to another holder, or because renewals fail. A one-Lease server
+// whose Lease a test can take over, and whose patches it can make fail.
+
+/// The Lease and what the server does with writes.
+#[derive(Default)]
+struct Cluster {
+    lease: Option<Value>,
+    /// Answer every PATCH with 500 (an API server that cannot write).
+    fail_patches: bool,
+    /// `METHOD path` of every request.
+    log: Vec<String>,
+}
+
+type SharedCluster = Arc<Mutex<Cluster>>;
+
+fn cluster_server(mut api: ApiServer, cluster: SharedCluster) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some((request, send)) = api.0.next_request().await {
+            let got = read(request).await;
+            let mut c = cluster.lock().unwrap();
+            c.log.push(format!(
+                "{} {}",
+                got.method,
+                got.uri.split('?').next().unwrap()
+            ));
+            let (status, body) = match got.method.as_str() {
+                "PATCH" if c.fail_patches => (
+                    500,
+                    status_failure(500, "InternalError", "etcd is unavailable"),
+                ),
+                "GET" => match &c.lease {
+                    Some(l) => (200, l.clone()),
+                    None => (404, status_failure(404, "NotFound", "lease not found")),
+                },
+                "POST" => {
+                    let mut created = got.body.clone();
+                    created["metadata"]["resourceVersion"] = json!("1");
+                    c.lease = Some(created.clone());
+                    (201, created)
+                }
+                "PATCH" => match &mut c.lease {
+                    Some(l) => {
+                        merge(&mut l["spec"], &got.body["spec"]);
+                        (200, l.clone())
+                    }
+                    None => (404, status_failure(404, "NotFound", "lease not found")),
+                },
+                other => panic!("unexpected {other} {}", got.uri),
+            };
+            drop(c);
+            send.send_response(json_response(status, &body));
+        }
+    })
+}
+
+fn holder(cluster: &SharedCluster) -> Option<String> {
+    cluster
+        .lock()
+        .unwrap()
+        .lease
+        .as_ref()
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+fn now() -> Value {
+    serde_json::to_value(MicroTime(k8s_openapi::jiff::Timestamp::now())).unwrap()
+}
+
+/// Terms started and ended (controllers stopped) of one `run_while_leader`.
+#[derive(Default)]
+struct Terms {
+    started: AtomicUsize,
+    ended: AtomicUsize,
+}
+
+/// Runs leader election as `operator-pod-1` until the returned sender fires.
+fn elect(
+    client: kube::Client,
+) -> (
+    Arc<Terms>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let terms = Arc::new(Terms::default());
+    let (stop_all, stopped_all) = tokio::sync::oneshot::channel::<()>();
+    let t = terms.clone();
+    let task = tokio::spawn(async move {
+        let work = move |stop: tokio::sync::oneshot::Receiver<()>| {
+            let t = t.clone();
+            t.started.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let _ = stop.await;
+                t.ended.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        run_while_leader(
+            client,
+            "marin3r-system",
+            "operator-pod-1",
+            work,
+            |_| {},
+            async {
+                let _ = stopped_all.await;
+            },
+        )
+        .await
+        .unwrap();
+    });
+    (terms, stop_all, task)
+}
+
+#[tokio::test]
+async fn losing_the_lease_to_another_holder_stops_the_controllers_until_it_is_won_back() {
+    let (client, api) = mock_client();
+    let cluster = SharedCluster::default();
+    let server = cluster_server(api, cluster.clone());
+    let (terms, stop_all, task) = elect(client);
+    wait_until("the first term", Duration::from_secs(10), || {
+        terms.started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // Another replica holds it now (as after a partition healed).
+    {
+        let mut c = cluster.lock().unwrap();
+        let spec = &mut c.lease.as_mut().unwrap()["spec"];
+        spec["holderIdentity"] = json!("operator-pod-2");
+        spec["renewTime"] = now();
+    }
+    // Seen at the next renewal (every LEASE_DURATION - LEASE_GRACE seconds).
+    let renew_every = LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS;
+    wait_until(
+        "the controllers stopped",
+        Duration::from_secs(renew_every + 2),
+        || terms.ended.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    assert_eq!(terms.started.load(Ordering::SeqCst), 1);
+    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
+    // operator-pod-2 stops renewing: its lock expires, ours again, a new term.
+    wait_until(
+        "the lease won back",
+        Duration::from_secs(LEASE_DURATION_SECONDS + 5),
+        || terms.started.load(Ordering::SeqCst) == 2,
+    )
+    .await;
+    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-1"));
+    stop_all.send(()).unwrap();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
+    assert_eq!(terms.ended.load(Ordering::SeqCst), 2);
+    assert_eq!(holder(&cluster), None, "released on shutdown");
+    server.abort();
+}
+
+#[tokio::test]
+async fn failing_renewals_stop_the_controllers_before_the_lease_expires() {
+    let (client, api) = mock_client();
+    let cluster = SharedCluster::default();
+    let server = cluster_server(api, cluster.clone());
+    let (terms, stop_all, task) = elect(client);
+    wait_until("the first term", Duration::from_secs(10), || {
+        terms.started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The lock was just taken or renewed; from now on no renewal succeeds. Another
+    // replica may take the lease once it expires, LEASE_DURATION_SECONDS after the last
+    // renewal: the controllers must be stopped by then.
+    let failing_since = std::time::Instant::now();
+    cluster.lock().unwrap().fail_patches = true;
+    wait_until(
+        "the controllers stopped while renewals fail",
+        Duration::from_secs(LEASE_DURATION_SECONDS - 1),
+        || terms.ended.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    assert!(failing_since.elapsed() < Duration::from_secs(LEASE_DURATION_SECONDS));
+    // The API server recovers: the lease is still ours, a new term starts.
+    cluster.lock().unwrap().fail_patches = false;
+    wait_until("a new term", Duration::from_secs(40), || {
+        terms.started.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    stop_all.send(()).unwrap();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
+    assert_eq!(holder(&cluster), None, "released on shutdown");
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_follower_never_starts_the_controllers_nor_writes_the_lease() {
+    let (client, api) = mock_client();
+    let cluster = SharedCluster::default();
+    cluster.lock().unwrap().lease = Some(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": LEASE_NAME, "namespace": "marin3r-system", "resourceVersion": "1"},
+        "spec": {"holderIdentity": "operator-pod-2", "leaseDurationSeconds": 15,
+                 "acquireTime": now(), "renewTime": now(), "leaseTransitions": 3}
+    }));
+    let server = cluster_server(api, cluster.clone());
+    // operator-pod-2 keeps renewing.
+    let renewer = {
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let mut c = cluster.lock().unwrap();
+                c.lease.as_mut().unwrap()["spec"]["renewTime"] = now();
+            }
+        })
+    };
+    let (terms, stop_all, task) = elect(client);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop_all.send(()).unwrap();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
+    renewer.abort();
+    assert_eq!(terms.started.load(Ordering::SeqCst), 0);
+    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
+    let log = cluster.lock().unwrap().log.clone();
+    assert!(log.iter().all(|r| r.starts_with("GET")), "{log:?}");
     server.abort();
 }
