@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube_mock::*;
 use marin3r_control_plane::operator::leader::{
-    LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LEASE_NAME, run_while_leader,
+    LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LEASE_NAME, lease_field_manager, run_while_leader,
 };
 use marin3r_testkit::wait_until;
 use serde_json::{Value, json};
@@ -168,9 +168,21 @@ struct Cluster {
     fail_patches: bool,
     /// `METHOD path` of every request.
     log: Vec<String>,
+    /// The field manager owning `spec.holderIdentity` (server-side apply semantics: an
+    /// apply by another manager that changes it is a 409 Conflict; any write setting it
+    /// takes it over, clearing it drops the owner).
+    holder_owner: Option<String>,
+    /// Applies refused with 409.
+    conflicts: usize,
+    /// Called on an apply that takes an orphaned lease, before it is processed: a test
+    /// lands another replica's write first.
+    before_take: Option<BeforeTake>,
 }
 
 type SharedCluster = Arc<Mutex<Cluster>>;
+
+/// A write landed by another replica: (the Lease, the owner of its holder).
+type BeforeTake = Box<dyn FnMut(&mut Option<Value>, &mut Option<String>) + Send>;
 
 fn cluster_server(mut api: ApiServer, cluster: SharedCluster) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -182,7 +194,49 @@ fn cluster_server(mut api: ApiServer, cluster: SharedCluster) -> tokio::task::Jo
                 got.method,
                 got.uri.split('?').next().unwrap()
             ));
+            let manager = got
+                .uri
+                .split(['?', '&'])
+                .find_map(|p| p.strip_prefix("fieldManager="))
+                .unwrap_or_default()
+                .to_string();
+            let apply = got.content_type.contains("apply-patch");
+            let wanted = got.body["spec"].get("holderIdentity").cloned();
+            if apply
+                && wanted.as_ref().is_some_and(Value::is_string)
+                && c.lease
+                    .as_ref()
+                    .is_some_and(|l| l["spec"]["holderIdentity"].is_null())
+                && let Some(mut hook) = c.before_take.take()
+            {
+                let Cluster {
+                    lease,
+                    holder_owner,
+                    ..
+                } = &mut *c;
+                hook(lease, holder_owner);
+            }
+            let current = c
+                .lease
+                .as_ref()
+                .map(|l| l["spec"]["holderIdentity"].clone())
+                .unwrap_or(Value::Null);
+            let conflict = apply
+                && wanted.as_ref().is_some_and(|w| *w != current)
+                && !current.is_null()
+                && c.holder_owner.as_deref().is_some_and(|o| o != manager);
+            if conflict {
+                c.conflicts += 1;
+            }
             let (status, body) = match got.method.as_str() {
+                "PATCH" if conflict => (
+                    409,
+                    status_failure(
+                        409,
+                        "Conflict",
+                        "Apply failed with 1 conflict: conflict with \"other\": .spec.holderIdentity",
+                    ),
+                ),
                 "PATCH" if c.fail_patches => (
                     500,
                     status_failure(500, "InternalError", "etcd is unavailable"),
@@ -197,13 +251,20 @@ fn cluster_server(mut api: ApiServer, cluster: SharedCluster) -> tokio::task::Jo
                     c.lease = Some(created.clone());
                     (201, created)
                 }
-                "PATCH" => match &mut c.lease {
-                    Some(l) => {
-                        merge(&mut l["spec"], &got.body["spec"]);
-                        (200, l.clone())
+                "PATCH" => {
+                    match &wanted {
+                        Some(Value::Null) => c.holder_owner = None,
+                        Some(_) => c.holder_owner = Some(manager.clone()),
+                        None => {}
                     }
-                    None => (404, status_failure(404, "NotFound", "lease not found")),
-                },
+                    match &mut c.lease {
+                        Some(l) => {
+                            merge(&mut l["spec"], &got.body["spec"]);
+                            (200, l.clone())
+                        }
+                        None => (404, status_failure(404, "NotFound", "lease not found")),
+                    }
+                }
                 other => panic!("unexpected {other} {}", got.uri),
             };
             drop(c);
@@ -375,5 +436,57 @@ async fn a_follower_never_starts_the_controllers_nor_writes_the_lease() {
     assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
     let log = cluster.lock().unwrap().log.clone();
     assert!(log.iter().all(|r| r.starts_with("GET")), "{log:?}");
+    server.abort();
+}
+
+#[tokio::test]
+async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
+    let (client, api) = mock_client();
+    let cluster = SharedCluster::default();
+    // A free Lease (as after a release).
+    cluster.lock().unwrap().lease = Some(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": LEASE_NAME, "namespace": "marin3r-system", "resourceVersion": "1"},
+        "spec": {"leaseTransitions": 3}
+    }));
+    // operator-pod-2 saw it free too, and its apply lands just before ours.
+    cluster.lock().unwrap().before_take = Some(Box::new(|lease, owner| {
+        let spec = &mut lease.as_mut().unwrap()["spec"];
+        spec["holderIdentity"] = json!("operator-pod-2");
+        spec["leaseDurationSeconds"] = json!(LEASE_DURATION_SECONDS);
+        spec["acquireTime"] = now();
+        spec["renewTime"] = now();
+        *owner = Some(lease_field_manager("operator-pod-2"));
+    }));
+    let server = cluster_server(api, cluster.clone());
+    // operator-pod-2 keeps renewing once it holds the lock.
+    let renewer = {
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let mut c = cluster.lock().unwrap();
+                let spec = &mut c.lease.as_mut().unwrap()["spec"];
+                if spec["holderIdentity"] == "operator-pod-2" {
+                    spec["renewTime"] = now();
+                }
+            }
+        })
+    };
+    let (terms, stop_all, task) = elect(client);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        terms.started.load(Ordering::SeqCst),
+        0,
+        "operator-pod-1 overwrote operator-pod-2's fresh lock: two leaders"
+    );
+    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
+    assert!(
+        cluster.lock().unwrap().conflicts >= 1,
+        "our apply conflicted with operator-pod-2's field manager"
+    );
+    stop_all.send(()).unwrap();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
+    renewer.abort();
     server.abort();
 }

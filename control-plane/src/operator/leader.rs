@@ -16,6 +16,10 @@
 //! `LeaseManager::changed` itself. After a failure it waits (1 s, doubling to 30 s),
 //! reads the Lease again and starts a new term if the lock is still, or again, ours.
 //!
+//! Each replica writes the Lease under its own field manager
+//! ([`lease_field_manager`]), which is what makes two replicas racing for a free lock
+//! conflict instead of both believing they hold it.
+//!
 //! Not covered: a renewal request that hangs (rather than fails) is not interrupted;
 //! the 12 s grace is the margin for it and for clock skew between nodes.
 
@@ -36,6 +40,16 @@ pub const LEASE_DURATION_SECONDS: u64 = 15;
 /// `LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS` = 3 s (OPERATOR.md §7 asks for about
 /// 2 s; the contract of issue 14 for 2–5 s).
 pub const LEASE_GRACE_SECONDS: u64 = 12;
+
+/// The field manager of `identity`'s Lease writes: one per replica, as
+/// `kube-lease-manager` requires. It takes a free lock with a server-side apply without
+/// `force`, so that when two replicas race for it, the second apply conflicts (409) on
+/// `spec.holderIdentity` owned by the first one's manager, instead of silently
+/// overwriting a lock that replica believes it holds (measured with one shared field
+/// manager: both ran the controllers).
+pub fn lease_field_manager(identity: &str) -> String {
+    format!("{FIELD_MANAGER}-{identity}")
+}
 
 /// Pause after a failed Lease request, doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
@@ -89,7 +103,7 @@ where
             .with_identity(identity)
             .with_duration(LEASE_DURATION_SECONDS)
             .with_grace(LEASE_GRACE_SECONDS)
-            .with_field_manager(FIELD_MANAGER)
+            .with_field_manager(lease_field_manager(identity))
             .build()
     };
     let mut shutdown = std::pin::pin!(shutdown);
