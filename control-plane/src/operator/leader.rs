@@ -37,8 +37,9 @@ pub const LEASE_NAME: &str = "2cfbe7d6.operator.marin3r.3scale.net";
 /// How long a lock lasts without renewal.
 pub const LEASE_DURATION_SECONDS: u64 = 15;
 /// How long before expiry the holder renews it: renewals every
-/// `LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS` = 3 s (OPERATOR.md §7 asks for about
-/// 2 s; the contract of issue 14 for 2–5 s).
+/// `LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS` = 3 s (OPERATOR.md §7 [R] asks for
+/// about 2 s; 3 s leaves 12 s of margin for clock skew and for stopping the controllers
+/// after a failed renewal).
 pub const LEASE_GRACE_SECONDS: u64 = 12;
 
 /// The field manager of `identity`'s Lease writes: one per replica, as
