@@ -466,13 +466,18 @@ pub fn slice_readers(
         .collect()
 }
 
+/// The Pod watch: metadata only (`PartialObjectMeta`), injected Pods only
+/// ([`POD_SELECTOR`]), and no store is kept (only deletions are acted upon), so its memory
+/// is one list page, whatever the number of Pods (`bench/examples/pod_watch.rs`).
+pub fn pod_watch_config() -> watcher::Config {
+    watcher::Config::default().labels(&plan::equality_selector(POD_SELECTOR.0, POD_SELECTOR.1))
+}
+
 /// Forgets the NACK counts of deleted injected pods (matched by name, the `pod_name` of
 /// their Envoy's node metadata), so a new pod with the same name (StatefulSets) starts
 /// clean.
 async fn watch_pods(api: Api<PartialObjectMeta<Pod>>, xds: crate::Context) {
-    let config =
-        watcher::Config::default().labels(&plan::equality_selector(POD_SELECTOR.0, POD_SELECTOR.1));
-    let stream = watcher(api, config).backoff(WatchBackoff::default());
+    let stream = watcher(api, pod_watch_config()).backoff(WatchBackoff::default());
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
