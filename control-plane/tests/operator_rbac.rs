@@ -17,7 +17,7 @@ use kube_mock::*;
 use marin3r_control_plane::operator::{self, Images};
 use serde_json::{Value, json};
 
-type Access = (String, String, String);
+use marin3r_testkit::rbac::{Access, is_watch, parse};
 
 #[derive(Debug, Clone)]
 struct Recorded {
@@ -26,64 +26,8 @@ struct Recorded {
     body: Value,
 }
 
-/// What a request path addresses: (group, resource, name, subresource).
-fn parse(uri: &str) -> (String, String, Option<String>, Option<String>) {
-    let path = uri.split('?').next().unwrap();
-    let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (group, rest) = match seg.as_slice() {
-        ["api", _v, rest @ ..] => ("", rest),
-        ["apis", g, _v, rest @ ..] => (*g, rest),
-        _ => panic!("not an API path: {uri}"),
-    };
-    let rest = match rest {
-        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
-        rest => rest,
-    };
-    (
-        group.to_string(),
-        rest[0].to_string(),
-        rest.get(1).map(|s| s.to_string()),
-        rest.get(2).map(|s| s.to_string()),
-    )
-}
-
-fn is_watch(uri: &str) -> bool {
-    uri.split(['?', '&']).any(|p| p == "watch=true")
-}
-
 fn accesses(r: &Recorded) -> Vec<Access> {
-    let (group, resource, name, sub) = parse(&r.uri);
-    let verb = match (r.method.as_str(), &name) {
-        ("GET", None) if is_watch(&r.uri) => "watch",
-        ("GET", None) => "list",
-        ("GET", Some(_)) => "get",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", None) => "deletecollection",
-        ("DELETE", Some(_)) => "delete",
-        (m, _) => panic!("unexpected {m} {}", r.uri),
-    };
-    let resource = match sub {
-        Some(s) => format!("{resource}/{s}"),
-        None => resource,
-    };
-    let mut out = vec![(group, resource, verb.to_string())];
-    for owner in r.body["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|o| o["blockOwnerDeletion"] == true)
-    {
-        let g = owner["apiVersion"]
-            .as_str()
-            .and_then(|v| v.rsplit_once('/'))
-            .map(|(g, _)| g.to_string())
-            .unwrap_or_default();
-        let plural = format!("{}s", owner["kind"].as_str().unwrap().to_lowercase());
-        out.push((g, format!("{plural}/finalizers"), "update".into()));
-    }
-    out
+    marin3r_testkit::rbac::accesses(&r.method, &r.uri, &r.body)
 }
 
 fn meta(kind_api: (&str, &str), name: &str, uid: &str) -> Value {
@@ -175,7 +119,8 @@ fn permissive_server(mut api: ApiServer, log: Arc<Mutex<Vec<Recorded>>>) {
                 uri: got.uri.clone(),
                 body: got.body.clone(),
             });
-            let (_, resource, name, _) = parse(&got.uri);
+            let target = parse(&got.uri);
+            let (resource, name) = (target.resource, target.name);
             version += 1;
             let (status, answer) = match (got.method.as_str(), name) {
                 ("GET", None) if is_watch(&got.uri) => {

@@ -8,6 +8,8 @@
 //! - [`admission`]: AdmissionReview v1 bodies as the API server sends them (Pod for the
 //!   mutating path, EnvoyConfig for the validating one).
 //! - [`tls`]: a rustls client config trusting one CA PEM.
+//! - [`rbac`]: the RBAC permissions an API request needs (to check Role tables against
+//!   recorded requests).
 //! - [`pod_security`]: the Pod Security Standards `restricted` profile, checked on a
 //!   container (every container marin3r generates must pass it).
 //! - [`free_port`].
@@ -18,6 +20,7 @@
 pub mod admission;
 pub mod http;
 pub mod pod_security;
+pub mod rbac;
 pub mod tls;
 pub mod wait;
 

@@ -101,7 +101,7 @@ mod tests {
     use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
     /// (API group, resource[/subresource], verb).
-    type Access = (String, String, String);
+    use marin3r_testkit::rbac::{Access, is_watch, parse};
 
     /// One request the mock API server received.
     #[derive(Debug, Clone)]
@@ -161,78 +161,8 @@ mod tests {
         (kube::Client::new(service, "default"), log)
     }
 
-    fn is_watch(uri: &str) -> bool {
-        uri.split(['?', '&']).any(|p| p == "watch=true")
-    }
-
-    /// What a request path addresses.
-    struct Target {
-        group: String,
-        resource: String,
-        name: Option<String>,
-        subresource: Option<String>,
-    }
-
-    fn parse(uri: &str) -> Target {
-        let path = uri.split('?').next().unwrap_or_default();
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let (group, rest) = match segments.as_slice() {
-            ["api", _version, rest @ ..] => ("", rest),
-            ["apis", group, _version, rest @ ..] => (*group, rest),
-            _ => panic!("not an API path: {uri}"),
-        };
-        let rest = match rest {
-            ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
-            rest => rest,
-        };
-        Target {
-            group: group.to_string(),
-            resource: rest
-                .first()
-                .unwrap_or_else(|| panic!("no resource: {uri}"))
-                .to_string(),
-            name: rest.get(1).map(|s| s.to_string()),
-            subresource: rest.get(2).map(|s| s.to_string()),
-        }
-    }
-
-    /// The RBAC attributes a request is authorized against.
     fn accesses(r: &Recorded) -> Vec<Access> {
-        let t = parse(&r.uri);
-        let verb = match (r.method.as_str(), &t.name) {
-            ("GET", None) if is_watch(&r.uri) => "watch",
-            ("GET", None) => "list",
-            ("GET", Some(_)) => "get",
-            ("POST", _) => "create",
-            ("PUT", _) => "update",
-            ("PATCH", _) => "patch",
-            ("DELETE", None) => "deletecollection",
-            ("DELETE", Some(_)) => "delete",
-            (m, _) => panic!("unexpected method {m} {}", r.uri),
-        };
-        let resource = match &t.subresource {
-            Some(sub) => format!("{}/{sub}", t.resource),
-            None => t.resource.clone(),
-        };
-        let mut out = vec![(t.group.clone(), resource, verb.to_string())];
-        // OwnerReferencesPermissionEnforcement: setting blockOwnerDeletion needs update
-        // on the owner's finalizers.
-        for owner in r.body["metadata"]["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|o| o["blockOwnerDeletion"] == true)
-        {
-            let group = owner["apiVersion"]
-                .as_str()
-                .and_then(|v| v.rsplit_once('/'))
-                .map(|(g, _)| g.to_string())
-                .unwrap_or_default();
-            // The plurals involved are all "<lowercase kind>s".
-            let plural = format!("{}s", owner["kind"].as_str().unwrap().to_lowercase());
-            out.push((group, format!("{plural}/finalizers"), "update".to_string()));
-        }
-        out
+        marin3r_testkit::rbac::accesses(&r.method, &r.uri, &r.body)
     }
 
     /// What the API server answers to a create.
