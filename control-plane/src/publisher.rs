@@ -113,6 +113,9 @@ pub fn is_config_error(e: &DecodeError) -> bool {
         | DecodeError::NeedsKubernetes { .. }
         | DecodeError::Registry(_) => false,
         DecodeError::Invalid { at, .. } => !at.path.contains("generateFromEndpointSlices"),
+        // A Kubernetes Secret whose data Envoy would refuse may still be fixed (e.g.
+        // cert-manager writing the certificate): wait. Inline data is the config's own.
+        DecodeError::TlsMaterial { at, .. } => !at.path.contains("generateFromTlsSecret"),
         _ => true,
     }
 }

@@ -806,7 +806,8 @@ fn check_message(message: &DynamicMessage, path: &str, depth: u32) -> Result<(),
             recurse(&value, &at, depth, check)?;
         }
     }
-    Ok(())
+    // What Envoy's TLS context loader refuses once the proto constraints pass.
+    crate::tls::check(message, path)
 }
 
 fn oneof_names(oneof: &OneofDescriptor) -> String {
