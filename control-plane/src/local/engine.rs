@@ -686,10 +686,26 @@ mod tests {
         }
     }
 
+    /// A TLS Secret holding one of three throwaway certificate/key pairs (`"one"`,
+    /// `"two"`, `"three"`): Envoy, and so the decoder, refuses data that is not PEM.
     fn tls_secret(cert: &str) -> (Option<String>, String, SecretData) {
+        let (crt, key): (&[u8], &[u8]) = match cert {
+            "one" => (
+                include_bytes!("../../../envoyconfig/tests/tls_cases/ec.crt"),
+                include_bytes!("../../../envoyconfig/tests/tls_cases/ec.key"),
+            ),
+            "two" => (
+                include_bytes!("../../../envoyconfig/tests/tls_cases/P-384.crt"),
+                include_bytes!("../../../envoyconfig/tests/tls_cases/P-384.key"),
+            ),
+            _ => (
+                include_bytes!("../../../envoyconfig/tests/tls_cases/rsa.crt"),
+                include_bytes!("../../../envoyconfig/tests/tls_cases/rsa.key"),
+            ),
+        };
         let data = BTreeMap::from([
-            ("tls.crt".to_string(), cert.as_bytes().to_vec()),
-            ("tls.key".to_string(), b"key".to_vec()),
+            ("tls.crt".to_string(), crt.to_vec()),
+            ("tls.key".to_string(), key.to_vec()),
         ]);
         (
             Some("default".into()),
