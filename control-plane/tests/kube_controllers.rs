@@ -470,17 +470,7 @@ async fn undecodable_resources_taint_the_revision() {
 fn tls_secret(name: &str, cert: &str) -> Value {
     use base64::Engine as _;
     let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
-    let (crt, key): (&[u8], &[u8]) = if cert == "CERT-1" {
-        (
-            include_bytes!("../../envoyconfig/tests/tls_cases/ec.crt"),
-            include_bytes!("../../envoyconfig/tests/tls_cases/ec.key"),
-        )
-    } else {
-        (
-            include_bytes!("../../envoyconfig/tests/tls_cases/P-384.crt"),
-            include_bytes!("../../envoyconfig/tests/tls_cases/P-384.key"),
-        )
-    };
+    let (crt, key) = marin3r_testkit::tls::PEM_PAIRS[if cert == "CERT-1" { 0 } else { 1 }];
     json!({
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {"name": name, "namespace": "default", "resourceVersion": "7"},

@@ -600,15 +600,5 @@ async fn one_scenario_table_through_both_backends() {
 /// of two throwaway certificate/key pairs (Envoy, and so the decoder, refuses data that
 /// is not PEM).
 fn pem(cert: &str) -> (&'static [u8], &'static [u8]) {
-    if cert == "cert-1" {
-        (
-            include_bytes!("../../envoyconfig/tests/tls_cases/ec.crt"),
-            include_bytes!("../../envoyconfig/tests/tls_cases/ec.key"),
-        )
-    } else {
-        (
-            include_bytes!("../../envoyconfig/tests/tls_cases/P-384.crt"),
-            include_bytes!("../../envoyconfig/tests/tls_cases/P-384.key"),
-        )
-    }
+    marin3r_testkit::tls::PEM_PAIRS[if cert == "cert-1" { 0 } else { 1 }]
 }

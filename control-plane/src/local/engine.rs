@@ -689,19 +689,10 @@ mod tests {
     /// A TLS Secret holding one of three throwaway certificate/key pairs (`"one"`,
     /// `"two"`, `"three"`): Envoy, and so the decoder, refuses data that is not PEM.
     fn tls_secret(cert: &str) -> (Option<String>, String, SecretData) {
-        let (crt, key): (&[u8], &[u8]) = match cert {
-            "one" => (
-                include_bytes!("../../../envoyconfig/tests/tls_cases/ec.crt"),
-                include_bytes!("../../../envoyconfig/tests/tls_cases/ec.key"),
-            ),
-            "two" => (
-                include_bytes!("../../../envoyconfig/tests/tls_cases/P-384.crt"),
-                include_bytes!("../../../envoyconfig/tests/tls_cases/P-384.key"),
-            ),
-            _ => (
-                include_bytes!("../../../envoyconfig/tests/tls_cases/rsa.crt"),
-                include_bytes!("../../../envoyconfig/tests/tls_cases/rsa.key"),
-            ),
+        let (crt, key) = match cert {
+            "one" => marin3r_testkit::tls::PEM_PAIRS[0],
+            "two" => marin3r_testkit::tls::PEM_PAIRS[1],
+            _ => marin3r_testkit::tls::PEM_PAIRS[2],
         };
         let data = BTreeMap::from([
             ("tls.crt".to_string(), crt.to_vec()),
