@@ -113,6 +113,9 @@ pub fn is_config_error(e: &DecodeError) -> bool {
         | DecodeError::NeedsKubernetes { .. }
         | DecodeError::Registry(_) => false,
         DecodeError::Invalid { at, .. } => !at.path.contains("generateFromEndpointSlices"),
+        // A Kubernetes Secret whose data Envoy would refuse may still be fixed (e.g.
+        // cert-manager writing the certificate): wait. Inline data is the config's own.
+        DecodeError::TlsMaterial { at, .. } => !at.path.contains("generateFromTlsSecret"),
         _ => true,
     }
 }
@@ -697,6 +700,45 @@ mod tests {
         let errors = marin3r_envoyconfig::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();
         let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
         assert_eq!(verdicts, [true, false, false], "{errors:?}");
+    }
+
+    /// Certificate data Envoy would refuse: inline in the config, the config's fault
+    /// (taint); in a Kubernetes TLS Secret, which may still be fixed (wait).
+    #[test]
+    fn tls_material_in_the_config_taints_in_a_secret_waits() {
+        let spec: EnvoyConfigSpec = serde_json::from_value(serde_json::json!({
+            "nodeID": "n",
+            "resources": [
+                {"type": "cluster", "value": {"name": "c", "connect_timeout": "1s",
+                    "transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                        "common_tls_context": {"validation_context": {
+                            "trusted_ca": {"inline_string": "ca-data"}}}}}}},
+                {"type": "secret", "generateFromTlsSecret": "placeholder"}
+            ]
+        }))
+        .unwrap();
+        struct Placeholder;
+        impl marin3r_envoyconfig::envoyconfig::SecretSource for Placeholder {
+            fn get(&self, _: &str) -> Option<marin3r_envoyconfig::envoyconfig::SecretData> {
+                Some(marin3r_envoyconfig::envoyconfig::SecretData {
+                    type_: "kubernetes.io/tls".into(),
+                    data: BTreeMap::from([
+                        ("tls.crt".to_string(), b"cert-data".to_vec()),
+                        ("tls.key".to_string(), b"key-data".to_vec()),
+                    ]),
+                })
+            }
+        }
+        let errors = marin3r_envoyconfig::envoyconfig::resolve(&spec, &Placeholder).unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .all(|e| matches!(e, DecodeError::TlsMaterial { .. })),
+            "{errors:?}"
+        );
+        let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
+        assert_eq!(verdicts, [true, false], "{errors:?}");
     }
 
     #[test]

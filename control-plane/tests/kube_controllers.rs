@@ -465,13 +465,16 @@ async fn undecodable_resources_taint_the_revision() {
     assert_eq!(status["status"]["cacheState"], "Rollback");
 }
 
+/// A TLS Secret with one of two throwaway certificate/key pairs (`"CERT-1"`,
+/// `"CERT-2"`): Envoy, and so the decoder, refuses data that is not PEM.
 fn tls_secret(name: &str, cert: &str) -> Value {
     use base64::Engine as _;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+    let (crt, key) = marin3r_testkit::tls::PEM_PAIRS[if cert == "CERT-1" { 0 } else { 1 }];
     json!({
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {"name": name, "namespace": "default", "resourceVersion": "7"},
-        "data": {"tls.crt": b64(cert), "tls.key": b64("KEY")}
+        "data": {"tls.crt": b64(crt), "tls.key": b64(key)}
     })
 }
 

@@ -168,8 +168,8 @@ impl Local {
                     SecretData {
                         type_: "kubernetes.io/tls".into(),
                         data: BTreeMap::from([
-                            ("tls.crt".to_string(), cert.as_bytes().to_vec()),
-                            ("tls.key".to_string(), b"KEY".to_vec()),
+                            ("tls.crt".to_string(), pem(cert).0.to_vec()),
+                            ("tls.key".to_string(), pem(cert).1.to_vec()),
                         ]),
                     },
                 )]
@@ -418,11 +418,12 @@ impl Kubernetes {
     }
 
     fn secret(cert: &str) -> Value {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+        let (crt, key) = pem(cert);
         json!({
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": "cert", "namespace": "default"},
-            "data": {"tls.crt": b64(cert), "tls.key": b64("KEY")}
+            "data": {"tls.crt": b64(crt), "tls.key": b64(key)}
         })
     }
 
@@ -593,4 +594,11 @@ async fn one_scenario_table_through_both_backends() {
         assert_eq!(l.out_of_sync_reason.as_deref(), Some(reason), "{case}");
         assert!(l.served_listener.is_some(), "{case}: the node is served");
     }
+}
+
+/// The Secret `cert`'s data for a certificate name of the table (`cert-1`, `cert-2`): one
+/// of two throwaway certificate/key pairs (Envoy, and so the decoder, refuses data that
+/// is not PEM).
+fn pem(cert: &str) -> (&'static [u8], &'static [u8]) {
+    marin3r_testkit::tls::PEM_PAIRS[if cert == "cert-1" { 0 } else { 1 }]
 }

@@ -127,6 +127,10 @@ pub enum DecodeError {
     /// A value that does not fit its field (wrong type, bad duration, bad enum name, …).
     #[error("{at}{message}")]
     Invalid { at: Location, message: String },
+    /// Certificate or key data that Envoy's TLS context loader refuses (placeholder PEM,
+    /// unknown curve, …). The message names the field and the rule, never the data.
+    #[error("{at}{message}")]
+    TlsMaterial { at: Location, message: String },
     /// The resource has no (or an empty) name field.
     #[error("{at}missing resource name (field {field})")]
     MissingName { at: Location, field: &'static str },
@@ -181,6 +185,7 @@ impl DecodeError {
             | DecodeError::UnknownField { at, .. }
             | DecodeError::UnknownType { at, .. }
             | DecodeError::Invalid { at, .. }
+            | DecodeError::TlsMaterial { at, .. }
             | DecodeError::MissingName { at, .. }
             | DecodeError::DuplicateName { at, .. }
             | DecodeError::MissingSecret { at, .. }
@@ -198,6 +203,7 @@ impl DecodeError {
             | DecodeError::UnknownField { at, .. }
             | DecodeError::UnknownType { at, .. }
             | DecodeError::Invalid { at, .. }
+            | DecodeError::TlsMaterial { at, .. }
             | DecodeError::MissingName { at, .. }
             | DecodeError::DuplicateName { at, .. }
             | DecodeError::MissingSecret { at, .. }

@@ -693,12 +693,20 @@ fn relabel(mut e: DecodeError, resource: &str) -> DecodeError {
     e
 }
 
-/// Decodes a generated body. Such bodies can only fail through a bug; the error is
-/// replaced by a fixed message so that no secret material can leak through it.
+/// Decodes a generated body. Such bodies fail only through a bug, or (a Secret's
+/// certificate data) when Envoy's TLS loader would refuse the data: that error names
+/// the generated field and the rule, never the data, and is kept; any other is replaced
+/// by a fixed message so that no secret material can leak through it.
 fn generated(at: &Location, kind: ResourceType, body: &Value) -> Result<Resource, DecodeError> {
-    decode_resource(kind, body).map_err(|_| DecodeError::Invalid {
-        at: at.clone(),
-        message: format!("cannot build the Envoy {kind}"),
+    decode_resource(kind, body).map_err(|e| match e {
+        DecodeError::TlsMaterial { at: field, message } => DecodeError::TlsMaterial {
+            at: at.clone(),
+            message: format!("the Envoy {kind}'s {}: {message}", field.path),
+        },
+        _ => DecodeError::Invalid {
+            at: at.clone(),
+            message: format!("cannot build the Envoy {kind}"),
+        },
     })
 }
 

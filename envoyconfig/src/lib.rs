@@ -18,6 +18,7 @@ pub mod manifest;
 mod pgv;
 pub mod registry;
 pub mod resource;
+mod tls;
 
 pub use decode::{DecodeError, Serialization, decode_resource, decode_str};
 pub use envoyconfig::config_version;

@@ -39,6 +39,10 @@
 //! for an HTTP filter marked `is_optional`, which Envoy then skips. An empty `Any`
 //! elsewhere (`FilterConfig.config: {}`) is accepted.
 //!
+//! **TLS material.** After its rules, each message goes through [`crate::tls::check`]:
+//! what Envoy's TLS context loader refuses in certificates, keys, CAs, curves and
+//! cipher suites (validate mode never runs it; a serving Envoy does).
+//!
 //! Errors name the field path in proto field names, the way decode errors do:
 //! `filter_chains[0].filters[0].typed_config.stat_prefix: value length must be at least
 //! 1 characters`.
@@ -806,7 +810,8 @@ fn check_message(message: &DynamicMessage, path: &str, depth: u32) -> Result<(),
             recurse(&value, &at, depth, check)?;
         }
     }
-    Ok(())
+    // What Envoy's TLS context loader refuses once the proto constraints pass.
+    crate::tls::check(message, path)
 }
 
 fn oneof_names(oneof: &OneofDescriptor) -> String {

@@ -16,9 +16,10 @@ use marin3r_envoyconfig::resource::{Resource, ResourceType};
 use prost::Message;
 use serde_json::{Value, json};
 
-const CERT: &[u8] = b"-----BEGIN CERTIFICATE-----\nTOPSECRETCERT\n-----END CERTIFICATE-----\n";
-const KEY: &[u8] = b"-----BEGIN PRIVATE KEY-----\nTOPSECRETKEY\n-----END PRIVATE KEY-----\n";
-const CA: &[u8] = b"-----BEGIN CERTIFICATE-----\nTOPSECRETCA\n-----END CERTIFICATE-----\n";
+// Real (throwaway) PEM data: Envoy's TLS loader, and so the decoder, refuses placeholders.
+const CERT: &[u8] = include_bytes!("tls_cases/ec.crt");
+const KEY: &[u8] = include_bytes!("tls_cases/ec.key");
+const CA: &[u8] = include_bytes!("tls_cases/rsa.crt");
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(
@@ -497,4 +498,32 @@ fn validate_file_accepts_lists_and_tab_indented_json() {
         .unwrap()
         .replace("  ", "\t");
     assert_eq!(validate_file(&tabbed), Ok(2));
+}
+
+/// A Kubernetes TLS Secret whose data Envoy's TLS loader would refuse (a placeholder
+/// key, a certificate that is not PEM) is refused with the generated field and the
+/// rule, and without the data.
+#[test]
+fn tls_secret_data_envoy_would_refuse() {
+    let mut secrets = tls_secrets();
+    secrets
+        .get_mut("kuard-certificate")
+        .unwrap()
+        .data
+        .insert("tls.key".to_string(), b"TOPSECRET-key-data".to_vec());
+    let s = spec(json!({"nodeID": "n", "resources": [
+        {"type": "secret", "generateFromTlsSecret": "kuard-certificate"}
+    ]}));
+    let e = resolve(&s, &secrets).unwrap_err();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(matches!(e[0], DecodeError::TlsMaterial { .. }), "{e:?}");
+    let text = format!("{} {:?}", e[0], e[0]);
+    assert!(
+        e[0].to_string().starts_with(
+            "secret \"kuard-certificate\": spec.resources[0].generateFromTlsSecret: the Envoy \
+             secret's tls_certificate.private_key: no PEM private key"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("TOPSECRET"), "{text}");
 }

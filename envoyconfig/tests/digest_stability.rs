@@ -28,15 +28,26 @@ const INPUTS: &[&str] = &[
     "manifests/examples/shutdown-manager/envoyconfig.yaml",
 ];
 
-/// Any Secret exists, with fixed fake TLS data.
+/// Any Secret exists, with fixed TLS data (throwaway PEM: placeholders such as `CERT`,
+/// used here until the decoder refused what Envoy's TLS loader refuses, do not decode;
+/// the secrets' lines of the golden file were regenerated then, nothing else moved).
 struct FakeSecrets;
 
 impl SecretSource for FakeSecrets {
     fn get(&self, _name: &str) -> Option<SecretData> {
         let mut data = BTreeMap::new();
-        data.insert("tls.crt".to_string(), b"CERT".to_vec());
-        data.insert("tls.key".to_string(), b"KEY".to_vec());
-        data.insert("ca.crt".to_string(), b"CA".to_vec());
+        data.insert(
+            "tls.crt".to_string(),
+            include_bytes!("tls_cases/ec.crt").to_vec(),
+        );
+        data.insert(
+            "tls.key".to_string(),
+            include_bytes!("tls_cases/ec.key").to_vec(),
+        );
+        data.insert(
+            "ca.crt".to_string(),
+            include_bytes!("tls_cases/rsa.crt").to_vec(),
+        );
         Some(SecretData {
             type_: "kubernetes.io/tls".into(),
             data,

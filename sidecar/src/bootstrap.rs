@@ -332,6 +332,14 @@ pub const ADS_RETRY_BASE_INTERVAL: &str = "0.5s";
 /// (docs/reliability.md).
 pub const ADS_RETRY_MAX_INTERVAL: &str = "2s";
 
+/// The bootstrap extension that lets Envoy serve internal listeners
+/// (`internal_listener: {}`, reached through an `envoy_internal_address`): without it
+/// Envoy 1.40 refuses such a listener ("InternalListener bootstrap extension is
+/// mandatory"). It costs nothing when no internal listener is served.
+const INTERNAL_LISTENER_EXTENSION: &str = "envoy.bootstrap.internal_listener";
+const INTERNAL_LISTENER_TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener";
+
 /// `{ads: {}, resource_api_version: V3}`: a resource delivered over the ADS stream.
 fn ads_config_source() -> Value {
     json!({ "ads": {}, "resource_api_version": "V3" })
@@ -440,6 +448,10 @@ pub fn bootstrap(opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
                 "rtds_layer": { "name": rtds, "rtds_config": ads_config_source() },
             }],
         },
+        "bootstrap_extensions": [{
+            "name": INTERNAL_LISTENER_EXTENSION,
+            "typed_config": { "@type": INTERNAL_LISTENER_TYPE_URL },
+        }],
     });
     Ok(bootstrap)
 }
@@ -712,6 +724,19 @@ mod tests {
         let layer = &custom["layered_runtime"]["layers"][0];
         assert_eq!(layer["name"], "rt");
         assert_eq!(layer["rtds_layer"]["name"], "rt");
+    }
+
+    #[test]
+    fn internal_listeners_can_be_served() {
+        let b = bootstrap(&opts()).unwrap();
+        assert_eq!(
+            b["bootstrap_extensions"],
+            json!([{
+                "name": "envoy.bootstrap.internal_listener",
+                "typed_config": { "@type":
+                    "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener" },
+            }])
+        );
     }
 
     #[test]

@@ -82,3 +82,22 @@ impl ClientConfigBuilder {
         Ok(Arc::new(config))
     }
 }
+
+/// Throwaway certificate/key pairs (PEM) that Envoy's TLS loader, and so marin3r's
+/// decoder, accepts — for the Kubernetes TLS Secrets of tests, where placeholder data is
+/// refused: `[0]` EC P-256, `[1]` EC P-384, `[2]` RSA 2048. Distinct pairs give distinct
+/// Secret versions. They are files of `envoyconfig/tests/tls_cases/`.
+pub const PEM_PAIRS: [(&[u8], &[u8]); 3] = [
+    (
+        include_bytes!("../../envoyconfig/tests/tls_cases/ec.crt"),
+        include_bytes!("../../envoyconfig/tests/tls_cases/ec.key"),
+    ),
+    (
+        include_bytes!("../../envoyconfig/tests/tls_cases/P-384.crt"),
+        include_bytes!("../../envoyconfig/tests/tls_cases/P-384.key"),
+    ),
+    (
+        include_bytes!("../../envoyconfig/tests/tls_cases/rsa.crt"),
+        include_bytes!("../../envoyconfig/tests/tls_cases/rsa.key"),
+    ),
+];

@@ -686,10 +686,17 @@ mod tests {
         }
     }
 
+    /// A TLS Secret holding one of three throwaway certificate/key pairs (`"one"`,
+    /// `"two"`, `"three"`): Envoy, and so the decoder, refuses data that is not PEM.
     fn tls_secret(cert: &str) -> (Option<String>, String, SecretData) {
+        let (crt, key) = match cert {
+            "one" => marin3r_testkit::tls::PEM_PAIRS[0],
+            "two" => marin3r_testkit::tls::PEM_PAIRS[1],
+            _ => marin3r_testkit::tls::PEM_PAIRS[2],
+        };
         let data = BTreeMap::from([
-            ("tls.crt".to_string(), cert.as_bytes().to_vec()),
-            ("tls.key".to_string(), b"key".to_vec()),
+            ("tls.crt".to_string(), crt.to_vec()),
+            ("tls.key".to_string(), key.to_vec()),
         ]);
         (
             Some("default".into()),
