@@ -164,36 +164,52 @@ impl crate::Backend for LocalBackend {
         let mut evaluate = tokio::time::interval(EVALUATE_INTERVAL);
         evaluate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut folder_error = RepeatedError::default();
+        // A change in the folder wakes the scan at once (inotify); the tick still scans
+        // every POLL_INTERVAL (no inotify, a watch lost with the folder).
+        let events = self.source.readiness();
+        let changed = || async {
+            match &events {
+                Some(fd) => match fd.readable().await {
+                    Ok(mut ready) => ready.clear_ready(),
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        };
         loop {
-            tokio::select! {
+            let scan_now = tokio::select! {
                 () = &mut shutdown => return,
-                _ = scan.tick() => match self.source.scan() {
-                    Ok(changed) if folder_error.clear() => {
-                        tracing::info!(dir = %self.source.dir.display(), "config folder readable again");
-                        if changed {
-                            let manifests = self.source.manifests();
-                            let mut engine = lock(&self.engine);
-                            let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
-                            apply(&mut engine, effects, &ctx);
-                        }
-                    }
-                    Ok(false) => {}
-                    Ok(true) => {
+                _ = scan.tick() => true,
+                () = changed() => true,
+                _ = evaluate.tick() => false,
+            };
+            if !scan_now {
+                let mut engine = lock(&self.engine);
+                let effects = engine.evaluate(&ctx.stats, SystemTime::now());
+                apply(&mut engine, effects, &ctx);
+                continue;
+            }
+            match self.source.scan() {
+                Ok(changed) if folder_error.clear() => {
+                    tracing::info!(dir = %self.source.dir.display(), "config folder readable again");
+                    if changed {
                         let manifests = self.source.manifests();
                         let mut engine = lock(&self.engine);
                         let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
                         apply(&mut engine, effects, &ctx);
                     }
-                    Err(e) => {
-                        if folder_error.should_log(&e.to_string(), std::time::Instant::now()) {
-                            tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder; serving what was read last (logged again in a minute if it persists)");
-                        }
-                    }
-                },
-                _ = evaluate.tick() => {
+                }
+                Ok(false) => {}
+                Ok(true) => {
+                    let manifests = self.source.manifests();
                     let mut engine = lock(&self.engine);
-                    let effects = engine.evaluate(&ctx.stats, SystemTime::now());
+                    let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
                     apply(&mut engine, effects, &ctx);
+                }
+                Err(e) => {
+                    if folder_error.should_log(&e.to_string(), std::time::Instant::now()) {
+                        tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder; serving what was read last (logged again in a minute if it persists)");
+                    }
                 }
             }
         }

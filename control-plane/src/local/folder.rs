@@ -159,6 +159,19 @@ impl LocalSource {
         }
     }
 
+    /// Something to wait on for "the folder's files changed" (its inotify queue became
+    /// readable), or `None` without inotify (then only polling finds changes).
+    pub fn readiness(&self) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+        let watch = self.watch.as_ref()?;
+        match watch.readiness() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot wait on the config folder's inotify events; polling only");
+                None
+            }
+        }
+    }
+
     /// Takes the write events queued since the last call.
     fn observe_events(&mut self, now: Instant) {
         let Some(watch) = &mut self.watch else { return };

@@ -176,6 +176,19 @@ impl Watch {
         })
     }
 
+    /// A second handle on the inotify queue that tokio can wait on: readable when events
+    /// are queued (the scan that follows drains them). Needs a tokio runtime.
+    pub fn readiness(&self) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+        use std::os::fd::AsFd as _;
+        let fd = self.inotify.as_fd().try_clone_to_owned()?;
+        // `new` is deprecated because a borrowed raw fd could be closed and reused behind
+        // tokio's back; this one is an `OwnedFd` (a dup) that the AsyncFd owns alone until
+        // it deregisters and closes it, which is what the replacement (`unsafe
+        // register`, not allowed here) would require the caller to guarantee.
+        #[allow(deprecated)]
+        tokio::io::unix::AsyncFd::new(fd)
+    }
+
     /// The events queued since the last call (never blocks). An error reading the queue
     /// is reported as [`Event::Overflow`]: what writers do is no longer known.
     pub fn drain(&mut self) -> Vec<Event> {
