@@ -3,7 +3,8 @@
 //!
 //! Every `*.yaml`, `*.yml` and `*.json` file directly in the folder is read (multi-document;
 //! hidden files and sub-folders are skipped; symlinks are followed, so a mounted ConfigMap
-//! works). The folder is re-scanned every [`POLL_INTERVAL`]; a file is re-read when its
+//! works). The folder is re-scanned at once when inotify reports a change in it, and every
+//! [`POLL_INTERVAL`] anyway; a file is re-read when its
 //! size, inode or modification time changes (this also catches editors that write a new
 //! file and rename it), and only once it has settled ([`settle`]: its writer closed it,
 //! as inotify reports; a file still being written keeps its last good content). A file that does not parse is logged and its last good content
