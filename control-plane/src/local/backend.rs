@@ -20,7 +20,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 pub const EVALUATE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Local mode as a [`crate::Backend`]: loads the folder (and the state dir) at start,
-/// then re-scans the folder every [`POLL_INTERVAL`] and evaluates NACKs every
+/// then re-scans the folder when inotify reports a change and every [`POLL_INTERVAL`],
+/// and evaluates NACKs every
 /// [`EVALUATE_INTERVAL`]; serves `GET /status` and
 /// `DELETE /status/revisions/{namespace}/{name}/{version}` on the metrics listener.
 #[derive(Debug)]
