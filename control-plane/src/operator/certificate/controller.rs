@@ -7,7 +7,6 @@ use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -16,7 +15,7 @@ use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertifica
 
 use super::plan::{needs_recovery, plan_recovering, signer_secret_name, trusted_cas};
 use crate::kubernetes::{Error, Lenient};
-use crate::operator::FIELD_MANAGER;
+use crate::operator::apply::{apply, write_status};
 use crate::operator::objects::MANAGED_BY_SELECTOR;
 
 /// The DSCs in `all` that the CA DSC `ca` signs: CA-signed by its Secret, in its
@@ -152,13 +151,7 @@ pub async fn reconcile_at(
         now,
     );
     if let Some(secret) = &plan.secret {
-        secrets
-            .patch(
-                secret_name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(secret),
-            )
-            .await?;
+        apply(&ctx.client, &namespace, secret).await?;
         match &plan.reissued {
             Some(reason) => tracing::info!(
                 namespace,
@@ -185,19 +178,15 @@ pub async fn reconcile_at(
                 "certificate not ready"
             );
         }
-        let api: Api<DiscoveryServiceCertificate> = Api::namespaced(ctx.client.clone(), &namespace);
-        let body = serde_json::json!({
-            "apiVersion": DiscoveryServiceCertificate::api_version(&()),
-            "kind": DiscoveryServiceCertificate::kind(&()),
-            "status": plan.status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
     }
+    write_status::<DiscoveryServiceCertificate, _>(
+        &ctx.client,
+        &namespace,
+        &name,
+        dsc.status.as_ref(),
+        &plan.status,
+    )
+    .await?;
     Ok(match plan.requeue {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
