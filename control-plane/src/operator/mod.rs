@@ -135,13 +135,8 @@ pub async fn serve(
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
-    let bind = |addr| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| crate::Error::Bind { addr, source })
-    };
-    let metrics_listener = bind(config.metrics_addr).await?;
-    let health_listener = bind(config.health_addr).await?;
+    let metrics_listener = crate::bind(config.metrics_addr).await?;
+    let health_listener = crate::bind(config.health_addr).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let leader_gauge: Gauge = Gauge::default();
     registry.register(

@@ -30,8 +30,8 @@ use serde_json::Value;
 use super::Images;
 use super::{discovery_service, envoy_deployment};
 
-/// Namespace of a manifest without `metadata.namespace`.
-pub const DEFAULT_NAMESPACE: &str = "default";
+/// Namespace of a manifest without `metadata.namespace` (as in local mode).
+pub use crate::local::DEFAULT_NAMESPACE;
 
 /// What `render` produced: the objects, and what could not be rendered (with why).
 #[derive(Debug, Default, PartialEq)]
