@@ -22,10 +22,9 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    SecretReference, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Volume, VolumeMount,
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretReference,
+    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -347,21 +346,9 @@ fn pod_spec(
         readiness_probe: Some(probe("/readyz", 0, 5, 2)),
         liveness_probe: Some(probe("/healthz", 5, 10, 3)),
         resources: Some(ds.resources()),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Capabilities::default()
-            }),
-            privileged: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..SeccompProfile::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        // The securityContext of every container marin3r generates (Pod Security
+        // `restricted`, read-only root).
+        security_context: Some(marin3r_sidecar::generate::restricted_security_context(UID)),
         volume_mounts: Some(vec![
             mount("server-cert", SERVER_CERT_PATH),
             mount("ca-cert", CA_CERT_PATH),
