@@ -168,16 +168,16 @@ pub async fn reconcile_at(
             ),
         }
     }
-    if dsc.status.as_ref() != Some(&plan.status) {
-        if let Some(c) = plan.status.conditions.iter().find(|c| c.status == "False") {
-            tracing::warn!(
-                namespace,
-                name,
-                reason = c.reason,
-                message = c.message,
-                "certificate not ready"
-            );
-        }
+    if dsc.status.as_ref() != Some(&plan.status)
+        && let Some(c) = plan.status.conditions.iter().find(|c| c.status == "False")
+    {
+        tracing::warn!(
+            namespace,
+            name,
+            reason = c.reason,
+            message = c.message,
+            "certificate not ready"
+        );
     }
     write_status::<DiscoveryServiceCertificate, _>(
         &ctx.client,
