@@ -83,13 +83,30 @@ pub struct OperatorRunArgs {
     /// POD_NAME); `--leader-elect=false` runs them at once (one replica only).
     #[arg(long, env = "MARIN3R_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
+    #[command(flatten)]
+    pub images: OperatorImages,
+}
+
+/// The images the operator puts in what it generates (`marin3r operator` and
+/// `marin3r operator render`).
+#[derive(Debug, Args)]
+pub struct OperatorImages {
     /// Image of the discovery service, the init manager and the shutdown manager when a
     /// resource names none.
     #[arg(long = "marin3r-image", env = "MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
     pub marin3r_image: String,
     /// Envoy image of EnvoyDeployments without `spec.image`.
-    #[arg(long = "envoy-image", env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE)]
+    #[arg(long = "envoy-image", env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE)]
     pub envoy_image: String,
+}
+
+impl From<OperatorImages> for marin3r_control_plane::operator::Images {
+    fn from(i: OperatorImages) -> Self {
+        Self {
+            marin3r: i.marin3r_image,
+            envoy: i.envoy_image,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -106,13 +123,8 @@ pub struct RenderArgs {
     /// YAML/JSON file (multi-document); `-` reads standard input.
     #[arg(short = 'f', long = "filename", env = "MARIN3R_FILENAME")]
     pub file: PathBuf,
-    /// Image of the discovery service, the init manager and the shutdown manager when a
-    /// resource names none.
-    #[arg(long, env = "MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
-    pub marin3r_image: String,
-    /// Envoy image of EnvoyDeployments without `spec.image`.
-    #[arg(long, env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE)]
-    pub envoy_image: String,
+    #[command(flatten)]
+    pub images: OperatorImages,
 }
 
 /// `marin3r crds`.

@@ -146,10 +146,7 @@ async fn operator(a: OperatorRunArgs) -> Result<ExitCode> {
         metrics_addr: a.metrics_bind_address,
         health_addr: a.health_probe_bind_address,
         namespaces,
-        images: operator::Images {
-            marin3r: a.marin3r_image,
-            envoy: a.envoy_image,
-        },
+        images: a.images.into(),
         leader,
     };
     operator::serve(client, config, marin3r_process::shutdown_signal())
@@ -164,10 +161,7 @@ fn operator_render(a: RenderArgs) -> Result<ExitCode> {
     let text = read_input(&a.file)?;
     let docs = marin3r_envoyconfig::manifest::documents(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
-    let images = marin3r_control_plane::operator::Images {
-        marin3r: a.marin3r_image,
-        envoy: a.envoy_image,
-    };
+    let images = a.images.into();
     let rendered = marin3r_control_plane::operator::render::render(&docs, &images);
     print!("{}", yaml_stream(&rendered.objects)?);
     for problem in &rendered.problems {

@@ -15,9 +15,6 @@ use serde::{Deserialize, Serialize};
 use crate::validate::{Errors, Rule};
 use crate::{Error, parse_go_duration};
 
-/// Default Envoy image of an EnvoyDeployment: the one sidecar injection uses (SPEC §1.2,
-/// OPERATOR.md §5.4), not upstream's `envoyproxy/envoy:v1.29.0`.
-pub const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
 /// Default client certificate validity (`spec.duration`).
 pub const DEFAULT_CLIENT_CERTIFICATE_DURATION: &str = "48h";
 /// Default Envoy admin port.
@@ -314,7 +311,8 @@ impl EnvoyDeployment {
 }
 
 impl EnvoyDeploymentSpec {
-    /// Envoy image: `spec.image`, else `default` (normally [`DEFAULT_ENVOY_IMAGE`]).
+    /// Envoy image: `spec.image`, else `default` (the operator passes the Envoy image
+    /// sidecar injection uses, SPEC §1.2 / OPERATOR.md §5.4, not upstream's v1.29.0).
     pub fn image<'a>(&'a self, default: &'a str) -> &'a str {
         crate::image_or(self.image.as_deref(), default)
     }
@@ -580,6 +578,8 @@ mod tests {
 
     use super::*;
     use crate::FieldError;
+
+    const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
 
     fn ed(spec: serde_json::Value) -> EnvoyDeployment {
         serde_json::from_value(serde_json::json!({

@@ -5,7 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use marin3r_operator_api::envoydeployment::{DEFAULT_ENVOY_IMAGE, DrainStrategy, Replicas};
+use marin3r_operator_api::envoydeployment::{DrainStrategy, Replicas};
+
+/// The Envoy image the operator passes as the default (sidecar injection's).
+const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
 use marin3r_operator_api::{DiscoveryService, DiscoveryServiceCertificate, EnvoyDeployment};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

@@ -40,7 +40,7 @@ impl Default for Images {
     fn default() -> Self {
         Self {
             marin3r: marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE.to_string(),
-            envoy: marin3r_operator_api::envoydeployment::DEFAULT_ENVOY_IMAGE.to_string(),
+            envoy: marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE.to_string(),
         }
     }
 }
