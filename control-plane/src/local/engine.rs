@@ -141,6 +141,12 @@ pub struct Engine {
     /// EnvoyConfigs whose state may differ from their state file (synced since the last
     /// save, or their save failed).
     unsaved: BTreeSet<Key>,
+    /// The folder's EnvoyConfigs as of the last reconcile, in file order.
+    last: Vec<Arc<EnvoyConfig>>,
+    /// Whether the last reconcile saw no problem at all (no invalid document, no broken
+    /// file, no error): then a change of specs only takes [`Engine::reconcile`]'s
+    /// quick path.
+    last_clean: bool,
 }
 
 fn key_of(ec: &EnvoyConfig) -> Key {
@@ -169,6 +175,8 @@ impl Engine {
             restored: BTreeMap::new(),
             file_errors: BTreeMap::new(),
             unsaved: BTreeSet::new(),
+            last: Vec::new(),
+            last_clean: false,
         }
     }
 
@@ -196,6 +204,17 @@ impl Engine {
         now: SystemTime,
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
+        if let Some(changed) = self.only_specs_changed(manifests) {
+            // The same EnvoyConfigs, node ids and Secrets as last time, in the same
+            // order, and no problem then or now: who wins each node is unchanged, so only
+            // the changed specs are looked at, whatever the size of the folder.
+            for ec in changed {
+                self.follow(key_of(ec), ec, nacks, now, &mut effects);
+            }
+            self.last.clone_from(&manifests.configs);
+            self.persist(&mut effects);
+            return effects;
+        }
         for e in &manifests.errors {
             tracing::error!(error = %e, "invalid manifest; ignored");
         }
@@ -270,47 +289,7 @@ impl Engine {
         }
 
         for (key, ec) in winners {
-            let t = match self.configs.entry(key.clone()) {
-                std::collections::btree_map::Entry::Occupied(o) => {
-                    let t = o.into_mut();
-                    if unchanged(t, ec, &self.secrets) {
-                        continue;
-                    }
-                    t
-                }
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    let mut t = Tracked::new(ec.metadata.namespace.clone(), ec.spec.clone());
-                    match self.restored.remove(&key) {
-                        Some(state) if state.revisions.node_id == ec.spec.node_id => {
-                            tracing::info!(envoyconfig = %source(&key), revisions = state.revisions.revisions.len(), "restored revisions from the state dir");
-                            t.revisions = state.revisions;
-                            t.restore = state.served.zip(state.served_spec);
-                        }
-                        _ => {}
-                    }
-                    v.insert(t)
-                }
-            };
-            t.namespace = ec.metadata.namespace.clone();
-            t.envoy_api = ec
-                .spec
-                .envoy_api
-                .and_then(|a| serde_json::to_value(a).ok())
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| "v3".to_string());
-            t.spec = ec.spec.clone();
-            t.parsed = Some(Arc::clone(ec));
-            t.revisions.apply(&ec.spec, now);
-            self.unsaved.insert(key.clone());
-            sync(
-                t,
-                &key,
-                &self.secrets,
-                self.options.nack_threshold,
-                nacks,
-                now,
-                &mut effects,
-            );
+            self.follow(key, ec, nacks, now, &mut effects);
         }
         // What keeps each EnvoyConfig from following its file, shown in the status.
         for (key, t) in &mut self.configs {
@@ -328,8 +307,101 @@ impl Engine {
                 }))
                 .collect();
         }
+        self.last.clone_from(&manifests.configs);
+        self.last_clean = manifests.errors.is_empty()
+            && manifests.invalid_configs.is_empty()
+            && manifests.file_errors.is_empty()
+            && self.configs.len() == manifests.configs.len();
         self.persist(&mut effects);
         effects
+    }
+
+    /// The EnvoyConfigs whose parse changed, when that is all that changed since the last
+    /// reconcile: the same EnvoyConfigs (key and node id) in the same order, each of the
+    /// changed ones the winner of its node, the same Secrets, and no problem then or now.
+    /// `None` otherwise (the full reconcile decides).
+    fn only_specs_changed<'m>(
+        &self,
+        manifests: &'m Manifests,
+    ) -> Option<Vec<&'m Arc<EnvoyConfig>>> {
+        if !self.last_clean
+            || !manifests.errors.is_empty()
+            || !manifests.invalid_configs.is_empty()
+            || !manifests.file_errors.is_empty()
+            || manifests.configs.len() != self.last.len()
+            || manifests.secrets != self.secrets
+        {
+            return None;
+        }
+        let mut changed = Vec::new();
+        for (old, new) in self.last.iter().zip(&manifests.configs) {
+            if Arc::ptr_eq(old, new) {
+                continue;
+            }
+            let same_identity = old.metadata.namespace == new.metadata.namespace
+                && old.metadata.name == new.metadata.name
+                && old.spec.node_id == new.spec.node_id;
+            let tracked = self.configs.get(&key_of(new))?;
+            if !same_identity || !tracked.parsed.as_ref().is_some_and(|p| Arc::ptr_eq(p, old)) {
+                return None;
+            }
+            changed.push(new);
+        }
+        Some(changed)
+    }
+
+    /// Makes the EnvoyConfig `key` (the winner of its node id) follow `ec`: a new or
+    /// changed spec becomes its desired revision and the cache is brought in line, unless
+    /// nothing it depends on changed ([`unchanged`]).
+    fn follow(
+        &mut self,
+        key: Key,
+        ec: &Arc<EnvoyConfig>,
+        nacks: &dyn NackView,
+        now: SystemTime,
+        effects: &mut Vec<Effect>,
+    ) {
+        let t = match self.configs.entry(key.clone()) {
+            std::collections::btree_map::Entry::Occupied(o) => {
+                let t = o.into_mut();
+                if unchanged(t, ec, &self.secrets) {
+                    return;
+                }
+                t
+            }
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let mut t = Tracked::new(ec.metadata.namespace.clone(), ec.spec.clone());
+                match self.restored.remove(&key) {
+                    Some(state) if state.revisions.node_id == ec.spec.node_id => {
+                        tracing::info!(envoyconfig = %source(&key), revisions = state.revisions.revisions.len(), "restored revisions from the state dir");
+                        t.revisions = state.revisions;
+                        t.restore = state.served.zip(state.served_spec);
+                    }
+                    _ => {}
+                }
+                v.insert(t)
+            }
+        };
+        t.namespace = ec.metadata.namespace.clone();
+        t.envoy_api = ec
+            .spec
+            .envoy_api
+            .and_then(|a| serde_json::to_value(a).ok())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "v3".to_string());
+        t.spec = ec.spec.clone();
+        t.parsed = Some(Arc::clone(ec));
+        t.revisions.apply(&ec.spec, now);
+        self.unsaved.insert(key.clone());
+        sync(
+            t,
+            &key,
+            &self.secrets,
+            self.options.nack_threshold,
+            nacks,
+            now,
+            effects,
+        );
     }
 
     /// Checks the NACK statistics of every served revision
@@ -1011,6 +1083,97 @@ mod tests {
         assert_eq!(
             last_published("tls").as_deref(),
             Some("1970-01-01T00:00:04Z")
+        );
+    }
+
+    /// What one reconcile did: the nodes published (with their versions) and forgotten.
+    fn outcome(effects: &[Effect]) -> Vec<String> {
+        let mut out: Vec<String> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Publish {
+                    node_id, version, ..
+                } => Some(format!("publish {node_id} {version}")),
+                Effect::Forget { node_id } => Some(format!("forget {node_id}")),
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn the_quick_path_of_a_spec_change_does_what_the_full_reconcile_does() {
+        let ec =
+            |name: &str, node: &str, c: &str| Arc::new(envoy_config(name, node, vec![cluster(c)]));
+        let (a, b, c) = (
+            ec("a", "a", "one"),
+            ec("b", "b", "one"),
+            ec("c", "c", "one"),
+        );
+        let folder = |configs: Vec<&Arc<EnvoyConfig>>| Manifests {
+            configs: configs.into_iter().cloned().collect(),
+            ..Manifests::default()
+        };
+        let b2 = ec("b", "b", "two");
+        let b_moved = ec("b", "x", "two");
+        let (a_as_c, c_as_a) = (ec("a", "c", "one"), ec("c", "a", "one"));
+        let b_broken = Arc::new(envoy_config("b", "x", vec![broken()]));
+        let b_twice = ec("b", "y", "three");
+        let b3 = ec("b", "x", "four");
+        let with_secret = Manifests {
+            secrets: ManifestSecrets(vec![tls_secret("one")]),
+            ..folder(vec![&a_as_c, &b3, &c_as_a])
+        };
+        let steps: Vec<(&str, Manifests, bool)> = vec![
+            ("start", folder(vec![&a, &b, &c]), false),
+            ("b edited", folder(vec![&a, &b2, &c]), true),
+            ("b's node id changed", folder(vec![&a, &b_moved, &c]), false),
+            (
+                "a and c swap node ids",
+                folder(vec![&a_as_c, &b_moved, &c_as_a]),
+                false,
+            ),
+            ("b broken", folder(vec![&a_as_c, &b_broken, &c_as_a]), true),
+            (
+                "b defined twice",
+                folder(vec![&a_as_c, &b_broken, &b_twice, &c_as_a]),
+                false,
+            ),
+            (
+                "the second b gone, b edited",
+                folder(vec![&a_as_c, &b3, &c_as_a]),
+                false,
+            ),
+            ("nothing changed", folder(vec![&a_as_c, &b3, &c_as_a]), true),
+            ("a Secret added", with_secret, false),
+            ("another order", folder(vec![&c_as_a, &b3, &a_as_c]), false),
+        ];
+        let (quick_ctx, full_ctx) = (ctx(), ctx());
+        let mut quick = Engine::new(Options::default());
+        let mut full = Engine::new(Options::default());
+        for (i, (step, m, takes_quick_path)) in steps.iter().enumerate() {
+            let now = t(i as u64 + 1);
+            assert_eq!(
+                quick.only_specs_changed(m).is_some(),
+                *takes_quick_path,
+                "{step}"
+            );
+            full.last_clean = false;
+            let q = quick.reconcile(m, &quick_ctx.stats, now);
+            let f = full.reconcile(m, &full_ctx.stats, now);
+            assert_eq!(outcome(&q), outcome(&f), "{step}");
+            super::super::backend::apply(&mut quick, q, &quick_ctx);
+            super::super::backend::apply(&mut full, f, &full_ctx);
+            assert_eq!(quick.report(), full.report(), "{step}");
+        }
+        assert!(
+            quick
+                .report()
+                .envoy_configs
+                .iter()
+                .any(|c| c.name == "b" && c.revisions.len() > 1),
+            "b went through revisions"
         );
     }
 

@@ -1,7 +1,7 @@
 //! The config folder: its manifest files, re-read incrementally, and what they define
 //! (EnvoyConfigs and Secrets).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -23,6 +23,12 @@ pub type Key = (String, String);
 /// EnvoyConfig larger than that could not exist in a cluster either). A larger file is
 /// reported and its last good content kept; it is never read into memory.
 pub const MAX_FILE_BYTES: u64 = 3 * 512 * 1024;
+
+/// With inotify, how often the whole folder is listed anyway, for the changes it does not
+/// report (the target of a symlink outside the folder). Between two such scans only the
+/// files named by events are looked at, so an edit costs the same beside 1,000 other
+/// files as alone.
+pub const FULL_RESCAN: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Fingerprint {
@@ -111,6 +117,12 @@ pub struct LocalSource {
     overdue: BTreeSet<PathBuf>,
     /// Whether the first scan was done (it reads every file as it is).
     scanned: bool,
+    /// Manifests named by inotify events since the last scan.
+    dirty: BTreeSet<PathBuf>,
+    /// Whether an event asks for the whole folder to be listed again (a `..data` swap).
+    rescan_all: bool,
+    /// When the whole folder was last listed.
+    last_full: Option<Instant>,
 }
 
 /// Whether the name is one of a manifest (the caller checks that it is a file).
@@ -156,6 +168,9 @@ impl LocalSource {
             unsettled: BTreeSet::new(),
             overdue: BTreeSet::new(),
             scanned: false,
+            dirty: BTreeSet::new(),
+            rescan_all: false,
+            last_full: None,
         }
     }
 
@@ -172,15 +187,29 @@ impl LocalSource {
         }
     }
 
-    /// Takes the write events queued since the last call.
+    /// Takes the events queued since the last call: write events feed the settling, and
+    /// the manifests they name are looked at again by the next scan.
     fn observe_events(&mut self, now: Instant) {
         let Some(watch) = &mut self.watch else { return };
         for event in watch.drain() {
-            if event == Event::Overflow {
-                tracing::warn!(dir = %self.dir.display(), "lost track of the config folder's writers (inotify queue overflow or watch removed); from now on a changed file is read once unchanged for {} ms", super::settle::QUIET.as_millis());
-                self.watch = None;
-                self.settling.observe(event, now);
-                return;
+            let path = match &event {
+                Event::Written(p) | Event::Done(p) | Event::Touched(p) => p,
+                Event::Overflow => {
+                    tracing::warn!(dir = %self.dir.display(), "lost track of the config folder's writers (inotify queue overflow or watch removed); from now on a changed file is read once unchanged for {} ms", super::settle::QUIET.as_millis());
+                    self.watch = None;
+                    self.settling.observe(event, now);
+                    return;
+                }
+            };
+            if is_manifest_name(path) {
+                self.dirty.insert(path.clone());
+            } else if path
+                .file_name()
+                .is_some_and(|n| n.as_encoded_bytes().starts_with(b".."))
+            {
+                // The kubelet's atomic writer (a mounted ConfigMap or Secret) swaps its
+                // `..data` symlink: every file behind it may have changed.
+                self.rescan_all = true;
             }
             self.settling.observe(event, now);
         }
@@ -220,51 +249,48 @@ impl LocalSource {
     }
 
     /// [`Self::scan`] at `now`.
+    ///
+    /// With inotify, a scan looks only at the files named by events since the last one
+    /// (and those still being written); the whole folder is listed at start, after a
+    /// `..data` swap, and every [`FULL_RESCAN`] for what inotify does not report (the
+    /// target of a symlink outside the folder changed). Without inotify every scan lists
+    /// the folder.
     pub fn scan_at(&mut self, now: Instant) -> std::io::Result<bool> {
-        let mut present = BTreeSet::new();
+        self.observe_events(now);
+        let full = !self.scanned
+            || self.watch.is_none()
+            || self.rescan_all
+            || self
+                .last_full
+                .is_none_or(|at| now.saturating_duration_since(at) >= FULL_RESCAN);
+        if full {
+            self.full_scan(now)
+        } else {
+            Ok(self.targeted_scan(now))
+        }
+    }
+
+    /// Lists the folder and looks at every manifest in it.
+    fn full_scan(&mut self, now: Instant) -> std::io::Result<bool> {
+        let entries = std::fs::read_dir(&self.dir)?;
+        self.dirty.clear();
+        self.rescan_all = false;
+        self.last_full = Some(now);
+        let mut present = HashSet::new();
         let mut unsettled = BTreeSet::new();
         let mut changed = false;
-        self.observe_events(now);
-        for entry in std::fs::read_dir(&self.dir)? {
+        for entry in entries {
             let path = entry?.path();
             if !is_manifest_name(&path) {
                 continue;
             }
             // One `stat` per file and scan (symlinks followed, e.g. a mounted ConfigMap).
-            let read = match std::fs::metadata(&path) {
-                Ok(meta) if meta.is_dir() => continue,
-                Ok(meta) => {
-                    let fp = fingerprint(&meta);
-                    if self
-                        .files
-                        .get(&path)
-                        .is_some_and(|f| f.fingerprint.as_ref() == Some(&fp))
-                    {
-                        present.insert(path);
-                        continue;
-                    }
-                    present.insert(path.clone());
-                    if !self.settled(&path, &fp, now) {
-                        unsettled.insert(path);
-                        continue;
-                    }
-                    let token = self.settling.before_read(&path);
-                    let read = read_manifest(&path, &meta);
-                    self.observe_events(now);
-                    if !self.overdue.contains(&path) && !self.settling.unchanged_since(&path, token)
-                    {
-                        // Written while it was read: read again once settled.
-                        unsettled.insert(path);
-                        continue;
-                    }
-                    self.settling.forget(&path);
-                    self.overdue.remove(&path);
-                    (Some(fp), read)
-                }
-                Err(e) => (None, Err(format!("cannot read the file: {e}"))),
-            };
-            present.insert(path.clone());
-            changed |= self.update(path, read);
+            let meta = std::fs::metadata(&path);
+            if meta.as_ref().is_ok_and(std::fs::Metadata::is_dir) {
+                continue;
+            }
+            changed |= self.look_at(&path, meta, now, &mut unsettled);
+            present.insert(path);
         }
         let before = self.files.len();
         self.files.retain(|p, _| present.contains(p));
@@ -274,6 +300,79 @@ impl LocalSource {
         self.unsettled = unsettled;
         self.scanned = true;
         Ok(changed || self.files.len() != before)
+    }
+
+    /// Looks only at the files events named since the last scan, and those still being
+    /// written.
+    fn targeted_scan(&mut self, now: Instant) -> bool {
+        let mut paths = std::mem::take(&mut self.dirty);
+        paths.extend(self.unsettled.iter().cloned());
+        let mut unsettled: BTreeSet<PathBuf> = self
+            .unsettled
+            .iter()
+            .filter(|p| !paths.contains(*p))
+            .cloned()
+            .collect();
+        let mut changed = false;
+        for path in paths {
+            let meta = std::fs::metadata(&path);
+            let present = match &meta {
+                Ok(meta) => !meta.is_dir(),
+                // A dangling symlink is still an entry of the folder (reported).
+                Err(_) => std::fs::symlink_metadata(&path).is_ok(),
+            };
+            if present {
+                changed |= self.look_at(&path, meta, now, &mut unsettled);
+            } else {
+                changed |= self.files.remove(&path).is_some();
+                self.settling.remove(&path);
+                self.overdue.remove(&path);
+            }
+        }
+        changed |= unsettled != self.unsettled;
+        self.unsettled = unsettled;
+        changed
+    }
+
+    /// Looks at one manifest of the folder (`meta`: its `stat`): reads it when its
+    /// fingerprint changed and it has settled, or adds it to `unsettled`. Returns whether
+    /// its content or problem changed.
+    fn look_at(
+        &mut self,
+        path: &Path,
+        meta: std::io::Result<std::fs::Metadata>,
+        now: Instant,
+        unsettled: &mut BTreeSet<PathBuf>,
+    ) -> bool {
+        let read = match meta {
+            Ok(meta) => {
+                let fp = fingerprint(&meta);
+                if self
+                    .files
+                    .get(path)
+                    .is_some_and(|f| f.fingerprint.as_ref() == Some(&fp))
+                {
+                    return false;
+                }
+                if !self.settled(path, &fp, now) {
+                    unsettled.insert(path.to_path_buf());
+                    return false;
+                }
+                let token = self.settling.before_read(path);
+                let read = read_manifest(path, &meta);
+                self.observe_events(now);
+                if !self.overdue.contains(path) && !self.settling.unchanged_since(path, token) {
+                    // Written while it was read: read again once settled.
+                    unsettled.insert(path.to_path_buf());
+                    return false;
+                }
+                self.settling.forget(path);
+                self.overdue.remove(path);
+                (Some(fp), read)
+            }
+            Err(e) => (None, Err(format!("cannot read the file: {e}"))),
+        };
+        self.update(path.to_path_buf(), read)
     }
 
     /// Records what reading `path` gave; returns whether its content or problem changed.
@@ -343,7 +442,9 @@ impl LocalSource {
         for (path, doc) in parsed {
             match doc {
                 Parsed::Config { key, config } => {
-                    if let Some(key) = key {
+                    if let Some(key) = key
+                        && out.file_errors.contains_key(path)
+                    {
                         out.files
                             .entry(key.clone())
                             .or_insert_with(|| path.to_path_buf());
@@ -382,7 +483,8 @@ pub struct Manifests {
     /// `kind: EnvoyConfig` documents that are not valid EnvoyConfigs, with why: their
     /// last good state is kept rather than treated as deleted.
     pub invalid_configs: BTreeMap<Key, String>,
-    /// The file each EnvoyConfig (valid or not) is defined in.
+    /// The file each EnvoyConfig (valid or not) is defined in, for the files that cannot
+    /// be used now (those of [`Self::file_errors`]; it is only needed to report them).
     pub files: BTreeMap<Key, PathBuf>,
     /// Files that cannot be used now (their last good content is), with why.
     pub file_errors: BTreeMap<PathBuf, String>,
@@ -588,6 +690,63 @@ mod tests {
         assert_eq!(resources(&source), [1], "read although still open");
         assert!(source.file_errors().is_empty());
         drop(writer);
+    }
+
+    #[test]
+    fn between_full_rescans_only_the_files_events_name_are_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("b.yaml");
+        write(&target, &ec("b", 1));
+        std::os::unix::fs::symlink(&target, dir.path().join("b.yaml")).unwrap();
+        write(&dir.path().join("a.yaml"), &two_listeners("a"));
+        let mut source = LocalSource::new(dir.path());
+        let t0 = Instant::now();
+        assert!(source.scan_at(t0).unwrap());
+        assert_eq!(resources(&source), [2, 1]);
+        let soon = t0 + std::time::Duration::from_millis(100);
+
+        // An edit and a deletion in the folder are seen at once.
+        write(&dir.path().join("a.yaml"), &ec("a", 1));
+        assert!(source.scan_at(soon).unwrap());
+        assert_eq!(resources(&source), [1, 1]);
+
+        // The target of a symlink outside the folder changes without an event in it:
+        // found by the next full rescan only.
+        write(&target, &two_listeners("b"));
+        assert!(!source.scan_at(soon).unwrap(), "not listed between rescans");
+        assert_eq!(resources(&source), [1, 1]);
+        assert!(source.scan_at(t0 + FULL_RESCAN).unwrap());
+        assert_eq!(resources(&source), [1, 2]);
+
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        let soon = t0 + FULL_RESCAN + std::time::Duration::from_millis(100);
+        assert!(source.scan_at(soon).unwrap());
+        assert_eq!(names(&source), ["b"]);
+    }
+
+    #[test]
+    fn a_configmap_data_swap_is_seen_at_once() {
+        // The kubelet's atomic writer: `a.yaml -> ..data/a.yaml`, `..data -> ..v1`, and an
+        // update writes `..v2`, then renames a new `..data_tmp -> ..v2` over `..data`.
+        let dir = tempfile::tempdir().unwrap();
+        let version = |v: &str, text: &str| {
+            std::fs::create_dir(dir.path().join(v)).unwrap();
+            std::fs::write(dir.path().join(v).join("a.yaml"), text).unwrap();
+        };
+        version("..v1", &two_listeners("a"));
+        std::os::unix::fs::symlink("..v1", dir.path().join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/a.yaml", dir.path().join("a.yaml")).unwrap();
+        let mut source = LocalSource::new(dir.path());
+        let t0 = Instant::now();
+        assert!(source.scan_at(t0).unwrap());
+        assert_eq!(resources(&source), [2]);
+        version("..v2", &ec("a", 1));
+        std::os::unix::fs::symlink("..v2", dir.path().join("..data_tmp")).unwrap();
+        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+        let soon = t0 + std::time::Duration::from_millis(100);
+        assert!(source.scan_at(soon).unwrap());
+        assert_eq!(resources(&source), [1]);
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub enum Event {
     /// Closed by a writer, or renamed into the folder (`IN_CLOSE_WRITE`, `IN_MOVED_TO`):
     /// the write is over.
     Done(PathBuf),
+    /// Deleted, renamed away or its attributes changed (`IN_DELETE`, `IN_MOVED_FROM`,
+    /// `IN_ATTRIB`): nothing about writers, but the entry is to be looked at again.
+    Touched(PathBuf),
     /// Events were lost (`IN_Q_OVERFLOW`), or the watch is gone (`IN_IGNORED`: the folder
     /// was deleted or moved): nothing is known about writers any more.
     Overflow,
@@ -91,6 +94,7 @@ impl Settling {
                 *self.writes.entry(path.clone()).or_default() += 1;
                 self.writing.remove(&path);
             }
+            Event::Touched(_) => {}
             Event::Overflow => {
                 self.events = false;
                 self.writing.clear();
@@ -144,6 +148,13 @@ impl Settling {
         }
     }
 
+    /// The file is gone: forget everything about it.
+    pub fn remove(&mut self, path: &Path) {
+        self.writing.remove(path);
+        self.writes.remove(path);
+        self.quiet.remove(path);
+    }
+
     /// Forgets every file but those in `present` (the folder's current entries).
     pub fn retain(&mut self, present: impl Fn(&Path) -> bool) {
         self.writing.retain(|p, _| present(p));
@@ -167,7 +178,13 @@ impl Watch {
         let inotify = inotify::Inotify::init()?;
         inotify.watches().add(
             dir,
-            WatchMask::CREATE | WatchMask::MODIFY | WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO,
+            WatchMask::CREATE
+                | WatchMask::MODIFY
+                | WatchMask::CLOSE_WRITE
+                | WatchMask::MOVED_TO
+                | WatchMask::DELETE
+                | WatchMask::MOVED_FROM
+                | WatchMask::ATTRIB,
         )?;
         Ok(Self {
             inotify,
@@ -219,6 +236,11 @@ impl Watch {
                     out.extend(path(event.name).map(Event::Done));
                 } else if event.mask.intersects(EventMask::CREATE | EventMask::MODIFY) {
                     out.extend(path(event.name).map(Event::Written));
+                } else if event
+                    .mask
+                    .intersects(EventMask::DELETE | EventMask::MOVED_FROM | EventMask::ATTRIB)
+                {
+                    out.extend(path(event.name).map(Event::Touched));
                 }
             }
         }
@@ -303,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn the_watch_reports_writes_closes_and_renames() {
+    fn the_watch_reports_writes_closes_renames_and_deletions() {
         let dir = tempfile::tempdir().unwrap();
         let mut watch = Watch::new(dir.path()).unwrap();
         let a = dir.path().join("a.yaml");
@@ -319,7 +341,12 @@ mod tests {
         watch.drain();
         let b = dir.path().join("b.yaml");
         std::fs::rename(&tmp, &b).unwrap();
-        assert_eq!(watch.drain(), vec![Event::Done(b)]);
+        assert_eq!(
+            watch.drain(),
+            vec![Event::Touched(tmp), Event::Done(b.clone())]
+        );
         assert!(watch.drain().is_empty());
+        std::fs::remove_file(&b).unwrap();
+        assert_eq!(watch.drain(), vec![Event::Touched(b)], "a deletion");
     }
 }
