@@ -381,12 +381,14 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn spec(port: u64) -> EnvoyConfigSpec {
-        serde_json::from_value(serde_json::json!({
-            "nodeID": "kuard",
-            "resources": [{"type": "cluster", "value": {"name": format!("c{port}"), "connect_timeout": "1s"}}]
-        }))
-        .unwrap()
+    fn spec(port: u64) -> std::sync::Arc<EnvoyConfigSpec> {
+        std::sync::Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "nodeID": "kuard",
+                "resources": [{"type": "cluster", "value": {"name": format!("c{port}"), "connect_timeout": "1s"}}]
+            }))
+            .unwrap(),
+        )
     }
 
     fn snapshot() -> Snapshot {
@@ -598,9 +600,11 @@ mod tests {
         serde_json::json!({"type": "cluster", "value": {"name": name, "connect_timeout": "1s"}})
     }
 
-    fn spec_of(resources: Vec<serde_json::Value>) -> EnvoyConfigSpec {
-        serde_json::from_value(serde_json::json!({"nodeID": "kuard", "resources": resources}))
-            .unwrap()
+    fn spec_of(resources: Vec<serde_json::Value>) -> std::sync::Arc<EnvoyConfigSpec> {
+        std::sync::Arc::new(
+            serde_json::from_value(serde_json::json!({"nodeID": "kuard", "resources": resources}))
+                .unwrap(),
+        )
     }
 
     fn resolve_without_secrets(rev: &Revision) -> Resolution {

@@ -18,6 +18,7 @@
 //!   the newest untainted one below it (the rollback target).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -39,8 +40,9 @@ pub use crate::publisher::NackView;
 pub struct Revision {
     /// [`config_version`] of `spec`.
     pub version: String,
-    /// The spec this revision publishes.
-    pub spec: EnvoyConfigSpec,
+    /// The spec this revision publishes (shared with the EnvoyConfig it came from and
+    /// the served revision: one copy in memory however many hold it).
+    pub spec: Arc<EnvoyConfigSpec>,
     pub created_at: SystemTime,
     /// When it was last made the published revision.
     pub last_published_at: Option<SystemTime>,
@@ -96,7 +98,7 @@ impl Revisions {
 
     /// Makes `spec` the desired revision: a new version is added on top, a known one is
     /// moved to the top (keeping its taint). Returns its version.
-    pub fn apply(&mut self, spec: &EnvoyConfigSpec, now: SystemTime) -> String {
+    pub fn apply(&mut self, spec: &Arc<EnvoyConfigSpec>, now: SystemTime) -> String {
         let version = config_version(spec);
         if let Some(i) = self.position(&version) {
             let rev = self.revisions.remove(i);
@@ -104,7 +106,7 @@ impl Revisions {
         } else {
             self.revisions.push(Revision {
                 version: version.clone(),
-                spec: spec.clone(),
+                spec: Arc::clone(spec),
                 created_at: now,
                 last_published_at: None,
                 tainted: None,
@@ -228,12 +230,14 @@ mod tests {
     use std::collections::BTreeSet;
     use std::time::Duration;
 
-    fn spec(listener_port: u64) -> EnvoyConfigSpec {
-        serde_json::from_value(serde_json::json!({
-            "nodeID": "kuard",
-            "resources": [{"type": "listener", "value": {"name": "http", "port": listener_port}}]
-        }))
-        .unwrap()
+    fn spec(listener_port: u64) -> Arc<EnvoyConfigSpec> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "nodeID": "kuard",
+                "resources": [{"type": "listener", "value": {"name": "http", "port": listener_port}}]
+            }))
+            .unwrap(),
+        )
     }
 
     fn t(secs: u64) -> SystemTime {
@@ -256,7 +260,7 @@ mod tests {
     fn version_is_a_stable_hash_of_the_resources() {
         assert_eq!(config_version(&spec(1)), config_version(&spec(1)));
         assert_ne!(config_version(&spec(1)), config_version(&spec(2)));
-        let mut other_node = spec(1);
+        let mut other_node = EnvoyConfigSpec::clone(&spec(1));
         other_node.node_id = "other".into();
         assert_eq!(
             config_version(&spec(1)),

@@ -256,12 +256,14 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn spec(port: u64) -> EnvoyConfigSpec {
-        serde_json::from_value(serde_json::json!({
-            "nodeID": "kuard",
-            "resources": [{"type": "listener", "value": {"name": "http", "port": port}}]
-        }))
-        .unwrap()
+    fn spec(port: u64) -> std::sync::Arc<EnvoyConfigSpec> {
+        std::sync::Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "nodeID": "kuard",
+                "resources": [{"type": "listener", "value": {"name": "http", "port": port}}]
+            }))
+            .unwrap(),
+        )
     }
 
     #[test]

@@ -117,7 +117,7 @@ proptest! {
                         .rev()
                         .find(|x| x.tainted.is_none() && x.version != version)
                         .map(|x| x.version.clone());
-                    prop_assert_eq!(r.apply(&spec(*n), now(step)), version.clone());
+                    prop_assert_eq!(r.apply(&std::sync::Arc::new(spec(*n)), now(step)), version.clone());
                     model.apply(&version);
                     desired = Some(version.clone());
                     if let Some(target) = target_before {

@@ -183,7 +183,7 @@ pub fn engine(node_id: &str, ordered: &[&EnvoyConfigRevision]) -> Revisions {
         let status = ecr.status.clone().unwrap_or_default();
         revisions.revisions.push(Revision {
             version: ecr.spec.version.clone(),
-            spec: ecr.spec.config_spec(),
+            spec: std::sync::Arc::new(ecr.spec.config_spec()),
             created_at: ecr
                 .metadata
                 .creation_timestamp
@@ -386,7 +386,7 @@ pub fn plan_envoyconfig<'a>(
         .map(|e| (e.spec.version.clone(), e.name_any()))
         .collect();
     let was_top = current.last().map(|e| e.spec.version.as_str()) == Some(desired.as_str());
-    revisions.apply(&ec.spec, SystemTime::from(now));
+    revisions.apply(&std::sync::Arc::new(ec.spec.clone()), SystemTime::from(now));
 
     let applied_at = rfc3339_micros(now);
     match existing {

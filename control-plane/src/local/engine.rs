@@ -66,15 +66,15 @@ struct Tracked {
     namespace: Option<String>,
     envoy_api: String,
     /// The spec currently in the folder.
-    spec: EnvoyConfigSpec,
+    spec: Arc<EnvoyConfigSpec>,
     revisions: Revisions,
     /// The revision whose snapshot the cache holds.
     served: Option<String>,
     /// The spec of `served` (kept because a served revision may be deleted).
-    served_spec: Option<EnvoyConfigSpec>,
+    served_spec: Option<Arc<EnvoyConfigSpec>>,
     /// Restored from `--state-dir`: the revision served before the restart and its spec,
     /// served again if nothing untainted is left (so `RollbackFailed` survives a restart).
-    restore: Option<(String, EnvoyConfigSpec)>,
+    restore: Option<(String, Arc<EnvoyConfigSpec>)>,
     /// The elected revision cannot be served yet (a Secret is missing or unusable).
     waiting: Option<publisher::Waiting>,
     /// Why the folder's current content of this EnvoyConfig is not used (an invalid
@@ -93,7 +93,7 @@ struct Tracked {
 }
 
 impl Tracked {
-    fn new(namespace: Option<String>, spec: EnvoyConfigSpec) -> Self {
+    fn new(namespace: Option<String>, spec: Arc<EnvoyConfigSpec>) -> Self {
         Self {
             namespace,
             envoy_api: String::new(),
@@ -361,16 +361,19 @@ impl Engine {
         now: SystemTime,
         effects: &mut Vec<Effect>,
     ) {
+        if self
+            .configs
+            .get(&key)
+            .is_some_and(|t| unchanged(t, ec, &self.secrets))
+        {
+            return;
+        }
+        // One copy of the spec for the EnvoyConfig, its revision and the served one.
+        let spec = Arc::new(ec.spec.clone());
         let t = match self.configs.entry(key.clone()) {
-            std::collections::btree_map::Entry::Occupied(o) => {
-                let t = o.into_mut();
-                if unchanged(t, ec, &self.secrets) {
-                    return;
-                }
-                t
-            }
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
-                let mut t = Tracked::new(ec.metadata.namespace.clone(), ec.spec.clone());
+                let mut t = Tracked::new(ec.metadata.namespace.clone(), Arc::clone(&spec));
                 match self.restored.remove(&key) {
                     Some(state) if state.revisions.node_id == ec.spec.node_id => {
                         tracing::info!(envoyconfig = %source(&key), revisions = state.revisions.revisions.len(), "restored revisions from the state dir");
@@ -389,9 +392,9 @@ impl Engine {
             .and_then(|a| serde_json::to_value(a).ok())
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_else(|| "v3".to_string());
-        t.spec = ec.spec.clone();
         t.parsed = Some(Arc::clone(ec));
-        t.revisions.apply(&ec.spec, now);
+        t.revisions.apply(&spec, now);
+        t.spec = spec;
         self.unsaved.insert(key.clone());
         sync(
             t,
@@ -514,7 +517,7 @@ impl Engine {
                 namespace: &key.0,
                 name: &key.1,
                 served: t.served.as_deref(),
-                served_spec: t.served_spec.as_ref(),
+                served_spec: t.served_spec.as_deref(),
                 revisions: &t.revisions,
             };
             let json = match serde_json::to_string_pretty(&state) {
@@ -567,7 +570,7 @@ fn unchanged(t: &Tracked, ec: &Arc<EnvoyConfig>, secrets: &ManifestSecrets) -> b
         Some(parsed) => Arc::ptr_eq(parsed, ec),
         None => false,
     };
-    (same || (t.spec == ec.spec && t.namespace == ec.metadata.namespace))
+    (same || (*t.spec == ec.spec && t.namespace == ec.metadata.namespace))
         && t.reads
             .as_ref()
             .is_some_and(|reads| reads.unchanged_in(&secrets.for_namespace(t.namespace.as_deref())))

@@ -59,9 +59,10 @@ fn fingerprint(m: &std::fs::Metadata) -> Fingerprint {
 struct FileState {
     /// `None` while the entry cannot be stat'ed (a dangling symlink, a loop).
     fingerprint: Option<Fingerprint>,
-    /// The documents of the last successful parse.
-    docs: Vec<Value>,
-    /// What each of `docs` defines, parsed once when the file changes (a change elsewhere
+    /// [`digest`] of the documents of the last successful parse (the documents are not
+    /// kept: their tree is ten times the file's size).
+    digest: Option<u64>,
+    /// What each document defines, parsed once when the file changes (a change elsewhere
     /// in the folder never parses this file again).
     parsed: Vec<Parsed>,
     /// Why the current content is not used (its last good content is), if so.
@@ -383,18 +384,20 @@ impl LocalSource {
     ) -> bool {
         let state = self.files.entry(path.clone()).or_insert(FileState {
             fingerprint: None,
-            docs: Vec::new(),
+            digest: None,
             parsed: Vec::new(),
             error: None,
         });
         state.fingerprint = fingerprint;
         match read {
             Ok(docs) => {
-                let changed = state.docs != docs || state.error.is_some();
-                if state.docs != docs {
+                let digest = digest(&docs);
+                let same = state.digest == Some(digest);
+                let changed = !same || state.error.is_some();
+                if !same {
                     state.parsed = docs.iter().map(parse).collect();
+                    state.digest = Some(digest);
                 }
-                state.docs = docs;
                 state.error = None;
                 changed
             }
@@ -490,6 +493,19 @@ pub struct Manifests {
     pub file_errors: BTreeMap<PathBuf, String>,
 }
 
+/// A digest of a file's documents: equal for the same documents, whatever the file's
+/// formatting or comments (then nothing is parsed again or re-published).
+fn digest(docs: &[Value]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for doc in docs {
+        // A `Value` serialises the same way each time (its maps are sorted).
+        h.write(doc.to_string().as_bytes());
+        h.write_u8(0);
+    }
+    h.finish()
+}
+
 /// Reads one manifest file (`meta` is its `stat`) into its documents, or why it cannot be
 /// used.
 fn read_manifest(path: &Path, meta: &std::fs::Metadata) -> Result<Vec<Value>, String> {
@@ -553,6 +569,10 @@ mod tests {
         );
         assert!(!Arc::ptr_eq(&before[1], &after[1]), "b.yaml is");
         assert_ne!(before[1], after[1]);
+        // The same documents written differently: nothing changed, nothing parsed.
+        write(&dir.path().join("b.yaml"), &format!("# a comment\n{}", ec("b", 2)));
+        assert!(!source.scan().unwrap());
+        assert!(Arc::ptr_eq(&after[1], &source.manifests().configs[1]));
     }
 
     #[test]

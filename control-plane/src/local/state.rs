@@ -19,7 +19,7 @@ pub struct StateFile {
     #[serde(default)]
     pub served: Option<String>,
     #[serde(default)]
-    pub served_spec: Option<EnvoyConfigSpec>,
+    pub served_spec: Option<std::sync::Arc<EnvoyConfigSpec>>,
     pub revisions: Revisions,
 }
 
