@@ -11,10 +11,11 @@ use super::folder::{Key, LocalSource};
 use super::state;
 use crate::status::StatusReport;
 
-/// How often the folder is re-scanned. A scan only lists the folder and `stat`s its
-/// manifests (files are re-read only when their fingerprint changes), a few tens of µs
-/// for a typical folder, so it can run often: an edit waits 0–50 ms to be noticed
-/// (200 ms before; that wait was a fifth of the 10,000-stream fan-out budget).
+/// How often the folder is scanned without an inotify wake-up. With inotify such a scan
+/// looks only at files still being written (the whole folder is listed every
+/// [`super::folder::FULL_RESCAN`]); without it, it lists the folder and `stat`s every
+/// manifest (files are re-read only when their fingerprint changes), so an edit waits
+/// 0–50 ms to be noticed.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the NACK statistics are checked for a taint verdict.
 pub const EVALUATE_INTERVAL: Duration = Duration::from_millis(250);
