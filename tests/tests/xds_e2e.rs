@@ -128,24 +128,29 @@ async fn serves_direct_response(api: ApiType) {
     wait_body(&mut envoy, localhost(port), "Hello from marin3r-rs\n").await;
 
     // The stream is counted under its node and API flavour, and Envoy ACKed the
-    // listener under its pod name.
-    let text = xds.metrics_text().await.must();
-    let streams = metric_sum(
-        &text,
-        "marin3r_xdss_streams",
-        &[("node_id", &node), ("api", api.as_str())],
-    );
-    assert_eq!(streams, 1.0, "{text}");
+    // listener under its pod name. Envoy may serve the listener before its ACK reaches
+    // the server: wait for the ACK.
     let pod = pod_name(&node);
     let labels = [
         ("node_id", node.as_str()),
         ("resource_type", "listener"),
         ("pod_name", pod.as_str()),
     ];
-    assert!(
-        metric_sum(&text, "marin3r_xdss_discovery_ack_total", &labels) >= 1.0,
-        "{text}"
+    let text = eventually(&mut envoy, "the listener ACK counted", CONVERGE, || async {
+        let text = xds.metrics_text().await?;
+        if metric_sum(&text, "marin3r_xdss_discovery_ack_total", &labels) >= 1.0 {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let streams = metric_sum(
+        &text,
+        "marin3r_xdss_streams",
+        &[("node_id", &node), ("api", api.as_str())],
     );
+    assert_eq!(streams, 1.0, "{text}");
     assert_eq!(
         metric_sum(&text, "marin3r_xdss_discovery_nack_total", &labels),
         0.0,

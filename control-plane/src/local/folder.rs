@@ -570,7 +570,10 @@ mod tests {
         assert!(!Arc::ptr_eq(&before[1], &after[1]), "b.yaml is");
         assert_ne!(before[1], after[1]);
         // The same documents written differently: nothing changed, nothing parsed.
-        write(&dir.path().join("b.yaml"), &format!("# a comment\n{}", ec("b", 2)));
+        write(
+            &dir.path().join("b.yaml"),
+            &format!("# a comment\n{}", ec("b", 2)),
+        );
         assert!(!source.scan().unwrap());
         assert!(Arc::ptr_eq(&after[1], &source.manifests().configs[1]));
     }
