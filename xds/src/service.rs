@@ -236,8 +236,16 @@ impl AdsService {
                 };
                 stats.record_stream(node.as_ref(), &mut counters, &outcome.events);
                 for response in outcome.responses {
+                    // A free slot (the usual case) takes the response without arming the
+                    // send timeout's timer: one timer per response was measurable in a
+                    // fan-out to 10,000 streams.
+                    let item = match tx.try_send(Box::new(Ok(response))) {
+                        Ok(()) => continue,
+                        Err(mpsc::error::TrySendError::Closed(_)) => break 'stream,
+                        Err(mpsc::error::TrySendError::Full(item)) => item,
+                    };
                     let sent = tokio::select! {
-                        sent = tx.send_timeout(Box::new(Ok(response)), send_timeout) => sent,
+                        sent = tx.send_timeout(item, send_timeout) => sent,
                         () = closing(&mut stopping, &drain, drain_time, &mut close_at) => {
                             let _ = tx.try_send(Box::new(Err(Status::unavailable(SHUTTING_DOWN))));
                             break 'stream;
