@@ -12,8 +12,9 @@
 //! expects a base64 string.
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod};
 
@@ -173,7 +174,7 @@ pub struct Response {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch_type: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub patch: Option<String>,
+    pub patch: Option<Base64Patch>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
 }
@@ -186,6 +187,58 @@ pub struct Status {
     pub code: u16,
     pub reason: String,
     pub message: String,
+}
+
+/// The base64 `patch` of a [`Response`], held as the JSON string it is written as: base64
+/// never needs escaping, so the response is serialised without scanning the patch again.
+#[derive(Debug, Clone)]
+pub struct Base64Patch(Box<RawValue>);
+
+impl Base64Patch {
+    /// The base64 encoding of `patch` (the JSON patch bytes).
+    pub fn encode(patch: &[u8]) -> Result<Self, serde_json::Error> {
+        let engine = &base64::engine::general_purpose::STANDARD;
+        let len = base64::encoded_len(patch.len(), true).unwrap_or_default();
+        let mut json = String::with_capacity(len + 2);
+        json.push('"');
+        engine.encode_string(patch, &mut json);
+        json.push('"');
+        RawValue::from_string(json).map(Self)
+    }
+
+    /// The base64 text.
+    pub fn as_str(&self) -> &str {
+        let json = self.0.get();
+        json.get(1..json.len().saturating_sub(1))
+            .unwrap_or_default()
+    }
+}
+
+impl PartialEq for Base64Patch {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Serialize for Base64Patch {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Base64Patch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        {
+            return Err(serde::de::Error::custom("patch is not base64"));
+        }
+        RawValue::from_string(format!("\"{text}\""))
+            .map(Self)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 impl ReviewOut {
@@ -272,9 +325,11 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
             }
             let bytes = serde_json::to_vec(&patch)
                 .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
+            let patch = Base64Patch::encode(&bytes)
+                .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
             let mut out = ReviewOut::allow(uid);
             out.response.patch_type = Some("JSONPatch".into());
-            out.response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            out.response.patch = Some(patch);
             Ok((out, Outcome::Injected))
         }
         Err(e) => Ok((ReviewOut::deny(uid, 400, e.to_string()), Outcome::Denied)),
@@ -362,7 +417,7 @@ mod tests {
         assert_eq!(outcome, Outcome::Injected);
         assert_eq!(out.response.patch_type.as_deref(), Some("JSONPatch"));
         let raw = base64::engine::general_purpose::STANDARD
-            .decode(out.response.patch.unwrap())
+            .decode(out.response.patch.unwrap().as_str())
             .unwrap();
         let ops: Vec<Value> = serde_json::from_slice(&raw).unwrap();
         assert!(!ops.is_empty());
@@ -375,5 +430,26 @@ mod tests {
             text,
             json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "x", "allowed": true}})
         );
+    }
+
+    #[test]
+    fn base64_patch_is_a_json_string_both_ways() {
+        let raw = br#"[{"op":"remove","path":"/spec/a~1b"}]"#;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(raw);
+        let patch = Base64Patch::encode(raw).unwrap();
+        assert_eq!(patch.as_str(), b64);
+        let mut out = ReviewOut::allow("x".into());
+        out.response.patch_type = Some("JSONPatch".into());
+        out.response.patch = Some(patch);
+        let bytes = serde_json::to_vec(&out).unwrap();
+        let want = json!({"apiVersion": API_VERSION, "kind": KIND, "response": {
+            "uid": "x", "allowed": true, "patchType": "JSONPatch", "patch": b64}});
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), want);
+        assert_eq!(serde_json::to_value(&out).unwrap(), want);
+        let back: ReviewOut = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, out);
+        // Only base64 text is read back as a patch.
+        assert!(serde_json::from_value::<Base64Patch>(json!("a\"b")).is_err());
+        assert!(serde_json::from_value::<Base64Patch>(json!("a\u{0}")).is_err());
     }
 }
