@@ -129,7 +129,13 @@ impl AdmissionRequest {
 /// `apiVersion: admission.k8s.io/v1`, `kind: AdmissionReview` and a request with a uid.
 /// Shared by every admission path.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest, BadRequest> {
-    let input: ReviewIn = serde_json::from_slice(body)
+    // Checking UTF-8 once for the whole body is cheaper than for every string in it; a
+    // body that is not UTF-8 is read as bytes for serde_json's own error.
+    let input: Result<ReviewIn, _> = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    };
+    let input = input
         .map_err(|e| BadRequest(format!("body is not an AdmissionReview JSON object: {e}")))?;
     if input.api_version.as_deref() != Some(API_VERSION) || input.kind.as_deref() != Some(KIND) {
         return Err(BadRequest(format!(
@@ -382,6 +388,18 @@ mod tests {
             let err = mutate(&b, &d).unwrap_err();
             assert!(err.0.contains(msg), "{err} should contain {msg}");
         }
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_gets_serde_jsons_error() {
+        let mut b = body(pod_review(json!({"metadata": {"name": "p"}})));
+        let at = b.windows(3).position(|w| w == b"\"p\"").unwrap() + 1;
+        b[at] = 0xff;
+        let err = mutate(&b, &Defaults::default()).unwrap_err();
+        let want = serde_json::from_slice::<Value>(&b).unwrap_err().to_string();
+        assert!(err.0.contains("not an AdmissionReview JSON"), "{err}");
+        assert!(err.0.ends_with(&want), "{err} should end with {want}");
+        assert!(want.contains("invalid unicode"), "{want}");
     }
 
     #[test]
