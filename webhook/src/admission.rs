@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod};
+use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod_as};
 
 /// The only AdmissionReview version the webhook speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -319,17 +319,19 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
     };
     strip_managed_fields(&mut pod);
 
-    match plan_pod(&pod, request.namespace.as_deref(), defaults) {
+    // The added objects are serialised once, straight into the patch's JSON text.
+    match plan_pod_as::<Box<RawValue>>(&pod, request.namespace.as_deref(), defaults) {
         Ok(Plan::Skipped(reason)) => Ok((
             ReviewOut::allow(uid),
             Outcome::Skipped(Skip::Sidecar(reason)),
         )),
         Ok(Plan::Inject(injection)) => {
-            let patch = injection.into_patch();
-            if patch.0.is_empty() {
+            let patch = injection.patch();
+            if patch.is_empty() {
                 return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Unchanged)));
             }
-            let bytes = serde_json::to_vec(&patch)
+            let bytes = patch
+                .to_json()
                 .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
             let patch = Base64Patch::encode(&bytes)
                 .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
