@@ -649,7 +649,8 @@ impl<F: Added> Injection<'_, F> {
                 ops.push(add(&["spec", key, "-"], OpValue::Added(entry)));
             }
         }
-        let original_grace = self.pod.pointer("/spec/terminationGracePeriodSeconds");
+        let at = |parent: &str, key: &str| self.pod.get(parent).and_then(|p| p.get(key));
+        let original_grace = at("spec", "terminationGracePeriodSeconds");
         match self.grace {
             GraceEdit::Set(v) if original_grace != Some(&Value::from(v)) => {
                 ops.push(add(
@@ -662,7 +663,7 @@ impl<F: Added> Injection<'_, F> {
             }
             _ => {}
         }
-        match self.pod.pointer("/metadata/annotations") {
+        match at("metadata", "annotations") {
             Some(Value::Object(a)) => {
                 if a.get(SIDECAR_STATUS).and_then(Value::as_str) != Some(self.status.as_str()) {
                     ops.push(add(

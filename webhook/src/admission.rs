@@ -12,7 +12,7 @@
 //! expects a base64 string.
 
 use base64::Engine as _;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -195,40 +195,21 @@ pub struct Status {
     pub message: String,
 }
 
-/// The base64 `patch` of a [`Response`], held as the JSON string it is written as: base64
-/// never needs escaping, so the response is serialised without scanning the patch again.
-#[derive(Debug, Clone)]
-pub struct Base64Patch(Box<RawValue>);
+/// The base64 `patch` of a [`Response`]. It only ever holds base64 text, which never
+/// needs escaping in JSON: [`ReviewOut::to_json`] writes it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Base64Patch(String);
 
 impl Base64Patch {
     /// The base64 encoding of `patch` (the JSON patch bytes).
-    pub fn encode(patch: &[u8]) -> Result<Self, serde_json::Error> {
-        let engine = &base64::engine::general_purpose::STANDARD;
-        let len = base64::encoded_len(patch.len(), true).unwrap_or_default();
-        let mut json = String::with_capacity(len + 2);
-        json.push('"');
-        engine.encode_string(patch, &mut json);
-        json.push('"');
-        RawValue::from_string(json).map(Self)
+    pub fn encode(patch: &[u8]) -> Self {
+        Self(base64::engine::general_purpose::STANDARD.encode(patch))
     }
 
     /// The base64 text.
     pub fn as_str(&self) -> &str {
-        let json = self.0.get();
-        json.get(1..json.len().saturating_sub(1))
-            .unwrap_or_default()
-    }
-}
-
-impl PartialEq for Base64Patch {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Serialize for Base64Patch {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        &self.0
     }
 }
 
@@ -241,9 +222,7 @@ impl<'de> Deserialize<'de> for Base64Patch {
         {
             return Err(serde::de::Error::custom("patch is not base64"));
         }
-        RawValue::from_string(format!("\"{text}\""))
-            .map(Self)
-            .map_err(serde::de::Error::custom)
+        Ok(Self(text))
     }
 }
 
@@ -254,6 +233,41 @@ impl ReviewOut {
             kind: KIND.into(),
             response,
         }
+    }
+
+    /// The review as JSON: exactly what `serde_json::to_vec` writes, but the base64 patch
+    /// is copied in as it is instead of being scanned for characters to escape. Every
+    /// field of [`ReviewOut`] and [`Response`] is written here, in declaration order.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let r = &self.response;
+        let patch = r.patch.as_ref().map_or(0, |p| p.0.len());
+        let mut out = Vec::with_capacity(patch + 256);
+        out.extend_from_slice(b"{\"apiVersion\":");
+        serde_json::to_writer(&mut out, &self.api_version)?;
+        out.extend_from_slice(b",\"kind\":");
+        serde_json::to_writer(&mut out, &self.kind)?;
+        out.extend_from_slice(b",\"response\":{\"uid\":");
+        serde_json::to_writer(&mut out, &r.uid)?;
+        out.extend_from_slice(if r.allowed {
+            b",\"allowed\":true"
+        } else {
+            b",\"allowed\":false"
+        });
+        if let Some(patch_type) = &r.patch_type {
+            out.extend_from_slice(b",\"patchType\":");
+            serde_json::to_writer(&mut out, patch_type)?;
+        }
+        if let Some(patch) = &r.patch {
+            out.extend_from_slice(b",\"patch\":\"");
+            out.extend_from_slice(patch.0.as_bytes());
+            out.push(b'"');
+        }
+        if let Some(status) = &r.status {
+            out.extend_from_slice(b",\"status\":");
+            serde_json::to_writer(&mut out, status)?;
+        }
+        out.extend_from_slice(b"}}");
+        Ok(out)
     }
 
     /// Allowed, unchanged.
@@ -333,8 +347,7 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
             let bytes = patch
                 .to_json()
                 .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
-            let patch = Base64Patch::encode(&bytes)
-                .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
+            let patch = Base64Patch::encode(&bytes);
             let mut out = ReviewOut::allow(uid);
             out.response.patch_type = Some("JSONPatch".into());
             out.response.patch = Some(patch);
@@ -456,18 +469,27 @@ mod tests {
     fn base64_patch_is_a_json_string_both_ways() {
         let raw = br#"[{"op":"remove","path":"/spec/a~1b"}]"#;
         let b64 = base64::engine::general_purpose::STANDARD.encode(raw);
-        let patch = Base64Patch::encode(raw).unwrap();
+        let patch = Base64Patch::encode(raw);
         assert_eq!(patch.as_str(), b64);
         let mut out = ReviewOut::allow("x".into());
         out.response.patch_type = Some("JSONPatch".into());
         out.response.patch = Some(patch);
-        let bytes = serde_json::to_vec(&out).unwrap();
+        let bytes = out.to_json().unwrap();
+        assert_eq!(bytes, serde_json::to_vec(&out).unwrap());
         let want = json!({"apiVersion": API_VERSION, "kind": KIND, "response": {
             "uid": "x", "allowed": true, "patchType": "JSONPatch", "patch": b64}});
         assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), want);
         assert_eq!(serde_json::to_value(&out).unwrap(), want);
         let back: ReviewOut = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(back, out);
+        // Every shape of answer is written as serde writes it.
+        for out in [
+            ReviewOut::allow("a\"\u{1}é".into()),
+            ReviewOut::deny("u".into(), 403, "no \"way\"\n".into()),
+            ReviewOut::deny("u".into(), 400, String::new()),
+        ] {
+            assert_eq!(out.to_json().unwrap(), serde_json::to_vec(&out).unwrap());
+        }
         // Only base64 text is read back as a patch.
         assert!(serde_json::from_value::<Base64Patch>(json!("a\"b")).is_err());
         assert!(serde_json::from_value::<Base64Patch>(json!("a\u{0}")).is_err());

@@ -105,7 +105,7 @@ fn respond<O>(result: Result<(ReviewOut, O), BadRequest>) -> Response {
                 &json!({"error": message, "code": 400}),
             )
         }
-        Ok((out, _)) => match serde_json::to_vec(&out) {
+        Ok((out, _)) => match out.to_json() {
             Ok(body) => bytes_response(StatusCode::OK, body),
             Err(e) => json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
