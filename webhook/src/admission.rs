@@ -204,7 +204,11 @@ pub struct Base64Patch(String);
 impl Base64Patch {
     /// The base64 encoding of `patch` (the JSON patch bytes).
     pub fn encode(patch: &[u8]) -> Self {
-        Self(base64::engine::general_purpose::STANDARD.encode(patch))
+        // Into a String of the right size: `Engine::encode` zero-fills its buffer first.
+        let len = base64::encoded_len(patch.len(), true).unwrap_or_default();
+        let mut text = String::with_capacity(len);
+        base64::engine::general_purpose::STANDARD.encode_string(patch, &mut text);
+        Self(text)
     }
 
     /// The base64 text.
