@@ -34,7 +34,7 @@ fn main() -> Result<()> {
             for _ in 0..n {
                 let (out, _) = marin3r_webhook::admission::mutate(black_box(&body), &defaults)
                     .map_err(|e| anyhow::anyhow!("admission: {e}"))?;
-                black_box(serde_json::to_vec(&out)?);
+                black_box(out.to_json()?);
             }
         }
         other => bail!("unknown core {other:?}: injection or review"),

@@ -53,7 +53,7 @@ pub fn admission_review(run_for: Duration) -> Result<Duration> {
     time_per_op(run_for, || {
         let (out, _) = marin3r_webhook::admission::mutate(black_box(&body), &defaults)
             .map_err(|e| anyhow!("admission: {e}"))?;
-        black_box(serde_json::to_vec(&out)?);
+        black_box(out.to_json()?);
         Ok(())
     })
 }

@@ -7,9 +7,12 @@
 //! The patch names only the paths injection edits, so such fields are never touched.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, jsonptr};
-use serde::{Deserialize, Serialize};
+use serde::ser::{SerializeSeq as _, SerializeStruct as _};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::Error;
@@ -140,6 +143,38 @@ fn to_value<T: Serialize>(t: &T) -> Result<Value, Error> {
     serde_json::to_value(t).map_err(Error::Serialize)
 }
 
+/// How an [`Injection`] holds the objects it adds (the generated containers and volumes):
+/// as `Value` trees, for [`Injection::into_pod`] and [`Injection::into_patch`], or
+/// serialised once as JSON text (`Box<RawValue>`), for an admission response that only
+/// writes the patch out ([`InjectionPatch::to_json`]). Both forms come from the same
+/// generated objects and give the same patch.
+pub trait Added: Serialize + fmt::Debug + Sized {
+    /// A generated object in this form.
+    fn from_generated<T: Serialize>(t: &T) -> Result<Self, Error>;
+    /// Whether this object is exactly `original` (an entry of the Pod).
+    fn is(&self, original: &Value) -> bool;
+}
+
+impl Added for Value {
+    fn from_generated<T: Serialize>(t: &T) -> Result<Self, Error> {
+        to_value(t)
+    }
+
+    fn is(&self, original: &Value) -> bool {
+        self == original
+    }
+}
+
+impl Added for Box<RawValue> {
+    fn from_generated<T: Serialize>(t: &T) -> Result<Self, Error> {
+        serde_json::value::to_raw_value(t).map_err(Error::Serialize)
+    }
+
+    fn is(&self, original: &Value) -> bool {
+        serde_json::from_str::<Value>(self.get()).is_ok_and(|v| v == *original)
+    }
+}
+
 /// The lists of `spec` injection edits, in the order it edits them.
 const LISTS: [&str; 3] = ["containers", "initContainers", "volumes"];
 const CONTAINERS: usize = 0;
@@ -147,8 +182,8 @@ const INIT_CONTAINERS: usize = 1;
 const VOLUMES: usize = 2;
 
 /// What injection does to one list of the Pod's spec.
-#[derive(Debug, Default)]
-struct ListEdit<'a> {
+#[derive(Debug)]
+struct ListEdit<'a, F> {
     /// The list as it is in the Pod (empty when absent or `null`).
     original: &'a [Value],
     /// Whether `spec[key]` is a list in the Pod (absent and `null` are not).
@@ -159,17 +194,18 @@ struct ListEdit<'a> {
     /// (`None`: no `lifecycle`), by original index.
     lifecycle: BTreeMap<usize, Option<Value>>,
     /// The entries injection appends.
-    appended: Vec<Value>,
+    appended: Vec<F>,
 }
 
-impl<'a> ListEdit<'a> {
+impl<'a, F: Added> ListEdit<'a, F> {
     fn new(spec: &'a Map<String, Value>, key: &str) -> Result<Self, Error> {
         let (original, present) = list(spec, key)?;
         Ok(Self {
             original,
             present,
             removed: vec![false; original.len()],
-            ..Self::default()
+            lifecycle: BTreeMap::new(),
+            appended: Vec::new(),
         })
     }
 
@@ -205,7 +241,7 @@ impl<'a> ListEdit<'a> {
         let reused = self.original[start..]
             .iter()
             .zip(&self.appended)
-            .take_while(|(a, b)| a == b)
+            .take_while(|(a, b)| b.is(a))
             .count();
         (start, reused)
     }
@@ -221,22 +257,23 @@ enum GraceEdit {
 
 /// The result of [`plan_pod`].
 #[derive(Debug)]
-pub enum Plan<'a> {
+pub enum Plan<'a, F = Value> {
     /// Nothing to do; the Pod is allowed unchanged.
     Skipped(SkipReason),
     /// What injection changes in the Pod.
-    Inject(Box<Injection<'a>>),
+    Inject(Box<Injection<'a, F>>),
 }
 
 /// What injecting the sidecar changes in a Pod, decided without copying the Pod: the
 /// objects an earlier injection added are removed ([`SidecarStatus`]), the recorded Pod
 /// changes undone, the new objects appended, the grace period and preStop hooks set, and
-/// the status annotation written. [`Injection::into_patch`] is the JSON patch for an admission
+/// the status annotation written. [`Injection::patch`] is the JSON patch for an admission
 /// response; [`Injection::into_pod`] the injected Pod. Both come from the same edits.
+/// `F` is how the added objects are held ([`Added`]).
 #[derive(Debug)]
-pub struct Injection<'a> {
+pub struct Injection<'a, F = Value> {
     pod: &'a Value,
-    lists: [ListEdit<'a>; 3],
+    lists: [ListEdit<'a, F>; 3],
     grace: GraceEdit,
     status: String,
 }
@@ -263,6 +300,16 @@ pub fn plan_pod<'a>(
     namespace: Option<&str>,
     defaults: &Defaults,
 ) -> Result<Plan<'a>, Error> {
+    plan_pod_as(pod, namespace, defaults)
+}
+
+/// [`plan_pod`] with the added objects held as `F`: `Box<RawValue>` for an admission
+/// response, which only writes the patch ([`Injection::patch`], [`InjectionPatch::to_json`]).
+pub fn plan_pod_as<'a, F: Added>(
+    pod: &'a Value,
+    namespace: Option<&str>,
+    defaults: &Defaults,
+) -> Result<Plan<'a, F>, Error> {
     let root = pod
         .as_object()
         .ok_or_else(|| invalid("object", "must be a JSON object"))?;
@@ -322,7 +369,7 @@ pub fn plan_pod<'a>(
     let original_grace = spec.get("terminationGracePeriodSeconds");
     let mut grace = undo_pod_changes(&mut lists[CONTAINERS], original_grace, &previous);
 
-    let kept_names = |edit: &ListEdit<'_>| -> BTreeSet<String> {
+    let kept_names = |edit: &ListEdit<'_, F>| -> BTreeSet<String> {
         edit.kept()
             .filter_map(|(_, c)| c.get("name").and_then(Value::as_str))
             .map(str::to_string)
@@ -354,12 +401,12 @@ pub fn plan_pod<'a>(
         host_network,
     )?;
 
-    let envoy = to_value(&generate::envoy_container(&cfg))?;
-    let init = to_value(&generate::init_manager_container(&cfg))?;
+    let envoy = F::from_generated(&generate::envoy_container(&cfg))?;
+    let init = F::from_generated(&generate::init_manager_container(&cfg))?;
     let shtdn = cfg
         .shutdown_manager
         .as_ref()
-        .map(|sm| to_value(&generate::shutdown_manager_container(&cfg, sm)))
+        .map(|sm| F::from_generated(&generate::shutdown_manager_container(&cfg, sm)))
         .transpose()?;
 
     let mut status = SidecarStatus {
@@ -382,7 +429,7 @@ pub fn plan_pod<'a>(
         status.containers = sidecar_names;
     }
     for v in generate::volumes(&cfg) {
-        lists[VOLUMES].appended.push(to_value(&v)?);
+        lists[VOLUMES].appended.push(F::from_generated(&v)?);
     }
 
     if let Some(sm) = &cfg.shutdown_manager {
@@ -437,32 +484,143 @@ fn pointer<'t>(tokens: impl IntoIterator<Item = &'t str>) -> jsonptr::PointerBuf
     jsonptr::PointerBuf::from_tokens(tokens)
 }
 
-fn add(tokens: &[&str], value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation {
-        path: pointer(tokens.iter().copied()),
-        value,
-    })
+fn add<F>(tokens: &[&str], value: OpValue<F>) -> Op<F> {
+    Op::Add(pointer(tokens.iter().copied()), value)
 }
 
-fn remove(tokens: &[&str]) -> PatchOperation {
-    PatchOperation::Remove(RemoveOperation {
-        path: pointer(tokens.iter().copied()),
-    })
+fn remove<F>(tokens: &[&str]) -> Op<F> {
+    Op::Remove(pointer(tokens.iter().copied()))
 }
 
-impl Injection<'_> {
+/// The value of an `add` operation of an [`InjectionPatch`].
+#[derive(Debug)]
+enum OpValue<F> {
+    /// A value taken or derived from the Pod (a lifecycle, the grace period, the status).
+    Value(Value),
+    /// One added object.
+    Added(F),
+    /// A list of added objects (for a list the Pod does not have).
+    List(Vec<F>),
+}
+
+impl OpValue<Value> {
+    fn into_value(self) -> Value {
+        match self {
+            OpValue::Value(v) | OpValue::Added(v) => v,
+            OpValue::List(l) => Value::Array(l),
+        }
+    }
+}
+
+impl<F: Serialize> Serialize for OpValue<F> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OpValue::Value(v) => v.serialize(serializer),
+            OpValue::Added(a) => a.serialize(serializer),
+            OpValue::List(l) => {
+                let mut seq = serializer.serialize_seq(Some(l.len()))?;
+                for a in l {
+                    seq.serialize_element(a)?;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+/// One operation of an [`InjectionPatch`]: injection only adds and removes.
+#[derive(Debug)]
+enum Op<F> {
+    Add(jsonptr::PointerBuf, OpValue<F>),
+    Remove(jsonptr::PointerBuf),
+}
+
+/// Written as `json_patch` writes a `PatchOperation`: `op`, `path`, then `value`.
+impl<F: Serialize> Serialize for Op<F> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Op::Add(path, value) => {
+                let mut op = serializer.serialize_struct("AddOperation", 3)?;
+                op.serialize_field("op", "add")?;
+                op.serialize_field("path", path.as_str())?;
+                op.serialize_field("value", value)?;
+                op.end()
+            }
+            Op::Remove(path) => {
+                let mut op = serializer.serialize_struct("RemoveOperation", 2)?;
+                op.serialize_field("op", "remove")?;
+                op.serialize_field("path", path.as_str())?;
+                op.end()
+            }
+        }
+    }
+}
+
+/// The JSON patch (RFC 6902) of an [`Injection`] ([`Injection::patch`]), with the added
+/// objects held as `F`. It serialises as the `json_patch::Patch` it converts into.
+#[derive(Debug)]
+pub struct InjectionPatch<F = Value>(Vec<Op<F>>);
+
+impl<F: Added> InjectionPatch<F> {
+    /// True when injection changes nothing (an injected Pod with the same annotations).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many operations the patch has.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The patch as JSON (an array of operations).
+    pub fn to_json(&self) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::with_capacity(8 * 1024);
+        serde_json::to_writer(&mut out, self).map_err(Error::Serialize)?;
+        Ok(out)
+    }
+}
+
+impl<F: Serialize> Serialize for InjectionPatch<F> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for op in &self.0 {
+            seq.serialize_element(op)?;
+        }
+        seq.end()
+    }
+}
+
+impl From<InjectionPatch> for Patch {
+    fn from(patch: InjectionPatch) -> Self {
+        Patch(
+            patch
+                .0
+                .into_iter()
+                .map(|op| match op {
+                    Op::Add(path, value) => PatchOperation::Add(AddOperation {
+                        path,
+                        value: value.into_value(),
+                    }),
+                    Op::Remove(path) => PatchOperation::Remove(RemoveOperation { path }),
+                })
+                .collect(),
+        )
+    }
+}
+
+impl<F: Added> Injection<'_, F> {
     /// The JSON patch (RFC 6902) that turns the Pod into [`Injection::into_pod`], built from
     /// the edits, never from a diff of two trees: removals (from the end), lifecycle
     /// changes of kept containers, appends, the grace period and the status annotation.
     /// Nothing else of the Pod is touched, fields this build does not know included.
     /// Objects an earlier injection added that come back unchanged stay in place, so
     /// re-injecting an injected Pod gives an empty patch.
-    pub fn into_patch(self) -> Patch {
+    pub fn patch(self) -> InjectionPatch<F> {
         let mut ops = Vec::new();
         for (key, mut edit) in LISTS.iter().zip(self.lists) {
             if !edit.present {
                 if !edit.appended.is_empty() {
-                    ops.push(add(&["spec", key], Value::Array(edit.appended)));
+                    ops.push(add(&["spec", key], OpValue::List(edit.appended)));
                 }
                 continue;
             }
@@ -481,42 +639,56 @@ impl Injection<'_> {
                 let path = ["spec", key, index.as_str(), "lifecycle"];
                 match (entry.get("lifecycle"), after) {
                     (before, Some(after)) if before != Some(&after) => {
-                        ops.push(add(&path, after));
+                        ops.push(add(&path, OpValue::Value(after)));
                     }
                     (Some(_), None) => ops.push(remove(&path)),
                     _ => {}
                 }
             }
             for entry in edit.appended.into_iter().skip(reused) {
-                ops.push(add(&["spec", key, "-"], entry));
+                ops.push(add(&["spec", key, "-"], OpValue::Added(entry)));
             }
         }
-        let original_grace = self.pod.pointer("/spec/terminationGracePeriodSeconds");
+        let at = |parent: &str, key: &str| self.pod.get(parent).and_then(|p| p.get(key));
+        let original_grace = at("spec", "terminationGracePeriodSeconds");
         match self.grace {
             GraceEdit::Set(v) if original_grace != Some(&Value::from(v)) => {
-                ops.push(add(&["spec", "terminationGracePeriodSeconds"], v.into()));
+                ops.push(add(
+                    &["spec", "terminationGracePeriodSeconds"],
+                    OpValue::Value(v.into()),
+                ));
             }
             GraceEdit::Remove if original_grace.is_some() => {
                 ops.push(remove(&["spec", "terminationGracePeriodSeconds"]));
             }
             _ => {}
         }
-        match self.pod.pointer("/metadata/annotations") {
+        match at("metadata", "annotations") {
             Some(Value::Object(a)) => {
                 if a.get(SIDECAR_STATUS).and_then(Value::as_str) != Some(self.status.as_str()) {
                     ops.push(add(
                         &["metadata", "annotations", SIDECAR_STATUS],
-                        Value::String(self.status),
+                        OpValue::Value(Value::String(self.status)),
                     ));
                 }
             }
             _ => {
                 let mut a = Map::new();
                 a.insert(SIDECAR_STATUS.into(), Value::String(self.status));
-                ops.push(add(&["metadata", "annotations"], Value::Object(a)));
+                ops.push(add(
+                    &["metadata", "annotations"],
+                    OpValue::Value(Value::Object(a)),
+                ));
             }
         }
-        Patch(ops)
+        InjectionPatch(ops)
+    }
+}
+
+impl Injection<'_> {
+    /// [`Injection::patch`] as a `json_patch::Patch`.
+    pub fn into_patch(self) -> Patch {
+        self.patch().into()
     }
 
     /// The injected Pod: a copy of the Pod with the edits applied.
@@ -608,7 +780,11 @@ fn mounts(c: &Value) -> impl Iterator<Item = (&str, &str)> {
 /// ([`looks_injected`]); a volume must be mounted by a removed container where injection
 /// mounts it, be of the kind injection creates there (the tls Secret volume, the config
 /// emptyDir) and be mounted by no remaining container.
-fn strip_injected(lists: &mut [ListEdit<'_>; 3], ephemeral: &[Value], previous: &SidecarStatus) {
+fn strip_injected<F: Added>(
+    lists: &mut [ListEdit<'_, F>; 3],
+    ephemeral: &[Value],
+    previous: &SidecarStatus,
+) {
     let listed = |c: &Value| {
         c.get("name").and_then(Value::as_str).is_some_and(|n| {
             previous
@@ -666,8 +842,8 @@ fn is_drain_hook(pre_stop: Option<&Value>) -> bool {
 /// `terminationGracePeriodSeconds` (only if it still has the injected value; returned)
 /// and the `GET /drain` preStop hooks (only on containers whose preStop is still such a
 /// hook).
-fn undo_pod_changes(
-    containers: &mut ListEdit<'_>,
+fn undo_pod_changes<F: Added>(
+    containers: &mut ListEdit<'_, F>,
     grace: Option<&Value>,
     previous: &SidecarStatus,
 ) -> GraceEdit {

@@ -11,7 +11,9 @@ pub mod validate;
 pub mod workload;
 
 pub use annotations::{AnnotationError, AnnotationErrors, Defaults, SidecarConfig};
-pub use inject::{Injection, Mutation, Plan, SkipReason, mutate_pod, plan_pod};
+pub use inject::{
+    Added, Injection, InjectionPatch, Mutation, Plan, SkipReason, mutate_pod, plan_pod, plan_pod_as,
+};
 
 /// Errors of the sidecar toolkit.
 #[derive(Debug, thiserror::Error)]

@@ -5,15 +5,38 @@
 //! lifecycles and unknown fields, absent or `null` lists, grace periods, the shutdown
 //! manager on or off, native sidecars), and for re-injections of the injected Pods with
 //! the same or changed annotations. Re-injecting with the same annotations is an empty
-//! patch.
+//! patch. The patch the webhook writes (added objects serialised once, `plan_pod_as` with
+//! `Box<RawValue>`) is checked to be that same patch in every case.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
 
 use marin3r_sidecar::annotations::{SIDECAR_STATUS, STATUS_ENABLED, STATUS_LABEL};
-use marin3r_sidecar::{Defaults, Plan, plan_pod};
+use marin3r_sidecar::{Defaults, Plan, plan_pod, plan_pod_as};
 use proptest::prelude::*;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+
+/// The patch of `pod` as the webhook writes it (added objects serialised once), read back;
+/// `None` when there is none. It must be byte for byte what `json_patch` writes for
+/// `Injection::into_patch`, and so must the `Value` form's own writer.
+fn written_patch(pod: &Value) -> Option<json_patch::Patch> {
+    let plan = || plan_pod(pod, Some("ns"), &Defaults::default());
+    let (Ok(Plan::Inject(a)), Ok(Plan::Inject(b))) = (plan(), plan()) else {
+        return None;
+    };
+    let want = String::from_utf8(serde_json::to_vec(&b.into_patch()).unwrap()).unwrap();
+    let text = |bytes| String::from_utf8(bytes).unwrap();
+    assert_eq!(text(a.patch().to_json().unwrap()), want);
+    match plan_pod_as::<Box<RawValue>>(pod, Some("ns"), &Defaults::default()) {
+        Ok(Plan::Inject(raw)) => {
+            let written = text(raw.patch().to_json().unwrap());
+            assert_eq!(written, want, "written patch of {pod}");
+            Some(serde_json::from_str(&written).unwrap())
+        }
+        other => panic!("the two forms planned {pod} differently: {other:?}"),
+    }
+}
 
 /// Plans `pod`; for an injection, checks that its patch applied to `pod` gives its Pod
 /// and returns that Pod.
@@ -31,6 +54,7 @@ fn check(pod: &Value) -> Option<Value> {
     json_patch::patch(&mut patched, &patch)
         .unwrap_or_else(|e| panic!("patch {patch:?} does not apply to {pod}: {e}"));
     assert_eq!(patched, injected, "patch {patch:?} on {pod}");
+    assert_eq!(written_patch(pod), Some(patch), "written patch of {pod}");
     Some(injected)
 }
 
@@ -43,6 +67,11 @@ fn check_with_reinjection(pod: &Value, variants: &[Map<String, Value>]) {
     match plan_pod(&injected, Some("ns"), &Defaults::default()) {
         Ok(Plan::Inject(again)) => {
             assert_eq!(again.into_patch().0, vec![], "re-injecting {injected}");
+            assert_eq!(
+                written_patch(&injected).map(|p| p.0),
+                Some(vec![]),
+                "re-injecting {injected}"
+            );
         }
         other => panic!("re-injecting {injected}: {other:?}"),
     }

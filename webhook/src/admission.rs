@@ -12,10 +12,11 @@
 //! expects a base64 string.
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod};
+use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod_as};
 
 /// The only AdmissionReview version the webhook speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -128,7 +129,13 @@ impl AdmissionRequest {
 /// `apiVersion: admission.k8s.io/v1`, `kind: AdmissionReview` and a request with a uid.
 /// Shared by every admission path.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest, BadRequest> {
-    let input: ReviewIn = serde_json::from_slice(body)
+    // Checking UTF-8 once for the whole body is cheaper than for every string in it; a
+    // body that is not UTF-8 is read as bytes for serde_json's own error.
+    let input: Result<ReviewIn, _> = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    };
+    let input = input
         .map_err(|e| BadRequest(format!("body is not an AdmissionReview JSON object: {e}")))?;
     if input.api_version.as_deref() != Some(API_VERSION) || input.kind.as_deref() != Some(KIND) {
         return Err(BadRequest(format!(
@@ -173,7 +180,7 @@ pub struct Response {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch_type: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub patch: Option<String>,
+    pub patch: Option<Base64Patch>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
 }
@@ -188,6 +195,41 @@ pub struct Status {
     pub message: String,
 }
 
+/// The base64 `patch` of a [`Response`]. It only ever holds base64 text, which never
+/// needs escaping in JSON: [`ReviewOut::to_json`] writes it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Base64Patch(String);
+
+impl Base64Patch {
+    /// The base64 encoding of `patch` (the JSON patch bytes).
+    pub fn encode(patch: &[u8]) -> Self {
+        // Into a String of the right size: `Engine::encode` zero-fills its buffer first.
+        let len = base64::encoded_len(patch.len(), true).unwrap_or_default();
+        let mut text = String::with_capacity(len);
+        base64::engine::general_purpose::STANDARD.encode_string(patch, &mut text);
+        Self(text)
+    }
+
+    /// The base64 text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Base64Patch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        {
+            return Err(serde::de::Error::custom("patch is not base64"));
+        }
+        Ok(Self(text))
+    }
+}
+
 impl ReviewOut {
     fn new(response: Response) -> Self {
         Self {
@@ -195,6 +237,41 @@ impl ReviewOut {
             kind: KIND.into(),
             response,
         }
+    }
+
+    /// The review as JSON: exactly what `serde_json::to_vec` writes, but the base64 patch
+    /// is copied in as it is instead of being scanned for characters to escape. Every
+    /// field of [`ReviewOut`] and [`Response`] is written here, in declaration order.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let r = &self.response;
+        let patch = r.patch.as_ref().map_or(0, |p| p.0.len());
+        let mut out = Vec::with_capacity(patch + 256);
+        out.extend_from_slice(b"{\"apiVersion\":");
+        serde_json::to_writer(&mut out, &self.api_version)?;
+        out.extend_from_slice(b",\"kind\":");
+        serde_json::to_writer(&mut out, &self.kind)?;
+        out.extend_from_slice(b",\"response\":{\"uid\":");
+        serde_json::to_writer(&mut out, &r.uid)?;
+        out.extend_from_slice(if r.allowed {
+            b",\"allowed\":true"
+        } else {
+            b",\"allowed\":false"
+        });
+        if let Some(patch_type) = &r.patch_type {
+            out.extend_from_slice(b",\"patchType\":");
+            serde_json::to_writer(&mut out, patch_type)?;
+        }
+        if let Some(patch) = &r.patch {
+            out.extend_from_slice(b",\"patch\":\"");
+            out.extend_from_slice(patch.0.as_bytes());
+            out.push(b'"');
+        }
+        if let Some(status) = &r.status {
+            out.extend_from_slice(b",\"status\":");
+            serde_json::to_writer(&mut out, status)?;
+        }
+        out.extend_from_slice(b"}}");
+        Ok(out)
     }
 
     /// Allowed, unchanged.
@@ -260,21 +337,24 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
     };
     strip_managed_fields(&mut pod);
 
-    match plan_pod(&pod, request.namespace.as_deref(), defaults) {
+    // The added objects are serialised once, straight into the patch's JSON text.
+    match plan_pod_as::<Box<RawValue>>(&pod, request.namespace.as_deref(), defaults) {
         Ok(Plan::Skipped(reason)) => Ok((
             ReviewOut::allow(uid),
             Outcome::Skipped(Skip::Sidecar(reason)),
         )),
         Ok(Plan::Inject(injection)) => {
-            let patch = injection.into_patch();
-            if patch.0.is_empty() {
+            let patch = injection.patch();
+            if patch.is_empty() {
                 return Ok((ReviewOut::allow(uid), Outcome::Skipped(Skip::Unchanged)));
             }
-            let bytes = serde_json::to_vec(&patch)
+            let bytes = patch
+                .to_json()
                 .map_err(|e| BadRequest(format!("cannot serialise patch: {e}")))?;
+            let patch = Base64Patch::encode(&bytes);
             let mut out = ReviewOut::allow(uid);
             out.response.patch_type = Some("JSONPatch".into());
-            out.response.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+            out.response.patch = Some(patch);
             Ok((out, Outcome::Injected))
         }
         Err(e) => Ok((ReviewOut::deny(uid, 400, e.to_string()), Outcome::Denied)),
@@ -330,6 +410,18 @@ mod tests {
     }
 
     #[test]
+    fn a_body_that_is_not_utf8_gets_serde_jsons_error() {
+        let mut b = body(pod_review(json!({"metadata": {"name": "p"}})));
+        let at = b.windows(3).position(|w| w == b"\"p\"").unwrap() + 1;
+        b[at] = 0xff;
+        let err = mutate(&b, &Defaults::default()).unwrap_err();
+        let want = serde_json::from_slice::<Value>(&b).unwrap_err().to_string();
+        assert!(err.0.contains("not an AdmissionReview JSON"), "{err}");
+        assert!(err.0.ends_with(&want), "{err} should end with {want}");
+        assert!(want.contains("invalid unicode"), "{want}");
+    }
+
+    #[test]
     fn non_pod_is_allowed_unchanged() {
         let mut r = pod_review(json!({}));
         r["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
@@ -362,7 +454,7 @@ mod tests {
         assert_eq!(outcome, Outcome::Injected);
         assert_eq!(out.response.patch_type.as_deref(), Some("JSONPatch"));
         let raw = base64::engine::general_purpose::STANDARD
-            .decode(out.response.patch.unwrap())
+            .decode(out.response.patch.unwrap().as_str())
             .unwrap();
         let ops: Vec<Value> = serde_json::from_slice(&raw).unwrap();
         assert!(!ops.is_empty());
@@ -375,5 +467,35 @@ mod tests {
             text,
             json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "x", "allowed": true}})
         );
+    }
+
+    #[test]
+    fn base64_patch_is_a_json_string_both_ways() {
+        let raw = br#"[{"op":"remove","path":"/spec/a~1b"}]"#;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(raw);
+        let patch = Base64Patch::encode(raw);
+        assert_eq!(patch.as_str(), b64);
+        let mut out = ReviewOut::allow("x".into());
+        out.response.patch_type = Some("JSONPatch".into());
+        out.response.patch = Some(patch);
+        let bytes = out.to_json().unwrap();
+        assert_eq!(bytes, serde_json::to_vec(&out).unwrap());
+        let want = json!({"apiVersion": API_VERSION, "kind": KIND, "response": {
+            "uid": "x", "allowed": true, "patchType": "JSONPatch", "patch": b64}});
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), want);
+        assert_eq!(serde_json::to_value(&out).unwrap(), want);
+        let back: ReviewOut = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, out);
+        // Every shape of answer is written as serde writes it.
+        for out in [
+            ReviewOut::allow("a\"\u{1}é".into()),
+            ReviewOut::deny("u".into(), 403, "no \"way\"\n".into()),
+            ReviewOut::deny("u".into(), 400, String::new()),
+        ] {
+            assert_eq!(out.to_json().unwrap(), serde_json::to_vec(&out).unwrap());
+        }
+        // Only base64 text is read back as a patch.
+        assert!(serde_json::from_value::<Base64Patch>(json!("a\"b")).is_err());
+        assert!(serde_json::from_value::<Base64Patch>(json!("a\u{0}")).is_err());
     }
 }

@@ -60,7 +60,11 @@ impl AppState {
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
+    bytes_response(status, body.to_string().into_bytes())
+}
+
+fn bytes_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = (status, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -101,8 +105,8 @@ fn respond<O>(result: Result<(ReviewOut, O), BadRequest>) -> Response {
                 &json!({"error": message, "code": 400}),
             )
         }
-        Ok((out, _)) => match serde_json::to_value(&out) {
-            Ok(v) => json_response(StatusCode::OK, &v),
+        Ok((out, _)) => match out.to_json() {
+            Ok(body) => bytes_response(StatusCode::OK, body),
             Err(e) => json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &json!({"error": format!("cannot serialise response: {e}")}),
