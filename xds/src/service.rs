@@ -237,8 +237,8 @@ impl AdsService {
                 stats.record_stream(node.as_ref(), &mut counters, &outcome.events);
                 for response in outcome.responses {
                     // A free slot (the usual case) takes the response without arming the
-                    // send timeout's timer: one timer per response was measurable in a
-                    // fan-out to 10,000 streams.
+                    // send timeout's timer (timers were ≈ 2 % of the server's samples in a
+                    // fan-out to 10,000 streams; the fan-out time did not move measurably).
                     let item = match tx.try_send(Box::new(Ok(response))) {
                         Ok(()) => continue,
                         Err(mpsc::error::TrySendError::Closed(_)) => break 'stream,
