@@ -308,12 +308,8 @@ impl LocalSource {
     fn targeted_scan(&mut self, now: Instant) -> bool {
         let mut paths = std::mem::take(&mut self.dirty);
         paths.extend(self.unsettled.iter().cloned());
-        let mut unsettled: BTreeSet<PathBuf> = self
-            .unsettled
-            .iter()
-            .filter(|p| !paths.contains(*p))
-            .cloned()
-            .collect();
+        // Every file still being written is among `paths`: looked at again.
+        let mut unsettled = BTreeSet::new();
         let mut changed = false;
         for path in paths {
             let meta = std::fs::metadata(&path);
