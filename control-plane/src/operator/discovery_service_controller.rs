@@ -107,6 +107,16 @@ pub async fn reconcile(
             now,
         );
     };
+    let write = async |status: &DiscoveryServiceStatus| {
+        write_status::<DiscoveryService, _>(
+            &ctx.client,
+            &namespace,
+            &name,
+            ds.status.as_ref(),
+            status,
+        )
+        .await
+    };
 
     let same_namespace: Vec<DiscoveryService> = ctx
         .discovery_services
@@ -128,14 +138,7 @@ pub async fn reconcile(
                 primary.name_any()
             ),
         );
-        write_status::<DiscoveryService, _>(
-            &ctx.client,
-            &namespace,
-            &name,
-            ds.status.as_ref(),
-            &status,
-        )
-        .await?;
+        write(&status).await?;
         return Ok(Action::requeue(DUPLICATE_RECHECK));
     }
 
@@ -143,14 +146,7 @@ pub async fn reconcile(
         Ok(objects) => objects,
         Err(e) => {
             ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
-            write_status::<DiscoveryService, _>(
-                &ctx.client,
-                &namespace,
-                &name,
-                ds.status.as_ref(),
-                &status,
-            )
-            .await?;
+            write(&status).await?;
             return Ok(Action::await_change());
         }
     };
@@ -213,8 +209,7 @@ pub async fn reconcile(
         );
         Action::requeue(RECHECK)
     };
-    write_status::<DiscoveryService, _>(client, &namespace, &name, ds.status.as_ref(), &status)
-        .await?;
+    write(&status).await?;
     Ok(action)
 }
 

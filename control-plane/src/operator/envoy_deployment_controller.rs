@@ -91,11 +91,14 @@ pub async fn reconcile(
         );
     };
     let client = &ctx.client;
+    let write = async |status: &EnvoyDeploymentStatus| {
+        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), status)
+            .await
+    };
 
     if let Err(e) = ed.spec.validate() {
         ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
-        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
-            .await?;
+        write(&status).await?;
         return Ok(Action::await_change());
     }
     let ds_name = &ed.spec.discovery_service_ref;
@@ -106,8 +109,7 @@ pub async fn reconcile(
             REASON_DISCOVERY_SERVICE_NOT_FOUND,
             format!("DiscoveryService {namespace}/{ds_name} does not exist"),
         );
-        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
-            .await?;
+        write(&status).await?;
         return Ok(Action::requeue(RECHECK));
     };
     let ec_name = &ed.spec.envoy_config_ref;
@@ -118,22 +120,14 @@ pub async fn reconcile(
             REASON_ENVOY_CONFIG_NOT_FOUND,
             format!("EnvoyConfig {namespace}/{ec_name} does not exist"),
         );
-        write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
-            .await?;
+        write(&status).await?;
         return Ok(Action::requeue(RECHECK));
     };
     let objects = match generate(ed, &ds, &ec, &namespace, &ctx.images) {
         Ok(objects) => objects,
         Err(e) => {
             ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
-            write_status::<EnvoyDeployment, _>(
-                client,
-                &namespace,
-                &name,
-                ed.status.as_ref(),
-                &status,
-            )
-            .await?;
+            write(&status).await?;
             return Ok(Action::await_change());
         }
     };
@@ -194,8 +188,7 @@ pub async fn reconcile(
             delete_if_exists::<PodDisruptionBudget>(client, &namespace, &hpa_name).await?;
         }
     }
-    write_status::<EnvoyDeployment, _>(client, &namespace, &name, ed.status.as_ref(), &status)
-        .await?;
+    write(&status).await?;
     Ok(action)
 }
 
