@@ -536,9 +536,10 @@ pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
         .collect()
 }
 
-/// Controller results: failed reconciles are logged by [`error_policy`]; what is left
-/// (e.g. a trigger for an object deleted meanwhile) is debug noise.
-async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
+/// Controller results (every controller, the operator's too): failed reconciles are
+/// logged by [`error_policy`]; what is left (e.g. a trigger for an object deleted
+/// meanwhile) is debug noise.
+pub(crate) async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
     if let Err(e) = result {
         tracing::debug!(kind, error = %e, "reconcile not run");
     }

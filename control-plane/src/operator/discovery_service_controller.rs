@@ -259,11 +259,7 @@ pub async fn run(
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, crate::kubernetes::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "DiscoveryService reconcile not run");
-            }
-        })
+        .for_each(|result| crate::kubernetes::log_result("DiscoveryService", result))
         .await;
 }
 

@@ -264,10 +264,6 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, crate::kubernetes::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "EnvoyDeployment reconcile not run");
-            }
-        })
+        .for_each(|result| crate::kubernetes::log_result("EnvoyDeployment", result))
         .await;
 }

@@ -249,11 +249,7 @@ where
         )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, crate::kubernetes::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "DiscoveryServiceCertificate reconcile not run");
-            }
-        })
+        .for_each(|result| crate::kubernetes::log_result("DiscoveryServiceCertificate", result))
 }
 
 #[cfg(test)]
