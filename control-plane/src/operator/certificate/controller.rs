@@ -257,30 +257,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use crate::operator::certificate::fixtures::{NS, ca, dsc};
     use serde_json::json;
-
-    const NS: &str = "ns";
-
-    fn dsc(name: &str, namespace: &str, spec: serde_json::Value) -> DiscoveryServiceCertificate {
-        let mut d: DiscoveryServiceCertificate = serde_json::from_value(json!({
-            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
-            "kind": "DiscoveryServiceCertificate",
-            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
-            "spec": spec,
-        }))
-        .unwrap();
-        d.spec = d.spec.with_defaults();
-        d
-    }
-
-    fn ca() -> DiscoveryServiceCertificate {
-        dsc(
-            "marin3r-ca-cert-instance",
-            NS,
-            json!({"commonName": "marin3r-ca-instance", "isCA": true, "validFor": 1000 * 3600,
-                   "signer": {"selfSigned": {}}, "secretRef": {"name": "marin3r-ca-cert-instance"}}),
-        )
-    }
 
     fn leaf(name: &str, namespace: &str, valid_for: i64) -> DiscoveryServiceCertificate {
         dsc(

@@ -101,6 +101,8 @@
 //! name, [`signed_by`]).
 
 mod controller;
+#[cfg(test)]
+mod fixtures;
 mod plan;
 
 pub use controller::{Context, controller, reconcile, reconcile_at, run, signed_by};

@@ -622,39 +622,19 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use crate::operator::certificate::fixtures::{NS, ca, dsc};
     use serde_json::json;
 
     const HOUR: Duration = Duration::from_secs(3600);
-    const NS: &str = "ns";
 
     fn t0() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
     }
 
-    fn dsc(name: &str, spec: serde_json::Value) -> DiscoveryServiceCertificate {
-        let mut d: DiscoveryServiceCertificate = serde_json::from_value(json!({
-            "apiVersion": "operator.marin3r.3scale.net/v1alpha1",
-            "kind": "DiscoveryServiceCertificate",
-            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 3,
-                         "labels": {"app.kubernetes.io/instance": "instance"}},
-            "spec": spec,
-        }))
-        .unwrap();
-        d.spec = d.spec.with_defaults();
-        d
-    }
-
-    fn ca() -> DiscoveryServiceCertificate {
-        dsc(
-            "marin3r-ca-cert-instance",
-            json!({"commonName": "marin3r-ca-instance", "isCA": true, "validFor": 1000 * 3600,
-                   "signer": {"selfSigned": {}}, "secretRef": {"name": "marin3r-ca-cert-instance"}}),
-        )
-    }
-
     fn leaf(name: &str, server: bool, valid_for: i64) -> DiscoveryServiceCertificate {
         dsc(
             name,
+            NS,
             json!({"commonName": name, "server": server, "validFor": valid_for,
                    "hosts": [name, "localhost", "127.0.0.1"],
                    "signer": {"caSigned": {"caSecretRef": {"name": "marin3r-ca-cert-instance"}}},
@@ -1440,6 +1420,7 @@ mod tests {
     fn a_self_signed_leaf_trusts_itself_and_a_foreign_secret_is_adopted() {
         let mut d = dsc(
             "test",
+            NS,
             json!({"commonName": "test", "validFor": 3600, "hosts": ["example.test"],
                    "signer": {"selfSigned": {}}, "secretRef": {"name": "secret"}}),
         );
