@@ -945,14 +945,7 @@ fn role_access(role: &Value) -> BTreeSet<(String, String, String)> {
 fn the_discovery_service_role_grants_exactly_what_the_controllers_use() {
     let objs = objects("discovery-service");
     let granted = role_access(find(objs, "Role", "marin3r-discoveryservice"));
-    let needed: BTreeSet<(String, String, String)> = marin3r_control_plane::kubernetes::RBAC
-        .iter()
-        .flat_map(|a| {
-            a.verbs
-                .iter()
-                .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
-        })
-        .collect();
+    let needed = marin3r_control_plane::kubernetes::grants(marin3r_control_plane::kubernetes::RBAC);
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
     assert!(
@@ -1418,15 +1411,9 @@ fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
         "ClusterRole vs operator::rbac\nmissing: {missing:?}\nextra: {extra:?}"
     );
     let lease = role_access(find(objs, "Role", "marin3r-operator-leader-election"));
-    let lease_needed: BTreeSet<(String, String, String)> =
-        marin3r_control_plane::operator::rbac::LEASE_RBAC
-            .iter()
-            .flat_map(|a| {
-                a.verbs
-                    .iter()
-                    .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
-            })
-            .collect();
+    let lease_needed = marin3r_control_plane::kubernetes::grants(
+        marin3r_control_plane::operator::rbac::LEASE_RBAC,
+    );
     assert_eq!(lease, lease_needed);
 
     // Both bound to the Deployment's ServiceAccount, in marin3r-system.

@@ -48,7 +48,7 @@ pub use controller::{
     warm_start,
 };
 pub use lenient::Lenient;
-pub use rbac::{ApiAccess, RBAC};
+pub use rbac::{ApiAccess, RBAC, grants};
 
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;

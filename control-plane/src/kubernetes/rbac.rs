@@ -15,6 +15,21 @@ pub struct ApiAccess {
     pub verbs: &'static [&'static str],
 }
 
+/// Every `(group, resource, verb)` that `tables` grant: how an RBAC table is compared
+/// with a Role's rules and with the requests a controller makes.
+pub fn grants<'a>(
+    tables: impl IntoIterator<Item = &'a ApiAccess>,
+) -> std::collections::BTreeSet<(String, String, String)> {
+    tables
+        .into_iter()
+        .flat_map(|a| {
+            a.verbs
+                .iter()
+                .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 /// The API group of EnvoyConfig and EnvoyConfigRevision.
 const MARIN3R: &str = "marin3r.3scale.net";
 
@@ -354,14 +369,7 @@ mod tests {
             );
         }
         let used: BTreeSet<Access> = requests.iter().flat_map(accesses).collect();
-        let granted: BTreeSet<Access> = RBAC
-            .iter()
-            .flat_map(|a| {
-                a.verbs
-                    .iter()
-                    .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
-            })
-            .collect();
+        let granted: BTreeSet<Access> = grants(RBAC);
         let missing: Vec<&Access> = used.difference(&granted).collect();
         let extra: Vec<&Access> = granted.difference(&used).collect();
         assert!(

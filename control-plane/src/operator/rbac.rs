@@ -9,7 +9,7 @@
 //! discovery-service Role it creates grants ([`crate::kubernetes::RBAC`]): Kubernetes
 //! only lets a subject grant what it holds (RBAC escalation prevention).
 
-use crate::kubernetes::{ApiAccess, RBAC};
+use crate::kubernetes::{ApiAccess, RBAC, grants};
 
 const OPERATOR: &str = "operator.marin3r.3scale.net";
 
@@ -128,15 +128,7 @@ pub const LEASE_RBAC: &[ApiAccess] = &[ApiAccess {
 /// Every `(group, resource, verb)` the operator's ClusterRole must grant: its own
 /// ([`OPERATOR_RBAC`]) and the discovery service's ([`RBAC`]).
 pub fn cluster_role_access() -> std::collections::BTreeSet<(String, String, String)> {
-    OPERATOR_RBAC
-        .iter()
-        .chain(RBAC)
-        .flat_map(|a| {
-            a.verbs
-                .iter()
-                .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
-        })
-        .collect()
+    grants(OPERATOR_RBAC.iter().chain(RBAC))
 }
 
 #[cfg(test)]
