@@ -20,22 +20,6 @@ use serde_json::{Value, json};
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/marin3r-system/leases";
 
-/// Merges `patch` into `target` (JSON merge semantics: `null` removes a field).
-fn merge(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
 /// Serves the Lease until the client goes away; records `method uri` of each request.
 async fn lease_server(mut api: ApiServer, log: Arc<Mutex<Vec<(String, Value)>>>) {
     let mut lease: Option<Value> = None;
@@ -58,7 +42,7 @@ async fn lease_server(mut api: ApiServer, log: Arc<Mutex<Vec<(String, Value)>>>)
             }
             "PATCH" => match &mut lease {
                 Some(l) => {
-                    merge(&mut l["spec"], &got.body["spec"]);
+                    json_patch::merge(&mut l["spec"], &got.body["spec"]);
                     (200, l.clone())
                 }
                 None => (404, status_failure(404, "NotFound", "lease not found")),
@@ -259,7 +243,7 @@ fn cluster_server(mut api: ApiServer, cluster: SharedCluster) -> tokio::task::Jo
                     }
                     match &mut c.lease {
                         Some(l) => {
-                            merge(&mut l["spec"], &got.body["spec"]);
+                            json_patch::merge(&mut l["spec"], &got.body["spec"]);
                             (200, l.clone())
                         }
                         None => (404, status_failure(404, "NotFound", "lease not found")),

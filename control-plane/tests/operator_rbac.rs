@@ -79,21 +79,6 @@ fn world() -> Vec<(&'static str, Value)> {
     ]
 }
 
-fn merge(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
 /// Answers everything plausibly; records every request.
 fn permissive_server(mut api: ApiServer, log: Arc<Mutex<Vec<Recorded>>>) {
     tokio::spawn(async move {
@@ -150,7 +135,7 @@ fn permissive_server(mut api: ApiServer, log: Arc<Mutex<Vec<Recorded>>>) {
                     let entry = objects
                         .entry((resource.clone(), n.clone()))
                         .or_insert_with(|| json!({}));
-                    merge(entry, &got.body);
+                    json_patch::merge(entry, &got.body);
                     entry["metadata"]["name"] = json!(n);
                     entry["metadata"]["namespace"] = json!("default");
                     if entry["metadata"]["uid"].is_null() {
