@@ -1,17 +1,13 @@
 //! Issuing a self-signed CA plus server and client certificates (`marin3r certs`).
 
-use std::fmt;
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
-use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
-use rcgen::KeyPair;
-
 use crate::CertsError;
-use crate::lifecycle::{Profile, Usage, issue_cert};
+use crate::certificate::{CertKeyPem, KeyType, Profile, Usage, issue_cert};
 
 /// Common name of the generated CA.
 pub const CA_COMMON_NAME: &str = "marin3r-ca";
@@ -19,43 +15,6 @@ pub const CA_COMMON_NAME: &str = "marin3r-ca";
 pub const DEFAULT_CLIENT_CN: &str = "envoy-sidecar-client";
 /// Default validity of every generated certificate: 365 days.
 pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-/// Certificates start being valid this long before they are issued, to tolerate clock skew.
-pub(crate) const BACKDATE: Duration = Duration::from_secs(5 * 60);
-
-/// Kind of key generated for each certificate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum KeyType {
-    /// ECDSA on NIST P-256 with SHA-256 (the default).
-    #[default]
-    EcdsaP256,
-    /// RSA 2048 with SHA-256 (PKCS#1 v1.5 signatures). ring cannot generate RSA keys, so
-    /// the key comes from the pure-Rust `rsa` crate; ring signs with it.
-    Rsa2048,
-}
-
-impl FromStr for KeyType {
-    type Err = CertsError;
-
-    /// Accepts `ecdsa`, `ecdsa-p256`, `rsa` and `rsa-2048` (case-insensitive).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "ecdsa" | "ecdsa-p256" | "p256" => Ok(Self::EcdsaP256),
-            "rsa" | "rsa-2048" | "rsa2048" => Ok(Self::Rsa2048),
-            other => Err(CertsError::InvalidOptions(format!(
-                "unknown key type {other:?} (expected ecdsa or rsa)"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for KeyType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::EcdsaP256 => "ecdsa",
-            Self::Rsa2048 => "rsa",
-        })
-    }
-}
 
 /// What [`issue`] generates.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,24 +38,6 @@ impl Default for IssueOptions {
             validity: DEFAULT_VALIDITY,
             key_type: KeyType::default(),
         }
-    }
-}
-
-/// One PEM-encoded certificate and its private key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CertKeyPem {
-    /// The certificate, PEM.
-    pub cert_pem: String,
-    /// The PKCS#8 private key, PEM. Secret.
-    pub key_pem: String,
-}
-
-impl fmt::Debug for CertKeyPem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CertKeyPem")
-            .field("cert_pem", &self.cert_pem)
-            .field("key_pem", &"<redacted>")
-            .finish()
     }
 }
 
@@ -219,30 +160,6 @@ pub fn issue(opts: &IssueOptions) -> Result<Bundle, CertsError> {
         now,
     )?;
     Ok(Bundle { ca, server, client })
-}
-
-/// Generates a key of `key_type`; `what` names it in errors.
-pub(crate) fn generate_key(key_type: KeyType, what: &'static str) -> Result<KeyPair, CertsError> {
-    match key_type {
-        KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-            .map_err(|source| CertsError::Generate { what, source }),
-        KeyType::Rsa2048 => {
-            use rsa::pkcs8::EncodePrivateKey as _;
-            let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).map_err(|e| {
-                CertsError::Rsa {
-                    what,
-                    message: e.to_string(),
-                }
-            })?;
-            let der = key.to_pkcs8_der().map_err(|e| CertsError::Rsa {
-                what,
-                message: e.to_string(),
-            })?;
-            let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes());
-            KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
-                .map_err(|source| CertsError::Generate { what, source })
-        }
-    }
 }
 
 #[cfg(test)]
@@ -416,14 +333,6 @@ mod tests {
         assert!(
             matches!(issue(&bad_host), Err(CertsError::InvalidHost { host, .. }) if host == "bücher.example")
         );
-    }
-
-    #[test]
-    fn key_type_parses() {
-        assert_eq!("ecdsa".parse::<KeyType>().unwrap(), KeyType::EcdsaP256);
-        assert_eq!("RSA".parse::<KeyType>().unwrap(), KeyType::Rsa2048);
-        assert!("dsa".parse::<KeyType>().is_err());
-        assert_eq!(KeyType::default().to_string(), "ecdsa");
     }
 
     #[test]

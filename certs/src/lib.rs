@@ -39,6 +39,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod certificate;
 mod config;
 mod error;
 mod issue;
@@ -46,11 +47,9 @@ pub mod lifecycle;
 mod pem;
 mod reload;
 
+pub use certificate::{CertKeyPem, KeyType};
 pub use config::{ca_file_in_dir, mtls_server_config, server_config};
 pub use error::CertsError;
-pub use issue::{
-    Bundle, CA_COMMON_NAME, CertKeyPem, DEFAULT_CLIENT_CN, DEFAULT_VALIDITY, IssueOptions, KeyType,
-    issue,
-};
+pub use issue::{Bundle, CA_COMMON_NAME, DEFAULT_CLIENT_CN, DEFAULT_VALIDITY, IssueOptions, issue};
 pub use pem::{load_certs, load_private_key};
 pub use reload::{ReloadingCertResolver, ReloadingClientVerifier};

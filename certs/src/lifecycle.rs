@@ -9,17 +9,16 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use rcgen::KeyPair;
 use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
 
-use crate::issue::{BACKDATE, generate_key};
-use crate::{CertKeyPem, CertsError, KeyType};
+use crate::certificate::BACKDATE;
+use crate::{CertKeyPem, KeyType};
 
-/// Organization of every certificate the operator issues (as upstream).
-pub const ORGANIZATION: &str = "marin3r.3scale.net";
+// A profile and issuing from it are shared with `marin3r certs` (`crate::certificate`);
+// the operator reaches them through this module.
+pub use crate::certificate::{ORGANIZATION, Profile, Usage, issue_cert};
+
 /// Fraction of a certificate's lifetime left below which it is renewed: it is re-issued
 /// at 80 % of its lifetime.
 pub const RENEW_WHEN_LEFT: f64 = 0.20;
@@ -31,130 +30,6 @@ pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(60 * 60);
 pub const MIN_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Tolerance when comparing a certificate's lifetime with the profile's validity.
 const LIFETIME_TOLERANCE: Duration = Duration::from_secs(2);
-
-/// What a certificate is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Usage {
-    /// A certificate authority (`isCA`): signs the others; no extended key usage.
-    Ca,
-    /// A TLS server (`server: true`): extended key usage `serverAuth`.
-    Server,
-    /// A TLS client: extended key usage `clientAuth` (upstream set none; Q8).
-    Client,
-}
-
-/// What a certificate must be.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Profile {
-    pub common_name: String,
-    /// Subject alternative names: an entry that parses as an IP address is an IP SAN,
-    /// any other a DNS SAN.
-    pub hosts: Vec<String>,
-    pub usage: Usage,
-    /// From `notBefore + backdate` (the issue time) to `notAfter`.
-    pub validity: Duration,
-    pub key_type: KeyType,
-}
-
-/// Issues a certificate for `profile` at `now` with a fresh key, signed by `signer` (a CA
-/// certificate and its key) or self-signed. `notBefore` is backdated by 5 minutes for
-/// clock skew.
-pub fn issue_cert(
-    profile: &Profile,
-    signer: Option<&CertKeyPem>,
-    now: SystemTime,
-) -> Result<CertKeyPem, CertsError> {
-    let params = params(profile, now)?;
-    let key = generate_key(profile.key_type, "certificate key")?;
-    let generate = |source| CertsError::Generate {
-        what: "certificate",
-        source,
-    };
-    let cert = match signer {
-        None => params.self_signed(&key).map_err(generate)?,
-        Some(signer) => {
-            let signer_key =
-                KeyPair::from_pem(&signer.key_pem).map_err(|source| CertsError::Generate {
-                    what: "signer key (tls.key of the CA)",
-                    source,
-                })?;
-            let issuer =
-                Issuer::from_ca_cert_pem(&signer.cert_pem, signer_key).map_err(|source| {
-                    CertsError::Generate {
-                        what: "signer certificate (tls.crt of the CA)",
-                        source,
-                    }
-                })?;
-            params.signed_by(&key, &issuer).map_err(generate)?
-        }
-    };
-    Ok(CertKeyPem {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
-}
-
-fn params(profile: &Profile, now: SystemTime) -> Result<CertificateParams, CertsError> {
-    let cn = profile.common_name.trim();
-    if cn.is_empty() {
-        return Err(CertsError::InvalidOptions(
-            "commonName must not be empty".into(),
-        ));
-    }
-    if profile.validity.is_zero() {
-        return Err(CertsError::InvalidOptions(
-            "the validity (validFor) must be positive".into(),
-        ));
-    }
-    let not_after = now.checked_add(profile.validity).ok_or_else(|| {
-        CertsError::InvalidOptions(format!("validity {:?} is too long", profile.validity))
-    })?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, ORGANIZATION);
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.not_before = now.checked_sub(BACKDATE).unwrap_or(now).into();
-    params.not_after = not_after.into();
-    params.subject_alt_names =
-        profile
-            .hosts
-            .iter()
-            .map(|h| h.trim())
-            .filter(|h| !h.is_empty())
-            .map(|host| match host.parse::<IpAddr>() {
-                Ok(ip) => Ok(SanType::IpAddress(ip)),
-                Err(_) => host.try_into().map(SanType::DnsName).map_err(|source| {
-                    CertsError::InvalidHost {
-                        host: host.to_owned(),
-                        source,
-                    }
-                }),
-            })
-            .collect::<Result<_, _>>()?;
-    match profile.usage {
-        Usage::Ca => {
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.key_usages = vec![
-                KeyUsagePurpose::KeyCertSign,
-                KeyUsagePurpose::CrlSign,
-                KeyUsagePurpose::DigitalSignature,
-            ];
-        }
-        Usage::Server | Usage::Client => {
-            params.is_ca = IsCa::ExplicitNoCa;
-            params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-            params.use_authority_key_identifier_extension = true;
-            params.extended_key_usages = vec![if profile.usage == Usage::Server {
-                ExtendedKeyUsagePurpose::ServerAuth
-            } else {
-                ExtendedKeyUsagePurpose::ClientAuth
-            }];
-        }
-    }
-    Ok(params)
-}
 
 /// What a pass finds about the current certificate.
 #[derive(Clone, Debug, PartialEq, Eq)]
