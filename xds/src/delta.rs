@@ -50,9 +50,10 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as DeltaResource,
 };
 
+use crate::events::StreamEvent;
+use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
 use crate::sotw::{AdsConfig, Outcome, Subscription, WILDCARD, supports_wildcard};
-use crate::stats::{NodeInfo, StreamEvent};
 use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
 use marin3r_envoyconfig::resource::{ResourceType, version_string};
 

@@ -28,7 +28,7 @@ use crate::service::AdsService;
 
 /// Largest request accepted: 4 MiB, gRPC's default (and what upstream MARIN3R's
 /// grpc-go server accepts). An Envoy request is its node (bounded by
-/// [`crate::tracking::check_node`] to about 66 KiB), the names it subscribes to and a
+/// [`crate::node::check_node`] to about 66 KiB), the names it subscribes to and a
 /// NACK message; a larger one ends its stream with `OUT_OF_RANGE` before it is
 /// decoded, so one request cannot make the server hold more than this.
 pub const MAX_DECODING_MESSAGE_SIZE: usize = 4 * 1024 * 1024;

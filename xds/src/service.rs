@@ -19,10 +19,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::drain::{Drain, SHUTTING_DOWN};
+use crate::events::Api;
+use crate::metrics::StreamCounters;
+use crate::node::{NodeInfo, check_node, log_prefix};
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::sotw::{AdsConfig, Outcome};
-use crate::stats::{Api, NodeInfo, SharedStats, StreamCounters};
-use crate::tracking::{check_node, log_prefix};
+use crate::stats::SharedStats;
 use crate::{DeltaStream, SotwStream};
 use marin3r_envoyconfig::resource::ResourceType;
 

@@ -53,8 +53,9 @@ use std::time::Instant;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 
+use crate::events::StreamEvent;
+use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
-use crate::stats::{NodeInfo, StreamEvent};
 pub use crate::tracking::AdsConfig;
 use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
 use marin3r_envoyconfig::resource::ResourceType;

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
 use envoy_types::pb::google::rpc::Status;
 
-use crate::stats::{NodeInfo, StreamEvent};
+use crate::events::StreamEvent;
+use crate::node::NodeInfo;
 use marin3r_envoyconfig::resource::ResourceType;
 
 /// Tunables of the ADS state machines (SotW and Delta).
@@ -77,54 +78,6 @@ impl AdsConfig {
             identifier: id.clone(),
         })
     }
-}
-
-/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes.
-/// Kubernetes names are at most 253 characters and a node id is one (or a few joined),
-/// so 1 KiB leaves room for any real id while bounding what one stream can make the
-/// server store, label metrics with, and log.
-pub const MAX_NODE_NAME_BYTES: usize = 1024;
-/// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
-/// few short keys (the pod name); 64 KiB allows rich metadata from other bootstraps and
-/// still bounds every request that carries the node (Envoy sends it on each request by
-/// default).
-pub const MAX_NODE_METADATA_BYTES: usize = 64 * 1024;
-
-/// Why a stream's node is refused: `field` is `size` bytes, over `limit`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} is {size} bytes, over the limit of {limit} bytes")]
-pub struct NodeTooLarge {
-    pub field: &'static str,
-    pub size: usize,
-    pub limit: usize,
-}
-
-/// Checks the parts of a node the server keeps, counts, labels metrics with or logs
-/// against [`MAX_NODE_NAME_BYTES`] and [`MAX_NODE_METADATA_BYTES`] (the metadata first:
-/// it bounds the pod name's cost before the pod name is looked at).
-pub fn check_node(node: &Node) -> Result<(), NodeTooLarge> {
-    use prost::Message as _;
-    let over = |field, size, limit| (size > limit).then_some(NodeTooLarge { field, size, limit });
-    let metadata = node.metadata.as_ref().map_or(0, |m| m.encoded_len());
-    let pod_name = NodeInfo::pod_name_of(node).map_or(0, str::len);
-    let refused = over("node.metadata", metadata, MAX_NODE_METADATA_BYTES)
-        .or_else(|| over("node.id", node.id.len(), MAX_NODE_NAME_BYTES))
-        .or_else(|| over("node.cluster", node.cluster.len(), MAX_NODE_NAME_BYTES))
-        .or_else(|| over("node.metadata.pod_name", pod_name, MAX_NODE_NAME_BYTES));
-    match refused {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-/// At most the first `max` bytes of `s` (cut at a character boundary), for log lines
-/// about values a client chose.
-pub fn log_prefix(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// The node of one stream.
@@ -305,6 +258,7 @@ impl<V> TypeMap<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::tests::envoy;
     use std::time::Duration;
 
     fn config() -> AdsConfig {
@@ -313,14 +267,6 @@ mod tests {
             nack_backoff_max: Duration::from_millis(350),
             ..AdsConfig::default()
         }
-    }
-
-    fn envoy(id: &str, pod: &str) -> Node {
-        NodeInfo {
-            id: id.into(),
-            pod_name: pod.into(),
-        }
-        .to_node()
     }
 
     fn rejected(msg: &str) -> Status {
@@ -492,69 +438,5 @@ mod tests {
         assert_eq!(a, NackState::default());
         assert_eq!(next_timer([&a, &b]), Some(t0 + Duration::from_millis(110)));
         assert_eq!(next_timer([&a]), None);
-    }
-
-    #[test]
-    fn nodes_over_the_limits_are_refused_naming_the_field() {
-        use envoy_types::pb::google::protobuf::{Value, value::Kind};
-        let ok = envoy("n1", "pod-a");
-        assert_eq!(check_node(&ok), Ok(()));
-        let at_limit = Node {
-            id: "i".repeat(MAX_NODE_NAME_BYTES),
-            cluster: "c".repeat(MAX_NODE_NAME_BYTES),
-            ..envoy("", &"p".repeat(MAX_NODE_NAME_BYTES))
-        };
-        assert_eq!(check_node(&at_limit), Ok(()));
-        let refused = |node: Node| check_node(&node).unwrap_err();
-        let e = refused(Node {
-            id: "i".repeat(8 << 20),
-            ..ok.clone()
-        });
-        assert_eq!(
-            e,
-            NodeTooLarge {
-                field: "node.id",
-                size: 8 << 20,
-                limit: 1024
-            }
-        );
-        assert_eq!(
-            e.to_string(),
-            "node.id is 8388608 bytes, over the limit of 1024 bytes"
-        );
-        assert_eq!(
-            refused(Node {
-                cluster: "c".repeat(MAX_NODE_NAME_BYTES + 1),
-                ..ok.clone()
-            })
-            .field,
-            "node.cluster"
-        );
-        assert_eq!(
-            refused(envoy("n1", &"p".repeat(MAX_NODE_NAME_BYTES + 1))).field,
-            "node.metadata.pod_name"
-        );
-        let mut big = ok.clone();
-        if let Some(m) = big.metadata.as_mut() {
-            m.fields.insert(
-                "blob".into(),
-                Value {
-                    kind: Some(Kind::StringValue("x".repeat(MAX_NODE_METADATA_BYTES))),
-                },
-            );
-        }
-        let e = refused(big);
-        assert_eq!(
-            (e.field, e.limit),
-            ("node.metadata", MAX_NODE_METADATA_BYTES)
-        );
-        assert!(e.size > MAX_NODE_METADATA_BYTES);
-    }
-
-    #[test]
-    fn log_prefixes_are_bounded_and_cut_at_characters() {
-        assert_eq!(log_prefix("abc", 64), "abc");
-        assert_eq!(log_prefix(&"x".repeat(10_000), 64).len(), 64);
-        assert_eq!(log_prefix("ééé", 3), "é", "never inside a character");
     }
 }

@@ -1,0 +1,629 @@
+//! The ACK/NACK aggregation the self-healing engine asks (SPEC §4: a revision is tainted
+//! when **every** subscribed pod NACKed its version at least N times). [`AckNackStats`]
+//! is plain and single-threaded: it folds [`StreamEvent`]s in, per `(node id, type,
+//! version)` → per pod [`PodCounts`] `{acks, nacks, last_nack_message}`, and counts the
+//! open streams per `(node id, pod)`. Its memory is bounded: the last
+//! [`DEFAULT_MAX_VERSIONS`] versions per `(node, type)`, NACK messages cut at
+//! [`MAX_NACK_MESSAGE_BYTES`], the counts of a pod without streams dropped after
+//! [`GONE_POD_RETENTION`]; pods that never answer stop counting after
+//! [`SILENT_POD_GRACE`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use marin3r_envoyconfig::resource::ResourceType;
+
+use crate::events::StreamEvent;
+use crate::node::log_prefix;
+
+/// ACK/NACK counts of one pod for one `(node, type, version)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodCounts {
+    pub acks: u64,
+    pub nacks: u64,
+    pub last_nack_message: Option<String>,
+}
+
+/// Longest NACK message kept per pod and version (a longer one keeps its first 4 KiB).
+pub const MAX_NACK_MESSAGE_BYTES: usize = 4096;
+
+/// Default number of versions remembered per `(node, type)`.
+pub const DEFAULT_MAX_VERSIONS: usize = 32;
+
+/// A pod name as stored in [`AckNackStats`]: one allocation per pod, shared by the
+/// stream count and every version's counts of the pod.
+type PodName = Arc<str>;
+
+#[derive(Debug, Clone, Default)]
+struct VersionLog {
+    /// Versions in order of first event, oldest first (eviction order).
+    order: VecDeque<String>,
+    counts: HashMap<String, HashMap<PodName, PodCounts>>,
+}
+
+/// Plain aggregation of [`StreamEvent`]s and stream lifecycle.
+///
+/// Memory is bounded: per `(node, type)` only the `max_versions` most recently seen
+/// versions are kept (self-healing decides within seconds of a push; older versions
+/// are irrelevant).
+///
+/// Every stream's ACK goes through [`record`](Self::record) under the stats lock, so
+/// it looks everything up by `&str` in hash maps and allocates only for a new node,
+/// version or pod (with 10,000 pods per node, cloning the keys and walking `BTreeMap`s
+/// of pod names was half of the ACK accounting's cost, measured with `perf`).
+#[derive(Debug, Clone)]
+pub struct AckNackStats {
+    max_versions: usize,
+    /// node id → type → versions.
+    versions: HashMap<String, BTreeMap<ResourceType, VersionLog>>,
+    /// Open streams per node and pod.
+    streams: HashMap<String, HashMap<PodName, PodStreams>>,
+    /// Pods whose last stream closed, and when (node → pod → instant): their counts are
+    /// dropped [`GONE_POD_RETENTION`] later unless they come back.
+    gone: HashMap<String, HashMap<PodName, Instant>>,
+    /// The same closes in order (oldest first), for the sweep; an entry whose instant is
+    /// no longer the pod's in `gone` (it came back, or closed again later) is skipped.
+    gone_order: VecDeque<(Instant, String, PodName)>,
+}
+
+/// A pod with an open stream: how many, since when, and whether it ever answered.
+#[derive(Debug, Clone, Copy)]
+struct PodStreams {
+    open: usize,
+    since: Instant,
+    /// It ACKed or NACKed something on the node at least once.
+    answered: bool,
+}
+
+/// A pod that has had a stream for this long without ever ACKing or NACKing anything no
+/// longer counts as "subscribed" for the taint test: a client that subscribes and never
+/// answers (a stuck Envoy, or anything holding the shared client certificate) cannot
+/// block self-healing for the node. Real Envoys answer every push within milliseconds.
+pub const SILENT_POD_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the ACK/NACK counts of a pod outlive its last stream. Only subscribed pods
+/// count for the taint test, so the counts of a pod that is gone matter only if it comes
+/// back (a stream that flapped: Envoy reconnects within its 2 s backoff cap); after this
+/// long they are dropped, so pods (and pod names a client makes up) seen over time do
+/// not grow the stats (Kubernetes mode also drops them when the Pod is deleted).
+pub const GONE_POD_RETENTION: Duration = Duration::from_secs(300);
+
+impl Default for AckNackStats {
+    fn default() -> Self {
+        Self::with_max_versions(DEFAULT_MAX_VERSIONS)
+    }
+}
+
+impl AckNackStats {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps at most `max_versions` (at least 1) versions per `(node, type)`.
+    pub fn with_max_versions(max_versions: usize) -> Self {
+        Self {
+            max_versions: max_versions.max(1),
+            versions: HashMap::new(),
+            streams: HashMap::new(),
+            gone: HashMap::new(),
+            gone_order: VecDeque::new(),
+        }
+    }
+
+    /// Folds one event in (requests are ignored here; they only feed metrics).
+    pub fn record(&mut self, event: &StreamEvent) {
+        let (node_id, pod_name, t, version, nack) = match event {
+            StreamEvent::Request { .. } => return,
+            StreamEvent::Ack {
+                node_id,
+                pod_name,
+                resource_type,
+                version,
+            } => (node_id, pod_name, *resource_type, version, None),
+            StreamEvent::Nack {
+                node_id,
+                pod_name,
+                resource_type,
+                version,
+                message,
+            } => (node_id, pod_name, *resource_type, version, Some(message)),
+        };
+        if let Some(pod) = self
+            .streams
+            .get_mut(node_id.as_str())
+            .and_then(|pods| pods.get_mut(pod_name.as_str()))
+        {
+            pod.answered = true;
+        }
+        if !self.versions.contains_key(node_id.as_str()) {
+            self.versions.insert(node_id.clone(), BTreeMap::new());
+        }
+        let Some(logs) = self.versions.get_mut(node_id.as_str()) else {
+            return;
+        };
+        let log = logs.entry(t).or_default();
+        if !log.counts.contains_key(version.as_str()) {
+            log.order.push_back(version.clone());
+            while log.order.len() > self.max_versions {
+                if let Some(old) = log.order.pop_front() {
+                    log.counts.remove(&old);
+                }
+            }
+            log.counts.insert(version.clone(), HashMap::new());
+        }
+        let Some(pods) = log.counts.get_mut(version.as_str()) else {
+            return;
+        };
+        let c = match pods.get_mut(pod_name.as_str()) {
+            Some(c) => c,
+            None => {
+                // Share the name with the pod's stream count when it has one.
+                let name = self
+                    .streams
+                    .get(node_id.as_str())
+                    .and_then(|p| p.get_key_value(pod_name.as_str()))
+                    .map_or_else(|| PodName::from(pod_name.as_str()), |(k, _)| k.clone());
+                pods.entry(name).or_default()
+            }
+        };
+        match nack {
+            None => c.acks += 1,
+            Some(message) => {
+                c.nacks += 1;
+                // Envoy's NACK messages name the offending field; a bounded prefix
+                // keeps what a client can make the server hold per pod and version small.
+                let kept = log_prefix(message, MAX_NACK_MESSAGE_BYTES);
+                if c.last_nack_message.as_deref() != Some(kept) {
+                    c.last_nack_message = Some(kept.to_string());
+                }
+            }
+        }
+    }
+
+    fn pod_counts(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+    ) -> Option<&HashMap<PodName, PodCounts>> {
+        self.versions
+            .get(node_id)
+            .and_then(|logs| logs.get(&t))
+            .and_then(|log| log.counts.get(version))
+    }
+
+    /// Per-pod counts for one version (empty if unknown).
+    pub fn counts(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+    ) -> BTreeMap<String, PodCounts> {
+        self.pod_counts(node_id, t, version)
+            .map(|pods| {
+                pods.iter()
+                    .map(|(p, c)| (p.to_string(), c.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// NACKs per pod for one version (pods without NACKs are omitted). Includes pods
+    /// that have since disconnected; intersect with [`pods_for_node`](Self::pods_for_node).
+    pub fn nacks(&self, node_id: &str, t: ResourceType, version: &str) -> BTreeMap<String, u64> {
+        self.nonzero_per_pod(node_id, t, version, |c| c.nacks)
+    }
+
+    /// ACKs per pod for one version (pods without ACKs are omitted).
+    pub fn acks(&self, node_id: &str, t: ResourceType, version: &str) -> BTreeMap<String, u64> {
+        self.nonzero_per_pod(node_id, t, version, |c| c.acks)
+    }
+
+    /// `count` of each pod for one version, pods where it is 0 omitted.
+    fn nonzero_per_pod(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        count: impl Fn(&PodCounts) -> u64,
+    ) -> BTreeMap<String, u64> {
+        self.pod_counts(node_id, t, version)
+            .map(|pods| {
+                pods.iter()
+                    .map(|(p, c)| (p, count(c)))
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(p, n)| (p.to_string(), n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The SPEC §4 taint test for one type version: there is at least one subscribed
+    /// pod and every subscribed pod NACKed `version` at least `threshold` times. Pods
+    /// that never answered anything within [`SILENT_POD_GRACE`] of their first stream
+    /// (at `now`) do not count.
+    pub fn rejected_by_all_pods(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        threshold: u64,
+        now: Instant,
+    ) -> bool {
+        // Looked up in place, without copying the pod names or the counts: this runs for
+        // every type of every published revision every 250 ms under the stats lock, and
+        // with 10,000 streams the copies took a quarter of the discovery service's CPU
+        // and held up the streams' ACK accounting (BENCHMARKS.md).
+        let Some(pods) = self.streams.get(node_id).filter(|p| !p.is_empty()) else {
+            return false;
+        };
+        let counts = self.pod_counts(node_id, t, version);
+        let mut judged = pods
+            .iter()
+            .filter(|(_, s)| {
+                s.answered || now.saturating_duration_since(s.since) < SILENT_POD_GRACE
+            })
+            .peekable();
+        judged.peek().is_some()
+            && judged.all(|(p, _)| {
+                counts
+                    .and_then(|c| c.get(p))
+                    .is_some_and(|c| c.nacks > 0 && c.nacks >= threshold)
+            })
+    }
+
+    /// Pods of the node with an open stream that never answered anything within
+    /// [`SILENT_POD_GRACE`] (at `now`): they do not count for the taint test.
+    pub fn silent_pods(&self, node_id: &str, now: Instant) -> BTreeSet<String> {
+        self.streams
+            .get(node_id)
+            .map(|pods| {
+                pods.iter()
+                    .filter(|(_, s)| {
+                        !s.answered && now.saturating_duration_since(s.since) >= SILENT_POD_GRACE
+                    })
+                    .map(|(p, _)| p.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A stream of `pod` for `node_id` started (after its node was learned) at `now`.
+    pub fn stream_opened(&mut self, node_id: &str, pod_name: &str, now: Instant) {
+        self.forget_gone_pods(now);
+        if let Some(pods) = self.gone.get_mut(node_id) {
+            pods.remove(pod_name);
+            if pods.is_empty() {
+                self.gone.remove(node_id);
+            }
+        }
+        if !self.streams.contains_key(node_id) {
+            self.streams.insert(node_id.to_string(), HashMap::new());
+        }
+        let Some(pods) = self.streams.get_mut(node_id) else {
+            return;
+        };
+        match pods.get_mut(pod_name) {
+            Some(s) => s.open += 1,
+            None => {
+                pods.insert(
+                    PodName::from(pod_name),
+                    PodStreams {
+                        open: 1,
+                        since: now,
+                        answered: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A stream of `pod` ended at `now`. Returns the number of streams the pod still
+    /// has; at 0 the pod's ACK/NACK counts are dropped [`GONE_POD_RETENTION`] later
+    /// unless a stream of it opens again meanwhile.
+    pub fn stream_closed(&mut self, node_id: &str, pod_name: &str, now: Instant) -> usize {
+        self.forget_gone_pods(now);
+        let Some(pods) = self.streams.get_mut(node_id) else {
+            return 0;
+        };
+        let Some((name, s)) = pods.get_key_value(pod_name) else {
+            return 0;
+        };
+        let (name, left) = (name.clone(), s.open.saturating_sub(1));
+        if left == 0 {
+            pods.remove(pod_name);
+            if pods.is_empty() {
+                self.streams.remove(node_id);
+            }
+            self.gone
+                .entry(node_id.to_string())
+                .or_default()
+                .insert(name.clone(), now);
+            self.gone_order.push_back((now, node_id.to_string(), name));
+        } else if let Some(s) = pods.get_mut(pod_name) {
+            s.open = left;
+        }
+        left
+    }
+
+    /// Drops the counts of pods whose last stream closed [`GONE_POD_RETENTION`] or more
+    /// before `now` and that have not come back.
+    fn forget_gone_pods(&mut self, now: Instant) {
+        while let Some((closed, _, _)) = self.gone_order.front() {
+            if now.saturating_duration_since(*closed) < GONE_POD_RETENTION {
+                break;
+            }
+            let Some((closed, node_id, pod)) = self.gone_order.pop_front() else {
+                break;
+            };
+            let Some(pods) = self.gone.get_mut(&node_id) else {
+                continue;
+            };
+            if pods.get(&pod) != Some(&closed) {
+                continue;
+            }
+            pods.remove(&pod);
+            if pods.is_empty() {
+                self.gone.remove(&node_id);
+            }
+            self.clear_pod(&node_id, &pod);
+        }
+    }
+
+    /// Pods whose ACK/NACK counts are kept although they have no stream (see
+    /// [`GONE_POD_RETENTION`]), for tests and status pages.
+    pub fn gone_pods(&self) -> usize {
+        self.gone.values().map(HashMap::len).sum()
+    }
+
+    /// Pods with at least one open stream for the node.
+    pub fn pods_for_node(&self, node_id: &str) -> BTreeSet<String> {
+        self.streams
+            .get(node_id)
+            .map(|p| p.keys().map(|k| k.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Open streams per pod for the node.
+    pub fn streams_for_node(&self, node_id: &str) -> BTreeMap<String, usize> {
+        self.streams
+            .get(node_id)
+            .map(|p| p.iter().map(|(k, s)| (k.to_string(), s.open)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Forgets every ACK/NACK count of a pod for the node (stream counts untouched).
+    pub fn clear_pod(&mut self, node_id: &str, pod_name: &str) {
+        if let Some(logs) = self.versions.get_mut(node_id) {
+            for log in logs.values_mut() {
+                for pods in log.counts.values_mut() {
+                    pods.remove(pod_name);
+                }
+            }
+        }
+    }
+
+    /// Forgets every count of a node (e.g. its EnvoyConfig was deleted).
+    pub fn clear_node(&mut self, node_id: &str) {
+        self.versions.remove(node_id);
+        self.gone.remove(node_id);
+    }
+
+    /// Forgets the counts of one version: a revision that is published again (after its
+    /// tainted twin was deleted) is judged on fresh NACKs only.
+    pub fn reset_version(&mut self, node_id: &str, t: ResourceType, version: &str) {
+        if let Some(log) = self
+            .versions
+            .get_mut(node_id)
+            .and_then(|logs| logs.get_mut(&t))
+        {
+            log.counts.remove(version);
+            log.order.retain(|v| v != version);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::{ack, nack};
+    use ResourceType::*;
+
+    #[test]
+    fn aggregates_per_version_and_pod() {
+        let mut s = AckNackStats::new();
+        for e in [
+            ack("p1", Listener, "v1"),
+            ack("p2", Listener, "v1"),
+            nack("p1", Listener, "v2", "bad listener"),
+            nack("p1", Listener, "v2", "bad listener again"),
+            nack("p2", Listener, "v2", "bad"),
+            nack("p2", Cluster, "v2", "other type"),
+            StreamEvent::Request {
+                node_id: "n".into(),
+                pod_name: "p1".into(),
+                resource_type: None,
+            },
+        ] {
+            s.record(&e);
+        }
+        assert_eq!(
+            s.acks("n", Listener, "v1"),
+            [("p1".into(), 1), ("p2".into(), 1)].into()
+        );
+        assert!(s.nacks("n", Listener, "v1").is_empty());
+        assert_eq!(
+            s.nacks("n", Listener, "v2"),
+            [("p1".into(), 2), ("p2".into(), 1)].into()
+        );
+        assert_eq!(s.nacks("n", Cluster, "v2"), [("p2".into(), 1)].into());
+        assert!(s.nacks("other", Listener, "v2").is_empty());
+        let c = s.counts("n", Listener, "v2");
+        assert_eq!(
+            c["p1"].last_nack_message.as_deref(),
+            Some("bad listener again")
+        );
+
+        s.clear_pod("n", "p1");
+        assert_eq!(s.nacks("n", Listener, "v2"), [("p2".into(), 1)].into());
+        s.clear_node("n");
+        assert!(s.nacks("n", Listener, "v2").is_empty());
+    }
+
+    #[test]
+    fn streams_and_taint_test() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        assert!(
+            !s.rejected_by_all_pods("n", Route, "v", 1, t0),
+            "no pods: never rejected by all"
+        );
+        s.stream_opened("n", "p1", t0);
+        s.stream_opened("n", "p1", t0);
+        s.stream_opened("n", "p2", t0);
+        assert_eq!(
+            s.pods_for_node("n"),
+            ["p1".to_string(), "p2".to_string()].into()
+        );
+        assert_eq!(s.streams_for_node("n")["p1"], 2);
+        for _ in 0..5 {
+            s.record(&nack("p1", Route, "v", "x"));
+        }
+        assert!(
+            !s.rejected_by_all_pods("n", Route, "v", 5, t0),
+            "partial rejection"
+        );
+        for _ in 0..4 {
+            s.record(&nack("p2", Route, "v", "x"));
+        }
+        assert!(!s.rejected_by_all_pods("n", Route, "v", 5, t0));
+        assert!(s.rejected_by_all_pods("n", Route, "v", 4, t0));
+        // p2 leaves: only p1 is subscribed, and it rejected 5 times.
+        assert_eq!(s.stream_closed("n", "p2", t0), 0);
+        assert!(s.rejected_by_all_pods("n", Route, "v", 5, t0));
+        assert_eq!(s.stream_closed("n", "p1", t0), 1);
+        assert_eq!(s.stream_closed("n", "p1", t0), 0);
+        assert_eq!(s.stream_closed("n", "p1", t0), 0, "extra close is harmless");
+        assert!(s.pods_for_node("n").is_empty());
+    }
+
+    #[test]
+    fn a_pod_that_never_answers_stops_counting_after_the_grace_period() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        s.stream_opened("n", "envoy", t0);
+        s.stream_opened("n", "silent", t0);
+        for _ in 0..5 {
+            s.record(&nack("envoy", Route, "v", "bad route"));
+        }
+        let later = |d: Duration| t0 + d;
+        assert!(
+            !s.rejected_by_all_pods("n", Route, "v", 5, later(Duration::from_secs(1))),
+            "a silent pod counts while it may still answer"
+        );
+        assert!(s.silent_pods("n", later(Duration::from_secs(1))).is_empty());
+        assert!(
+            s.rejected_by_all_pods("n", Route, "v", 5, later(SILENT_POD_GRACE)),
+            "a pod that never answered anything no longer blocks self-healing"
+        );
+        assert_eq!(
+            s.silent_pods("n", later(SILENT_POD_GRACE)),
+            ["silent".to_string()].into()
+        );
+        // A pod that answered something (here an ACK of another version) keeps counting.
+        s.record(&ack("silent", Route, "v0"));
+        assert!(!s.rejected_by_all_pods("n", Route, "v", 5, later(SILENT_POD_GRACE * 3)));
+        // Only silent pods: nobody is judged, nothing is rejected by all.
+        let mut only_silent = AckNackStats::new();
+        only_silent.stream_opened("m", "silent", t0);
+        assert!(!only_silent.rejected_by_all_pods("m", Route, "v", 1, later(SILENT_POD_GRACE)));
+    }
+
+    #[test]
+    fn nack_messages_are_kept_bounded() {
+        let mut s = AckNackStats::new();
+        s.record(&nack("p", Cluster, "v", &"é".repeat(1 << 20)));
+        let kept = s.counts("n", Cluster, "v")["p"]
+            .last_nack_message
+            .clone()
+            .unwrap();
+        assert_eq!(kept.len(), MAX_NACK_MESSAGE_BYTES);
+        s.record(&nack("p", Cluster, "v", "short"));
+        assert_eq!(
+            s.counts("n", Cluster, "v")["p"]
+                .last_nack_message
+                .as_deref(),
+            Some("short")
+        );
+    }
+
+    #[test]
+    fn versions_are_bounded() {
+        let mut s = AckNackStats::with_max_versions(2);
+        s.record(&ack("p", Cluster, "v1"));
+        s.record(&ack("p", Cluster, "v2"));
+        s.record(&ack("p", Cluster, "v2"));
+        s.record(&ack("p", Listener, "v1"));
+        s.record(&ack("p", Cluster, "v3"));
+        assert!(s.acks("n", Cluster, "v1").is_empty(), "oldest evicted");
+        assert_eq!(s.acks("n", Cluster, "v2")["p"], 2);
+        assert_eq!(s.acks("n", Cluster, "v3")["p"], 1);
+        assert_eq!(
+            s.acks("n", Listener, "v1")["p"],
+            1,
+            "per-type logs are independent"
+        );
+    }
+
+    #[test]
+    fn counts_of_a_gone_pod_are_dropped_after_the_retention_unless_it_comes_back() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // 100 made-up pods connect, ACK, leave.
+        for i in 0..100 {
+            let pod = format!("p{i}");
+            s.stream_opened("n", &pod, t0);
+            s.record(&ack(&pod, Cluster, "v1"));
+            assert_eq!(s.stream_closed("n", &pod, at(1)), 0);
+        }
+        // "back" flaps: gone at 1 s, back at 2 s, gone again at 200 s.
+        s.stream_opened("n", "back", t0);
+        s.record(&nack("back", Cluster, "v1", "bad"));
+        s.stream_closed("n", "back", at(1));
+        s.stream_opened("n", "back", at(2));
+        // "stays" keeps its stream.
+        s.stream_opened("n", "stays", t0);
+        s.record(&nack("stays", Cluster, "v1", "bad"));
+        assert_eq!(s.gone_pods(), 100);
+        assert_eq!(
+            s.acks("n", Cluster, "v1").len(),
+            100,
+            "kept within the retention"
+        );
+        s.stream_closed("n", "back", at(200));
+
+        // Retention over for the first closes: only their counts go.
+        s.stream_opened("n", "trigger", at(1) + GONE_POD_RETENTION);
+        assert!(s.acks("n", Cluster, "v1").is_empty(), "gone pods dropped");
+        assert_eq!(
+            s.nacks("n", Cluster, "v1"),
+            [("back".to_string(), 1), ("stays".to_string(), 1)].into(),
+            "a pod that came back and left later keeps its counts; a connected pod too"
+        );
+        assert_eq!(s.gone_pods(), 1);
+        s.stream_closed("n", "trigger", at(201) + GONE_POD_RETENTION);
+        assert_eq!(
+            s.nacks("n", Cluster, "v1"),
+            [("stays".to_string(), 1)].into()
+        );
+        // Bounded: everything that left is forgotten; the self-healing view is intact.
+        assert_eq!(
+            s.gone_pods(),
+            1,
+            "only 'trigger' (closed just now) is remembered"
+        );
+        assert!(s.rejected_by_all_pods("n", Cluster, "v1", 1, at(202) + GONE_POD_RETENTION));
+    }
+}
