@@ -10,7 +10,7 @@
 //! Secrets come from a [`SecretSource`] (the Kubernetes API, or `kind: Secret` manifests
 //! in local mode); their data never appears in errors or `Debug` output.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 use base64::Engine as _;
@@ -23,8 +23,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::decode::{DecodeError, Location, Serialization, decode_resource, join_path, parse_text};
+use crate::decode::{decode_resource, parse_text};
+use crate::error::{DecodeError, Location, join_path};
 use crate::resource::{Resource, ResourceType};
+use crate::text::Serialization;
+
+pub use crate::secret::{NoSecrets, SecretData, SecretSource, parse_secret};
 
 /// The config version of a spec: a stable hash of its resources (both forms), which is
 /// what names an EnvoyConfigRevision. Secret *contents* are not part of it (like
@@ -261,65 +265,6 @@ fn preserve_unknown_fields(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 fn resource_type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let names: Vec<&str> = ResourceType::ALL.iter().map(|t| t.as_str()).collect();
     schemars::json_schema!({ "type": "string", "enum": names })
-}
-
-/// The `type` and `data` of a Kubernetes Secret. `Debug` shows key names and sizes only.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct SecretData {
-    /// The Secret type, e.g. `kubernetes.io/tls` or `Opaque` (may be empty if unknown).
-    pub type_: String,
-    /// Decoded data (`data` base64-decoded, `stringData` as is).
-    pub data: BTreeMap<String, Vec<u8>>,
-}
-
-impl fmt::Debug for SecretData {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let sizes: BTreeMap<&str, String> = self
-            .data
-            .iter()
-            .map(|(k, v)| (k.as_str(), format!("<{} bytes>", v.len())))
-            .collect();
-        f.debug_struct("SecretData")
-            .field("type_", &self.type_)
-            .field("data", &sizes)
-            .finish()
-    }
-}
-
-/// Where [`resolve`] reads Kubernetes objects from: Secrets (local manifests or the API)
-/// and, in Kubernetes mode, EndpointSlices.
-pub trait SecretSource {
-    /// The Secret `name` in the EnvoyConfig's namespace.
-    fn get(&self, name: &str) -> Option<SecretData>;
-
-    /// The EndpointSlices matching `selector` in the EnvoyConfig's namespace, or `None`
-    /// where EndpointSlices cannot be listed (local mode; the default).
-    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
-        let _ = selector;
-        None
-    }
-}
-
-/// A source without any Secret (and without EndpointSlices).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoSecrets;
-
-impl SecretSource for NoSecrets {
-    fn get(&self, _: &str) -> Option<SecretData> {
-        None
-    }
-}
-
-impl SecretSource for BTreeMap<String, SecretData> {
-    fn get(&self, name: &str) -> Option<SecretData> {
-        BTreeMap::get(self, name).cloned()
-    }
-}
-
-impl SecretSource for HashMap<String, SecretData> {
-    fn get(&self, name: &str) -> Option<SecretData> {
-        HashMap::get(self, name).cloned()
-    }
 }
 
 /// Turns an EnvoyConfig spec (either form) into the resources to serve, or every error
@@ -763,43 +708,6 @@ pub fn cluster_load_assignment(
         "cluster_name": cluster_name,
         "endpoints": [{"lb_endpoints": lb_endpoints}],
     }))
-}
-
-/// Reads a `kind: Secret` manifest: (namespace, name, data). `data` is base64-decoded,
-/// `stringData` overrides it as Kubernetes does. Errors never quote the data.
-pub fn parse_secret(doc: &Value) -> Result<(Option<String>, String, SecretData), String> {
-    let name = doc["metadata"]["name"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .ok_or("metadata.name is missing")?
-        .to_string();
-    let namespace = doc["metadata"]["namespace"].as_str().map(str::to_string);
-    let mut secret = SecretData {
-        type_: doc["type"].as_str().unwrap_or_default().to_string(),
-        data: BTreeMap::new(),
-    };
-    if let Some(data) = doc.get("data").filter(|d| !d.is_null()) {
-        let map = data.as_object().ok_or("data must be a map")?;
-        for (key, value) in map {
-            let text = value
-                .as_str()
-                .ok_or_else(|| format!("data.{key}: must be a string"))?;
-            let bytes = BASE64
-                .decode(text.trim())
-                .map_err(|_| format!("data.{key}: invalid base64"))?;
-            secret.data.insert(key.clone(), bytes);
-        }
-    }
-    if let Some(data) = doc.get("stringData").filter(|d| !d.is_null()) {
-        let map = data.as_object().ok_or("stringData must be a map")?;
-        for (key, value) in map {
-            let text = value
-                .as_str()
-                .ok_or_else(|| format!("stringData.{key}: must be a string"))?;
-            secret.data.insert(key.clone(), text.as_bytes().to_vec());
-        }
-    }
-    Ok((namespace, name, secret))
 }
 
 /// Reads an EnvoyConfig manifest; errors name the field path (`spec.resources[0].blueprint`).

@@ -14,9 +14,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::decode::Serialization;
 use crate::envoyconfig::{EnvoyApi, EnvoyConfigSpec, EnvoyResources, ResourceSpec};
 use crate::resource::ResourceType;
+use crate::text::Serialization;
 
 /// Label: the node id of the revision.
 pub const NODE_ID_LABEL: &str = "marin3r.3scale.net/node-id";

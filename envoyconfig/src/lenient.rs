@@ -26,7 +26,7 @@
 //!
 //! How YAML scalars are typed before this rewrite (octal with a leading `0`, numbers
 //! with underscores as text) is the YAML parser's part: see
-//! [`crate::decode::yaml_options`]. An untagged number or boolean given to a string
+//! [`crate::text::yaml_options`]. An untagged number or boolean given to a string
 //! field is refused, as Envoy refuses an `int32` or a boolean there.
 //!
 //! Anything else is left as written, so prost-reflect reports it with its field path.
@@ -37,12 +37,9 @@
 use prost_reflect::{Kind, MessageDescriptor};
 use serde_json::{Map, Value};
 
-use crate::decode::{DecodeError, Location, join_path, key_segment};
-use crate::registry;
-
-/// The type URL an empty `Any` (`{}`) is decoded with; the canonical encoding writes it
-/// back as an empty `Any` (see [`crate::decode`]). Not accepted from the input.
-pub(crate) const EMPTY_ANY_URL: &str = "type.googleapis.com/marin3r.internal.EmptyAny";
+use crate::error::{DecodeError, Location, join_path, key_segment};
+use crate::wellknown::{EMPTY_ANY_URL, is_empty_any_url, is_well_known, is_wrapper};
+use crate::{pgv, registry, strict};
 
 /// Rewrites `value` (a message of type `desc`) in place. Errors name the field path.
 pub(crate) fn normalize(desc: &MessageDescriptor, value: &mut Value) -> Result<(), DecodeError> {
@@ -236,14 +233,6 @@ fn any(value: &mut Value, path: &str) -> Result<(), DecodeError> {
     result
 }
 
-pub(crate) fn is_empty_any_url(type_url: &str) -> bool {
-    let name = |u: &str| {
-        u.rsplit_once('/')
-            .map_or(u.to_string(), |(_, n)| n.to_string())
-    };
-    name(type_url) == name(EMPTY_ANY_URL)
-}
-
 fn is_typed_struct(desc: &MessageDescriptor) -> bool {
     matches!(
         desc.full_name(),
@@ -270,7 +259,13 @@ fn typed_struct(map: &Map<String, Value>, path: &str) -> Result<(), DecodeError>
         .unwrap_or_else(|| Value::Object(Map::new()));
     let at = join_path(path, "value");
     message(&desc, &mut inner, &at)?;
-    crate::decode::check_message(desc, &inner).map_err(|e| e.prefixed(&at))
+    check_message(desc, &inner).map_err(|e| e.prefixed(&at))
+}
+
+/// Checks that strict protojson (already through this rewrite) is a `desc` that meets
+/// Envoy's constraints ([`crate::pgv`]).
+fn check_message(desc: MessageDescriptor, value: &Value) -> Result<(), DecodeError> {
+    pgv::check(&strict::decode(desc, value)?)
 }
 
 /// A well-known type written as its plain message (`{seconds: 5}`): its fields, which
@@ -315,22 +310,16 @@ fn seconds_nanos(fields: &[(String, Value)], path: &str) -> Result<(i64, i32), D
             _ => None,
         };
         let Some(n) = n else {
-            return Err(invalid(&at, "expected an integer"));
+            return Err(DecodeError::invalid(&at, "expected an integer"));
         };
         if key == "nanos" {
-            nanos = i32::try_from(n).map_err(|_| invalid(&at, "integer out of range"))?;
+            nanos =
+                i32::try_from(n).map_err(|_| DecodeError::invalid(&at, "integer out of range"))?;
         } else {
             seconds = n;
         }
     }
     Ok((seconds, nanos))
-}
-
-fn invalid(path: &str, message: &str) -> DecodeError {
-    DecodeError::Invalid {
-        at: Location::new("", path),
-        message: message.to_string(),
-    }
 }
 
 /// protojson's text of a duration (`5s`, `-1.500s`); out-of-range values are left for
@@ -352,7 +341,7 @@ fn timestamp_text(seconds: i64, nanos: i32, path: &str) -> Result<String, Decode
     if !(-62_135_596_800..=253_402_300_799).contains(&seconds)
         || !(0..1_000_000_000).contains(&nanos)
     {
-        return Err(invalid(path, "timestamp out of range"));
+        return Err(DecodeError::invalid(path, "timestamp out of range"));
     }
     let days = seconds.div_euclid(86_400);
     let secs = seconds.rem_euclid(86_400);
@@ -375,37 +364,6 @@ fn timestamp_text(seconds: i64, nanos: i32, path: &str) -> Result<String, Decode
     Ok(format!(
         "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}{frac}Z"
     ))
-}
-
-pub(crate) fn is_wrapper(name: &str) -> bool {
-    matches!(
-        name,
-        "google.protobuf.DoubleValue"
-            | "google.protobuf.FloatValue"
-            | "google.protobuf.Int64Value"
-            | "google.protobuf.UInt64Value"
-            | "google.protobuf.Int32Value"
-            | "google.protobuf.UInt32Value"
-            | "google.protobuf.BoolValue"
-            | "google.protobuf.StringValue"
-            | "google.protobuf.BytesValue"
-    )
-}
-
-/// The types whose `Any` form carries the payload under `"value"` (prost-reflect's list).
-fn is_well_known(name: &str) -> bool {
-    is_wrapper(name)
-        || matches!(
-            name,
-            "google.protobuf.Any"
-                | "google.protobuf.Timestamp"
-                | "google.protobuf.Duration"
-                | "google.protobuf.Struct"
-                | "google.protobuf.FieldMask"
-                | "google.protobuf.ListValue"
-                | "google.protobuf.Value"
-                | "google.protobuf.Empty"
-        )
 }
 
 #[cfg(test)]

@@ -8,17 +8,36 @@
 //! It has no async runtime, no gRPC and no Kubernetes client in its dependency tree:
 //! the webhook and `marin3r validate` depend on it alone; the xDS server and the control
 //! plane build on it.
+//!
+//! The modules stand in layers, each using only those below it:
+//!
+//! - the custom resources: [`envoyconfigrevision`] over [`envoyconfig`] (resolving a
+//!   spec), which reads files with [`manifest`] and Secrets through `secret`
+//!   (`SecretData`, `SecretSource`, re-exported by [`envoyconfig`]);
+//! - decoding: [`decode`], the pipeline, over `lenient` (Envoy's loader leniencies),
+//!   `pgv` (Envoy's constraints: PGV rules, extension lookups, then `tls`, the TLS
+//!   loader's checks), `strict` (strict protojson with field paths) and `canonical`
+//!   (canonical bytes and JSON);
+//! - the ground: `error` (`DecodeError`, `Location`, field paths; re-exported by
+//!   [`decode`]), [`registry`], `text` (JSON/YAML and the YAML parser's options),
+//!   `wellknown` (well-known types, the empty-`Any` placeholder) and [`resource`].
 #![forbid(unsafe_code)]
 
+mod canonical;
 pub mod decode;
 pub mod envoyconfig;
 pub mod envoyconfigrevision;
+mod error;
 mod lenient;
 pub mod manifest;
 mod pgv;
 pub mod registry;
 pub mod resource;
+mod secret;
+mod strict;
+mod text;
 mod tls;
+mod wellknown;
 
 pub use decode::{DecodeError, Serialization, decode_resource, decode_str};
 pub use envoyconfig::config_version;

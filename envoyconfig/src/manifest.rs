@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::envoyconfig::{SecretData, SecretSource};
+use crate::secret::{SecretData, SecretSource};
 
 /// The documents of a manifest file: multi-document YAML (`---`) or JSON. A `kind: List`
 /// (what `kubectl get -o yaml` prints) is replaced by its `items`. Empty YAML documents
@@ -12,7 +12,7 @@ use crate::envoyconfig::{SecretData, SecretSource};
 /// data).
 pub fn documents(text: &str) -> Result<Vec<Value>, String> {
     let docs: Vec<Value> =
-        match serde_saphyr::from_multiple_with_options(text, crate::decode::yaml_options()) {
+        match serde_saphyr::from_multiple_with_options(text, crate::text::yaml_options()) {
             Ok(docs) => docs,
             // JSON that the YAML parser refuses (e.g. tab indentation).
             Err(yaml) => match serde_json::from_str::<Value>(text) {

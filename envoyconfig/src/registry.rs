@@ -70,7 +70,7 @@ pub fn message_descriptor(kind: ResourceType) -> Result<MessageDescriptor, Regis
 /// before the last `/` is accepted, as protobuf does) to its message descriptor.
 pub fn resolve_type_url(type_url: &str) -> Option<MessageDescriptor> {
     let name = type_url.rsplit_once('/').map_or(type_url, |(_, n)| n);
-    if name.is_empty() || crate::lenient::is_empty_any_url(type_url) {
+    if name.is_empty() || crate::wellknown::is_empty_any_url(type_url) {
         return None;
     }
     pool().ok()?.get_message_by_name(name)

@@ -36,7 +36,7 @@ use x509_parser::asn1_rs::{Any, Class, FromBer, Tag};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::public_key::PublicKey;
 
-use crate::decode::{DecodeError, Location, join_path};
+use crate::error::{DecodeError, Location, join_path};
 
 const TLS: &str = "envoy.extensions.transport_sockets.tls.v3.";
 
