@@ -100,7 +100,7 @@ pub struct OperatorImages {
     pub envoy_image: String,
 }
 
-impl From<OperatorImages> for marin3r_control_plane::operator::Images {
+impl From<OperatorImages> for marin3r_operator::Images {
     fn from(i: OperatorImages) -> Self {
         Self {
             marin3r: i.marin3r_image,

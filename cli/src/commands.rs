@@ -125,7 +125,7 @@ fn read_input(file: &std::path::Path) -> Result<String> {
 /// namespace; `a,b`: those), with leader election on a Lease in `POD_NAMESPACE` held as
 /// `POD_NAME` (outside a pod: the kubeconfig's namespace and the host name).
 async fn operator(a: OperatorRunArgs) -> Result<ExitCode> {
-    use marin3r_control_plane::operator;
+    use marin3r_operator as operator;
     let client = kube::Client::try_default()
         .await
         .context("cannot configure the Kubernetes client (in-cluster config or kubeconfig)")?;
@@ -162,7 +162,7 @@ fn operator_render(a: RenderArgs) -> Result<ExitCode> {
     let docs = marin3r_envoyconfig::manifest::documents(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
     let images = a.images.into();
-    let rendered = marin3r_control_plane::operator::render::render(&docs, &images);
+    let rendered = marin3r_operator::render::render(&docs, &images);
     print!("{}", yaml_stream(&rendered.objects)?);
     for problem in &rendered.problems {
         eprintln!("{}: {problem}", a.file.display());

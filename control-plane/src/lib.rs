@@ -12,7 +12,6 @@
 
 pub mod kubernetes;
 pub mod local;
-pub mod operator;
 pub mod publisher;
 pub mod revisions;
 pub mod status;
@@ -31,12 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub enum Error {
     #[error("cannot load the TLS certificates")]
     Tls(#[source] marin3r_certs::CertsError),
-    #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A listener could not bind or failed.
+    #[error(transparent)]
+    Process(#[from] marin3r_process::Error),
     #[error("cannot read the config folder {dir}")]
     ConfigDir {
         dir: PathBuf,
@@ -51,23 +47,6 @@ pub enum Error {
     },
     #[error("gRPC server failed")]
     Grpc(#[source] tonic::transport::Error),
-    #[error("{server} server failed")]
-    Serve {
-        server: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    /// Leader election of the operator failed.
-    #[error(transparent)]
-    Leader(crate::operator::leader::LeaderError),
-    /// An operator resource whose spec cannot be turned into objects (a duration or a
-    /// port out of range); the source names the field.
-    #[error("invalid {kind} {name:?}: {source}")]
-    InvalidSpec {
-        kind: &'static str,
-        name: String,
-        source: marin3r_operator_api::Error,
-    },
 }
 
 /// Discovery service settings (from the CLI flags, or built directly in tests).
@@ -96,18 +75,12 @@ pub struct Listeners {
     pub health: tokio::net::TcpListener,
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
-}
-
 impl Listeners {
     pub async fn bind(config: &Config) -> Result<Self, Error> {
         Ok(Self {
-            xdss: bind(config.xdss_addr).await?,
-            metrics: bind(config.metrics_addr).await?,
-            health: bind(config.health_addr).await?,
+            xdss: marin3r_process::bind(config.xdss_addr).await?,
+            metrics: marin3r_process::bind(config.metrics_addr).await?,
+            health: marin3r_process::bind(config.health_addr).await?,
         })
     }
 }
@@ -294,10 +267,11 @@ pub async fn serve_with<B: Backend>(
     } else {
         match grpc_task.await {
             Ok(result) => result.map_err(Error::Grpc),
-            Err(e) => Err(Error::Serve {
+            Err(e) => Err(marin3r_process::Error::Serve {
                 server: "ADS",
                 source: std::io::Error::other(e),
-            }),
+            }
+            .into()),
         }
     };
     let _ = stop_tx.send(true);
@@ -312,11 +286,11 @@ pub async fn serve_with<B: Backend>(
         return Err(e);
     }
     grpc?;
-    metrics_res.map_err(|source| Error::Serve {
+    metrics_res.map_err(|source| marin3r_process::Error::Serve {
         server: "metrics",
         source,
     })?;
-    health_res.map_err(|source| Error::Serve {
+    health_res.map_err(|source| marin3r_process::Error::Serve {
         server: "health",
         source,
     })?;

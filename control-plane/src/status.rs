@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
 
 use crate::revisions::Revisions;
@@ -98,23 +98,7 @@ pub struct RevisionReport {
     pub provides_versions: BTreeMap<String, String>,
 }
 
-/// A time as RFC 3339 in UTC with whole seconds (`2025-01-01T10:00:00Z`), like Kubernetes.
-pub fn rfc3339(t: SystemTime) -> String {
-    timestamp(t).to_string()
-}
-
-pub(crate) fn timestamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
-    let secs = match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_secs()).map_or(i64::MIN, |s| -s),
-    };
-    let bound = if secs < 0 {
-        k8s_openapi::jiff::Timestamp::MIN
-    } else {
-        k8s_openapi::jiff::Timestamp::MAX
-    };
-    k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or(bound)
-}
+pub use marin3r_kube::time::rfc3339;
 
 /// The conditions of an EnvoyConfig (both modes: `GET /status` in local mode, the
 /// EnvoyConfig status in Kubernetes mode), keeping each condition's `lastTransitionTime`
@@ -188,20 +172,15 @@ pub fn conditions(
     ]
     .into_iter()
     .map(|(type_, (on, reason, message))| {
-        let status = if on { "True" } else { "False" };
-        let since = previous
-            .iter()
-            .find(|c| c.type_ == type_ && c.status == status)
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| Time(timestamp(now)));
-        Condition {
-            last_transition_time: since,
+        marin3r_kube::conditions::condition(
+            previous,
+            type_,
+            on,
+            reason,
             message,
-            observed_generation: None,
-            reason: reason.to_string(),
-            status: status.to_string(),
-            type_: type_.to_string(),
-        }
+            None,
+            marin3r_kube::time::timestamp(now),
+        )
     })
     .collect()
 }
@@ -306,10 +285,13 @@ mod tests {
         assert_eq!(rollback[0].status, "True");
         assert_eq!(rollback[0].reason, "CantPublishDesiredVersion");
         assert!(rollback[0].message.contains("rolled back to version a"));
-        assert_eq!(rollback[0].last_transition_time, Time(timestamp(t(5))));
+        assert_eq!(
+            rollback[0].last_transition_time,
+            marin3r_kube::time::time(t(5))
+        );
         assert_eq!(
             rollback[1].last_transition_time,
-            Time(timestamp(t(1))),
+            marin3r_kube::time::time(t(1)),
             "unchanged status keeps its transition time"
         );
 
@@ -321,12 +303,18 @@ mod tests {
             &rollback,
             t(9),
         );
-        assert_eq!(failed[0].last_transition_time, Time(timestamp(t(5))));
+        assert_eq!(
+            failed[0].last_transition_time,
+            marin3r_kube::time::time(t(5))
+        );
         assert_eq!(
             (failed[1].status.as_str(), failed[1].reason.as_str()),
             ("True", "AllRevisionsTainted")
         );
-        assert_eq!(failed[1].last_transition_time, Time(timestamp(t(9))));
+        assert_eq!(
+            failed[1].last_transition_time,
+            marin3r_kube::time::time(t(9))
+        );
 
         // In sync by the revisions, but the desired one waits for a Secret, or is not
         // served yet.

@@ -9,7 +9,7 @@
 //!   configurations reach the webhook through a Service, a named port and the
 //!   container's `--webhook-port`, with a cert-manager CA matching the Service name;
 //! - the Deployments are hardened, their probes, ports and volumes agree with their
-//!   flags; the discovery-service Role grants exactly `marin3r_control_plane::kubernetes::RBAC`;
+//!   flags; the discovery-service Role grants exactly `marin3r_kube::rbac::DISCOVERY_SERVICE`;
 //! - the example Deployments get the expected sidecar from `inject_workload`, and their
 //!   EnvoyConfigs match their annotations.
 //!
@@ -945,12 +945,12 @@ fn role_access(role: &Value) -> BTreeSet<(String, String, String)> {
 fn the_discovery_service_role_grants_exactly_what_the_controllers_use() {
     let objs = objects("discovery-service");
     let granted = role_access(find(objs, "Role", "marin3r-discoveryservice"));
-    let needed = marin3r_control_plane::kubernetes::grants(marin3r_control_plane::kubernetes::RBAC);
+    let needed = marin3r_kube::grants(marin3r_kube::rbac::DISCOVERY_SERVICE);
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "Role vs marin3r_control_plane::kubernetes::RBAC\nmissing: {missing:?}\nextra: {extra:?}"
+        "Role vs marin3r_kube::rbac::DISCOVERY_SERVICE\nmissing: {missing:?}\nextra: {extra:?}"
     );
     for kind in ["ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(of_kind(objs, kind).count(), 0, "namespace-scoped only");
@@ -1403,7 +1403,7 @@ patches:
 fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
     let objs = objects("operator");
     let granted = role_access(find(objs, "ClusterRole", "marin3r-operator"));
-    let needed = marin3r_control_plane::operator::rbac::cluster_role_access();
+    let needed = marin3r_operator::rbac::cluster_role_access();
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
     assert!(
@@ -1411,9 +1411,7 @@ fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
         "ClusterRole vs operator::rbac\nmissing: {missing:?}\nextra: {extra:?}"
     );
     let lease = role_access(find(objs, "Role", "marin3r-operator-leader-election"));
-    let lease_needed = marin3r_control_plane::kubernetes::grants(
-        marin3r_control_plane::operator::rbac::LEASE_RBAC,
-    );
+    let lease_needed = marin3r_kube::grants(marin3r_operator::rbac::LEASE_RBAC);
     assert_eq!(lease, lease_needed);
 
     // Both bound to the Deployment's ServiceAccount, in marin3r-system.

@@ -9,6 +9,7 @@
 //! Each router is a plain `axum::Router`, testable with `tower::ServiceExt::oneshot`.
 #![forbid(unsafe_code)]
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -20,6 +21,30 @@ use prometheus_client::registry::Registry;
 /// The `Content-Type` of `/metrics`.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Failures of a process's listeners.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{server} server failed")]
+    Serve {
+        server: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Binds a TCP listener on `addr`, with an error naming the address.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })
+}
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C): the shutdown future the CLI passes to every
 /// server's `run`.

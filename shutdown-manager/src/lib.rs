@@ -199,16 +199,7 @@ pub enum ShutdownManagerError {
 }
 
 /// `error: cause: cause…` — the error with all its sources, for log fields.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}
+pub use marin3r_wire::error_chain;
 
 #[cfg(test)]
 mod tests;

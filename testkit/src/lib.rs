@@ -12,6 +12,8 @@
 //!   recorded requests).
 //! - [`pod_security`]: the Pod Security Standards `restricted` profile, checked on a
 //!   container (every container marin3r generates must pass it).
+//! - [`kube`] (feature `kube`): kube-rs' mock API server pattern (a scripted
+//!   `tower-test` service behind a `kube::Client`).
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -19,6 +21,8 @@
 
 pub mod admission;
 pub mod http;
+#[cfg(feature = "kube")]
+pub mod kube;
 pub mod pod_security;
 pub mod rbac;
 pub mod tls;

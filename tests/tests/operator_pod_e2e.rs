@@ -18,16 +18,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Secret;
-use marin3r_control_plane::operator::render::render;
-use marin3r_control_plane::operator::{Images, certificate};
+use marin3r_operator::render::render;
+use marin3r_operator::{Images, certificate};
 use marin3r_operator_api::DiscoveryServiceCertificate;
 use marin3r_tests::{KillOnDrop, envoy_bin, free_port, marin3r_bin, wait_for, workspace_root};
 use serde_json::Value;
 
 fn fixture() -> PathBuf {
-    workspace_root().join(
-        "control-plane/tests/fixtures/operator-render/02-walkthrough-shutdown-manager/input.yaml",
-    )
+    workspace_root()
+        .join("operator/tests/fixtures/operator-render/02-walkthrough-shutdown-manager/input.yaml")
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {

@@ -25,7 +25,6 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 
-use super::lenient::Lenient;
 use super::plan::{
     self, Outcome, controller_uid, elected, plan_envoyconfig, plan_revision_status, siblings,
 };
@@ -33,6 +32,7 @@ use super::source::StoreSource;
 use crate::publisher;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
+use marin3r_kube::Lenient;
 use marin3r_xds::snapshot::Snapshot;
 
 /// Field manager of every write (server-side apply of the status subresources).
@@ -44,12 +44,9 @@ const RETRY_OUT_OF_SYNC: Duration = Duration::from_secs(30);
 /// Retry delay while the owner of a revision is not in the cache yet.
 const RETRY_OWNER: Duration = Duration::from_secs(5);
 
-/// Errors of one reconcile; the controller retries the object with a backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API request failed")]
-    Kube(#[from] kube::Error),
-}
+pub use marin3r_kube::Error;
+use marin3r_kube::is_status;
+pub use marin3r_kube::watch::error_policy;
 
 /// What the reconcilers read and write.
 pub struct Shared {
@@ -137,11 +134,7 @@ fn now() -> Timestamp {
     Timestamp::now()
 }
 
-fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
-}
-
-/// Server-side apply of `status` on the status subresource of `name`.
+/// Server-side apply of `status` on the status subresource of `name`, as [`FIELD_MANAGER`].
 async fn apply_status<K>(
     api: &Api<K>,
     name: &str,
@@ -150,51 +143,7 @@ async fn apply_status<K>(
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    Ok(apply_status_as(api, name, status, FIELD_MANAGER).await?)
-}
-
-/// Server-side apply (forced, as `field_manager`) of `status` on the status subresource
-/// of `name`: what both the Kubernetes-mode controllers and the operator write statuses
-/// with.
-pub async fn apply_status_as<K>(
-    api: &Api<K>,
-    name: &str,
-    status: &impl serde::Serialize,
-    field_manager: &str,
-) -> Result<(), kube::Error>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let body = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Retry policy of both controllers: log, retry in 10 s (the controller adds its own
-/// backoff for objects that keep failing).
-pub fn error_policy<K, C>(obj: Arc<K>, error: &Error, _: Arc<C>) -> Action
-where
-    K: kube::Resource<DynamicType = ()>,
-{
-    let meta = obj.meta();
-    tracing::warn!(
-        kind = %K::kind(&()),
-        namespace = meta.namespace.as_deref().unwrap_or_default(),
-        name = meta.name.as_deref().unwrap_or_default(),
-        error = %error,
-        source = ?std::error::Error::source(error).map(ToString::to_string),
-        "reconcile failed; retrying"
-    );
-    Action::requeue(Duration::from_secs(10))
+    Ok(marin3r_kube::apply::apply_status(api, name, status, FIELD_MANAGER).await?)
 }
 
 /// Reconciles one EnvoyConfig (see the module docs and [`plan_envoyconfig`]).

@@ -7,8 +7,6 @@
 //! - [`plan`]: pure decisions (which revision to create, move up, delete, publish; the
 //!   statuses), on top of the revision engine [`crate::revisions::Revisions`];
 //! - [`controller`]: the two kube-runtime reconcilers carrying the plans out;
-//! - [`lenient`]: the watched-type wrapper that lets one malformed object be logged and
-//!   skipped;
 //! - [`source`]: Secrets and EndpointSlices for [`marin3r_envoyconfig::envoyconfig::resolve`] from the
 //!   watch caches;
 //! - this module: [`KubernetesBackend`], one reflector per kind shared by both
@@ -23,7 +21,6 @@
 //! NACK counts are forgotten.
 
 pub mod controller;
-pub mod lenient;
 pub mod plan;
 pub mod rbac;
 pub mod source;
@@ -31,13 +28,13 @@ pub mod source;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt as _};
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt as _};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -47,8 +44,9 @@ pub use controller::{
     Error, FIELD_MANAGER, Shared, error_policy, reconcile_envoyconfig, reconcile_revision,
     warm_start,
 };
-pub use lenient::Lenient;
-pub use rbac::{ApiAccess, RBAC, grants};
+pub use marin3r_kube::Lenient;
+pub use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
+use marin3r_kube::watch::{drive, log_result, watch};
 
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
@@ -61,9 +59,12 @@ pub const DEFAULT_INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the wait for the first lists looks again (see `setup`).
 const SYNC_RECHECK: Duration = Duration::from_millis(250);
 /// Pods whose deletion clears NACK counts: the injected ones.
-pub const POD_SELECTOR: (&str, &str) = ("marin3r.3scale.net/status", "enabled");
+pub const POD_SELECTOR: (&str, &str) = (
+    marin3r_wire::INJECTION_LABEL,
+    marin3r_wire::INJECTION_ENABLED,
+);
 /// The pod annotation holding its node id.
-pub const POD_NODE_ID_ANNOTATION: &str = "marin3r.3scale.net/node-id";
+pub const POD_NODE_ID_ANNOTATION: &str = marin3r_wire::NODE_ID_ANNOTATION;
 /// Events a shared reflector buffers per subscriber.
 const SHARED_BUFFER: usize = 1024;
 /// Pending reconcile triggers per controller.
@@ -191,10 +192,7 @@ impl KubernetesBackend {
         let mut tasks = Tasks::default();
         tasks.0.push(tokio::spawn(drive(
             "EnvoyConfig",
-            reflector::reflector(
-                config_writer,
-                watcher(self.api(), wc.clone()).backoff(WatchBackoff::default()),
-            ),
+            reflector::reflector(config_writer, watch(self.api(), wc.clone())),
             |_| async {},
         )));
         {
@@ -202,10 +200,7 @@ impl KubernetesBackend {
             let revision_tx = revision_tx.clone();
             tasks.0.push(tokio::spawn(drive(
                 "EnvoyConfigRevision",
-                reflector::reflector(
-                    revision_writer,
-                    watcher(self.api(), wc.clone()).backoff(WatchBackoff::default()),
-                ),
+                reflector::reflector(revision_writer, watch(self.api(), wc.clone())),
                 move |event| {
                     let targets = revision_event_targets(&shared.revisions, &event);
                     let (config_tx, revision_tx) = (config_tx.clone(), revision_tx.clone());
@@ -225,10 +220,7 @@ impl KubernetesBackend {
             let revision_tx = revision_tx.clone();
             tasks.0.push(tokio::spawn(drive(
                 "Secret",
-                reflector::reflector(
-                    secret_writer,
-                    watcher(self.api::<Secret>(), wc.clone()).backoff(WatchBackoff::default()),
-                ),
+                reflector::reflector(secret_writer, watch(self.api::<Secret>(), wc.clone())),
                 move |event| {
                     let targets = changed(&event)
                         .map(|s| secret_readers(&shared.revisions, s))
@@ -242,11 +234,7 @@ impl KubernetesBackend {
             let revision_tx = revision_tx.clone();
             tasks.0.push(tokio::spawn(drive(
                 "EndpointSlice",
-                reflector::reflector(
-                    slice_writer,
-                    watcher(self.api::<EndpointSlice>(), wc.clone())
-                        .backoff(WatchBackoff::default()),
-                ),
+                reflector::reflector(slice_writer, watch(self.api::<EndpointSlice>(), wc.clone())),
                 move |event| {
                     let targets = changed(&event)
                         .map(|s| slice_readers(&shared.revisions, s))
@@ -314,73 +302,6 @@ impl KubernetesBackend {
             config_triggers,
             revision_triggers,
             tasks,
-        }
-    }
-}
-
-/// Watch retry delays: 0.8 s doubling up to 30 s, back to 0.8 s after two minutes
-/// without a failure. Unlike kube-runtime's default, it ignores the reset a watcher's
-/// `Init` event causes before every list attempt, which against an unreachable or
-/// forbidding API server would retry every 0.8 s forever.
-#[derive(Debug, Clone)]
-pub struct WatchBackoff {
-    next: Duration,
-    last_failure: Option<std::time::Instant>,
-}
-
-impl WatchBackoff {
-    const MIN: Duration = Duration::from_millis(800);
-    const MAX: Duration = Duration::from_secs(30);
-    const RESET_AFTER: Duration = Duration::from_secs(120);
-
-    fn delay_at(&mut self, now: std::time::Instant) -> Duration {
-        if self
-            .last_failure
-            .is_some_and(|t| now.saturating_duration_since(t) > Self::RESET_AFTER)
-        {
-            self.next = Self::MIN;
-        }
-        self.last_failure = Some(now);
-        let delay = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        delay
-    }
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self {
-            next: Self::MIN,
-            last_failure: None,
-        }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.delay_at(std::time::Instant::now()))
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {}
-}
-
-/// Drives a reflector stream, logging watch errors (the watcher retries with backoff)
-/// and calling `on_event` for every event after the store applied it.
-async fn drive<K, S, F, Fut>(kind: &'static str, stream: S, on_event: F)
-where
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
-    F: Fn(watcher::Event<K>) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(event) => on_event(event).await,
-            Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
         }
     }
 }
@@ -477,7 +398,7 @@ pub fn pod_watch_config() -> watcher::Config {
 /// their Envoy's node metadata), so a new pod with the same name (StatefulSets) starts
 /// clean.
 async fn watch_pods(api: Api<PartialObjectMeta<Pod>>, xds: crate::Context) {
-    let stream = watcher(api, pod_watch_config()).backoff(WatchBackoff::default());
+    let stream = watch(api, pod_watch_config());
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
@@ -536,15 +457,6 @@ pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
         .collect()
 }
 
-/// Controller results (every controller, the operator's too): failed reconciles are
-/// logged by [`error_policy`]; what is left (e.g. a trigger for an object deleted
-/// meanwhile) is debug noise.
-pub(crate) async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
-    if let Err(e) = result {
-        tracing::debug!(kind, error = %e, "reconcile not run");
-    }
-}
-
 impl crate::Backend for KubernetesBackend {
     async fn start(&mut self, ctx: &crate::Context) -> Result<(), crate::Error> {
         self.running = Some(self.setup(ctx).await);
@@ -585,25 +497,5 @@ impl crate::Backend for KubernetesBackend {
             _ = futures::future::join(config_controller, revision_controller) => {}
         }
         drop(tasks);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::runtime::utils::Backoff as _;
-
-    #[test]
-    fn watch_backoff_grows_ignores_resets_and_recovers_after_quiet() {
-        let mut b = WatchBackoff::default();
-        let t0 = std::time::Instant::now();
-        let secs = |d: Duration| d.as_secs_f64();
-        let mut delays = Vec::new();
-        for i in 0..8 {
-            b.reset(); // what every watcher `Init` event does
-            delays.push(secs(b.delay_at(t0 + Duration::from_secs(i))));
-        }
-        assert_eq!(delays, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]);
-        assert_eq!(secs(b.delay_at(t0 + Duration::from_secs(200))), 0.8);
     }
 }

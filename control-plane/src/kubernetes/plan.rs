@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
+    LabelSelector, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::jiff::Timestamp;
 use kube::core::{Expression, Selector, SelectorExt as _};
@@ -32,45 +32,15 @@ use marin3r_envoyconfig::envoyconfigrevision::{
 use marin3r_envoyconfig::resource::{ResourceType, fnv1a64};
 
 pub use crate::status::{CACHE_OUT_OF_SYNC, ROLLBACK_FAILED};
+pub use marin3r_kube::conditions::set_condition;
+pub use marin3r_kube::time::truncate_to_seconds;
+use marin3r_wire::{is_dns1123_subdomain as is_dns_subdomain, is_label_value};
 
 /// Why a plan could not be made (the object is logged and skipped).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     #[error("the object has no {0} (not read from the API server?)")]
     MissingMetadata(&'static str),
-}
-
-/// `now` rounded down to whole seconds, the precision Kubernetes stores `Time` with, so
-/// a status written and read back compares equal.
-pub fn truncate_to_seconds(now: Timestamp) -> Timestamp {
-    Timestamp::from_second(now.as_second()).unwrap_or(now)
-}
-
-/// RFC 1123 subdomain (what object names must be): lowercase alphanumerics, `-` and `.`,
-/// dot-separated labels starting and ending with an alphanumeric, at most 253 chars.
-pub fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253
-        && !name.is_empty()
-        && name.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-        })
-}
-
-/// A valid label value: at most 63 chars of alphanumerics, `-`, `_`, `.`, starting and
-/// ending with an alphanumeric (or empty).
-pub fn is_label_value(value: &str) -> bool {
-    let b = value.as_bytes();
-    b.is_empty()
-        || (b.len() <= 63
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric())
 }
 
 /// `text` reduced to `[a-z0-9-]`, at most `max` chars, followed by `-<hash of text>` so
@@ -267,40 +237,6 @@ pub struct EnvoyConfigPlan {
 
 fn rfc3339_micros(t: Timestamp) -> String {
     format!("{t:.6}")
-}
-
-/// Sets condition `type_` in `conditions`, keeping its transition time when the status
-/// does not change.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: impl Into<String>,
-    generation: Option<i64>,
-    now: Timestamp,
-) {
-    let status = if status { "True" } else { "False" }.to_string();
-    let message = message.into();
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = Time(now);
-            }
-            c.status = status;
-            c.reason = reason.to_string();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.to_string(),
-            status,
-            reason: reason.to_string(),
-            message,
-            observed_generation: generation,
-            last_transition_time: Time(now),
-        }),
-    }
 }
 
 fn revision_ref(name: &str, namespace: &str) -> ObjectReference {
@@ -712,7 +648,10 @@ mod tests {
         })
     }
 
-    fn condition<'a>(s: &'a EnvoyConfigStatus, t: &str) -> &'a Condition {
+    fn condition<'a>(
+        s: &'a EnvoyConfigStatus,
+        t: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
     }
 

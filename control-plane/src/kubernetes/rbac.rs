@@ -1,96 +1,13 @@
-//! [`RBAC`]: the Kubernetes API permissions Kubernetes mode needs in the watched
-//! namespace, the single source of truth for the discovery service's Role
-//! (`manifests/discovery-service/role.yaml`, compared with this table both ways by the
-//! `marin3r-manifests` tests).
+//! [`RBAC`] (`marin3r_kube::rbac::DISCOVERY_SERVICE`): the Kubernetes API permissions
+//! Kubernetes mode needs in the watched namespace, the single source of truth for the
+//! discovery service's Role (`manifests/discovery-service/role.yaml`, compared with this
+//! table both ways by the `marin3r-manifests` tests, and the Role the operator creates).
 //!
 //! The unit test below drives the backend's watches and both reconcilers through every
 //! write they make against a recording mock API server and checks that the requests
 //! need exactly these permissions: nothing missing, nothing extra.
 
-/// Verbs on one resource (or `resource/subresource`) of one API group (`""` = core).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ApiAccess {
-    pub group: &'static str,
-    pub resource: &'static str,
-    pub verbs: &'static [&'static str],
-}
-
-/// Every `(group, resource, verb)` that `tables` grant: how an RBAC table is compared
-/// with a Role's rules and with the requests a controller makes.
-pub fn grants<'a>(
-    tables: impl IntoIterator<Item = &'a ApiAccess>,
-) -> std::collections::BTreeSet<(String, String, String)> {
-    tables
-        .into_iter()
-        .flat_map(|a| {
-            a.verbs
-                .iter()
-                .map(|v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
-        })
-        .collect()
-}
-
-/// The API group of EnvoyConfig and EnvoyConfigRevision.
-const MARIN3R: &str = "marin3r.3scale.net";
-
-/// Everything the controllers, reflectors and the Pod watch of Kubernetes mode ask the
-/// API server for.
-///
-/// - `envoyconfigs`: watched (list, watch); read directly by the revision finalizer
-///   (get); status written with server-side apply (patch on `status`).
-/// - `envoyconfigs/finalizers` (update): revisions are created with an owner reference
-///   that sets `blockOwnerDeletion`, which the API server's
-///   `OwnerReferencesPermissionEnforcement` admission (on by default in OpenShift)
-///   only allows to whoever may update the owner's finalizers.
-/// - `envoyconfigrevisions`: watched; created, patched (applied-at annotation,
-///   finalizer) and deleted (retention) by the EnvoyConfig reconciler; status written
-///   with server-side apply. Never read one by one.
-/// - `secrets`, `endpointslices`: watched only (resolution reads the watch caches).
-/// - `pods`: metadata watched, to forget the NACK counts of deleted pods.
-///
-/// No Events are emitted and there is no leader election (no Leases).
-pub const RBAC: &[ApiAccess] = &[
-    ApiAccess {
-        group: MARIN3R,
-        resource: "envoyconfigs",
-        verbs: &["get", "list", "watch"],
-    },
-    ApiAccess {
-        group: MARIN3R,
-        resource: "envoyconfigs/status",
-        verbs: &["patch"],
-    },
-    ApiAccess {
-        group: MARIN3R,
-        resource: "envoyconfigs/finalizers",
-        verbs: &["update"],
-    },
-    ApiAccess {
-        group: MARIN3R,
-        resource: "envoyconfigrevisions",
-        verbs: &["list", "watch", "create", "patch", "delete"],
-    },
-    ApiAccess {
-        group: MARIN3R,
-        resource: "envoyconfigrevisions/status",
-        verbs: &["patch"],
-    },
-    ApiAccess {
-        group: "",
-        resource: "secrets",
-        verbs: &["list", "watch"],
-    },
-    ApiAccess {
-        group: "discovery.k8s.io",
-        resource: "endpointslices",
-        verbs: &["list", "watch"],
-    },
-    ApiAccess {
-        group: "",
-        resource: "pods",
-        verbs: &["list", "watch"],
-    },
-];
+pub use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

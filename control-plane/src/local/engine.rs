@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::folder::{DEFAULT_NAMESPACE, Key, Manifests};
+use super::folder::{Key, Manifests};
 use super::state::{StateFile, StateFileRef};
 use crate::publisher::{self, NackView};
 use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions};
@@ -151,10 +151,7 @@ pub struct Engine {
 
 fn key_of(ec: &EnvoyConfig) -> Key {
     (
-        ec.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+        marin3r_wire::namespace_or_default(ec.metadata.namespace.as_deref()).to_string(),
         ec.metadata.name.clone().unwrap_or_default(),
     )
 }

@@ -13,9 +13,6 @@ use marin3r_envoyconfig::manifest::ManifestSecrets;
 
 use super::settle::{Event, Settling, Verdict, Watch};
 
-/// Namespace of an EnvoyConfig manifest without `metadata.namespace`.
-pub const DEFAULT_NAMESPACE: &str = "default";
-
 /// Identity of an EnvoyConfig: `(namespace, name)`.
 pub type Key = (String, String);
 
@@ -87,9 +84,8 @@ fn parse(doc: &Value) -> Parsed {
     match doc.get("kind").and_then(Value::as_str) {
         Some("EnvoyConfig") => {
             let key = doc["metadata"]["name"].as_str().map(|name| {
-                let namespace = doc["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or(DEFAULT_NAMESPACE);
+                let namespace =
+                    marin3r_wire::namespace_or_default(doc["metadata"]["namespace"].as_str());
                 (namespace.to_string(), name.to_string())
             });
             Parsed::Config {

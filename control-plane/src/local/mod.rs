@@ -51,4 +51,4 @@ pub mod state;
 
 pub use backend::{EVALUATE_INTERVAL, LocalBackend, POLL_INTERVAL};
 pub use engine::{Effect, Engine, Options, RemoveError};
-pub use folder::{DEFAULT_NAMESPACE, Key, LocalSource, Manifests};
+pub use folder::{Key, LocalSource, Manifests};

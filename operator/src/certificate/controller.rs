@@ -7,16 +7,18 @@ use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::controller::{Action, Controller};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificate;
 
 use super::plan::{needs_recovery, plan_recovering, signer_secret_name, trusted_cas};
-use crate::kubernetes::{Error, Lenient};
-use crate::operator::apply::{apply, write_status};
-use crate::operator::objects::MANAGED_BY_SELECTOR;
+use crate::apply::{apply, write_status};
+use crate::objects::MANAGED_BY_SELECTOR;
+use marin3r_kube::watch::Inputs as _;
+use marin3r_kube::{Error, Lenient};
 
 /// The DSCs in `all` that the CA DSC `ca` signs: CA-signed by its Secret, in its
 /// namespace (namespace AND name, Q9). Nothing for a DSC that is not a CA.
@@ -228,18 +230,18 @@ where
     F: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
     let certificates: Api<Lenient<DiscoveryServiceCertificate>> =
-        crate::operator::apply::scoped(&client, namespace);
-    let secrets: Api<Secret> = crate::operator::apply::scoped(&client, namespace);
+        crate::apply::scoped(&client, namespace);
+    let secrets: Api<PartialObjectMeta<Secret>> = crate::apply::scoped(&client, namespace);
     let wc = watcher::Config::default();
-    let controller = Controller::new(certificates.clone(), wc.clone());
+    let controller = marin3r_kube::watch::controller(certificates.clone(), wc.clone());
     let store = controller.store();
     let ctx = Arc::new(Context {
         client,
         certificates: store.clone(),
     });
     controller
-        .owns(secrets, wc.clone().labels(MANAGED_BY_SELECTOR))
-        .watches(
+        .owns_objects(secrets, wc.clone().labels(MANAGED_BY_SELECTOR))
+        .watches_objects(
             certificates,
             wc,
             move |ca: Lenient<DiscoveryServiceCertificate>| match ca.valid() {
@@ -248,8 +250,8 @@ where
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, crate::kubernetes::error_policy, ctx)
-        .for_each(|result| crate::kubernetes::log_result("DiscoveryServiceCertificate", result))
+        .run(reconcile, marin3r_kube::watch::error_policy, ctx)
+        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryServiceCertificate", result))
 }
 
 #[cfg(test)]
@@ -257,7 +259,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::operator::certificate::fixtures::{NS, ca, dsc};
+    use crate::certificate::fixtures::{NS, ca, dsc};
     use serde_json::json;
 
     fn leaf(name: &str, namespace: &str, valid_for: i64) -> DiscoveryServiceCertificate {

@@ -4,17 +4,15 @@
 //! stop before the Lease is released on shutdown.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod kube_mock;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube_mock::*;
-use marin3r_control_plane::operator::leader::{
+use marin3r_operator::leader::{
     LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LEASE_NAME, lease_field_manager, run_while_leader,
 };
+use marin3r_testkit::kube::*;
 use marin3r_testkit::wait_until;
 use serde_json::{Value, json};
 

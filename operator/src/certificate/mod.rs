@@ -96,7 +96,7 @@
 //!
 //! # Watches
 //!
-//! `For(DSC)`; `Owns(Secret)` selected on [`MANAGED_BY_SELECTOR`](crate::operator::objects::MANAGED_BY_SELECTOR); and every event of a
+//! `For(DSC)`; `Owns(Secret)` selected on [`MANAGED_BY_SELECTOR`](crate::objects::MANAGED_BY_SELECTOR); and every event of a
 //! CA DSC reconciles the DSCs it signs **in the same namespace** (Q9: namespace and
 //! name, [`signed_by`]).
 

@@ -6,10 +6,10 @@
 //! `create`). Objects are created with an owner reference that sets
 //! `blockOwnerDeletion`, which needs `update` on the owner's `finalizers` where
 //! `OwnerReferencesPermissionEnforcement` is on. The operator also holds everything the
-//! discovery-service Role it creates grants ([`crate::kubernetes::RBAC`]): Kubernetes
+//! discovery-service Role it creates grants ([`marin3r_kube::rbac::DISCOVERY_SERVICE`]): Kubernetes
 //! only lets a subject grant what it holds (RBAC escalation prevention).
 
-use crate::kubernetes::{ApiAccess, RBAC, grants};
+use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
 
 const OPERATOR: &str = "operator.marin3r.3scale.net";
 

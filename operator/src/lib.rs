@@ -1,4 +1,4 @@
-//! The MARIN3R operator (`marin3r operator`, OPERATOR.md): the DiscoveryService,
+//! The MARIN3R operator (`marin3r operator`, `docs/operator.md`): the DiscoveryService,
 //! DiscoveryServiceCertificate and EnvoyDeployment controllers of
 //! `operator.marin3r.3scale.net/v1alpha1` ([`marin3r_operator_api`]).
 //!
@@ -12,6 +12,8 @@
 //! Layout: [`objects`] holds what every generated object shares (labels, owner
 //! references); the generators and controllers are one module per kind.
 
+#![forbid(unsafe_code)]
+
 pub mod apply;
 pub mod certificate;
 pub mod discovery_service;
@@ -22,6 +24,25 @@ pub mod leader;
 pub mod objects;
 pub mod rbac;
 pub mod render;
+
+/// Failures of the operator process.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A listener could not bind or failed.
+    #[error(transparent)]
+    Process(#[from] marin3r_process::Error),
+    /// Leader election failed.
+    #[error(transparent)]
+    Leader(leader::LeaderError),
+    /// An operator resource whose spec cannot be turned into objects (a duration or a
+    /// port out of range); the source names the field.
+    #[error("invalid {kind} {name:?}: {source}")]
+    InvalidSpec {
+        kind: &'static str,
+        name: String,
+        source: marin3r_operator_api::Error,
+    },
+}
 
 /// Field manager of every server-side apply of the operator.
 pub const FIELD_MANAGER: &str = "marin3r-operator";
@@ -39,8 +60,8 @@ pub struct Images {
 impl Default for Images {
     fn default() -> Self {
         Self {
-            marin3r: marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE.to_string(),
-            envoy: marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE.to_string(),
+            marin3r: marin3r_wire::images::MARIN3R.to_string(),
+            envoy: marin3r_wire::images::ENVOY.to_string(),
         }
     }
 }
@@ -109,18 +130,7 @@ pub struct OperatorConfig {
     pub leader: Option<LeaderConfig>,
 }
 
-/// `WATCH_NAMESPACE` as the operator reads it (OPERATOR.md §7 [R]): unset or empty is
-/// every namespace; otherwise a comma-separated list (trimmed, empty entries and
-/// duplicates dropped).
-pub fn watch_namespaces(value: Option<&str>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for ns in value.unwrap_or_default().split(',').map(str::trim) {
-        if !ns.is_empty() && !out.iter().any(|n| n == ns) {
-            out.push(ns.to_string());
-        }
-    }
-    out
-}
+pub use marin3r_kube::watch::watch_namespaces;
 
 /// Runs the operator: the probe and metrics listeners at once (ready as soon as they
 /// listen: a standby replica is ready too), and the controllers while this replica leads
@@ -129,14 +139,14 @@ pub async fn serve(
     client: kube::Client,
     config: OperatorConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), crate::Error> {
+) -> Result<(), Error> {
     use futures::FutureExt as _;
     use prometheus_client::metrics::gauge::Gauge;
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
-    let metrics_listener = crate::bind(config.metrics_addr).await?;
-    let health_listener = crate::bind(config.health_addr).await?;
+    let metrics_listener = marin3r_process::bind(config.metrics_addr).await?;
+    let health_listener = marin3r_process::bind(config.health_addr).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let leader_gauge: Gauge = Gauge::default();
     registry.register(
@@ -194,7 +204,7 @@ pub async fn serve(
             shutdown.clone(),
         )
         .await
-        .map_err(crate::Error::Leader),
+        .map_err(Error::Leader),
     };
     if result.is_err() {
         // Not a shutdown: the listeners would wait for one.
@@ -204,22 +214,8 @@ pub async fn serve(
     }
     for (server, task) in [("metrics", metrics), ("health probe", health)] {
         if let Ok(Err(source)) = task.await {
-            return Err(crate::Error::Serve { server, source });
+            return Err(marin3r_process::Error::Serve { server, source }.into());
         }
     }
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn watch_namespace_is_every_namespace_or_a_list() {
-        assert!(watch_namespaces(None).is_empty());
-        assert!(watch_namespaces(Some("")).is_empty());
-        assert!(watch_namespaces(Some(" , ")).is_empty());
-        assert_eq!(watch_namespaces(Some("a")), ["a"]);
-        assert_eq!(watch_namespaces(Some(" a, b ,a,,c")), ["a", "b", "c"]);
-    }
 }

@@ -15,7 +15,7 @@ use marin3r_operator_api::discoveryservicecertificate::{
     DiscoveryServiceCertificate, DiscoveryServiceCertificateStatus, Issuer,
 };
 
-use crate::operator::objects::{MANAGED_BY, owner_reference};
+use crate::objects::{MANAGED_BY, owner_reference};
 
 /// Type of every certificate Secret.
 pub const SECRET_TYPE: &str = "kubernetes.io/tls";
@@ -278,7 +278,7 @@ pub fn plan_recovering(
                 REASON_EXPIRED,
                 format!(
                     "the certificate expired at {} and renewal is disabled",
-                    crate::status::rfc3339(not_after)
+                    marin3r_kube::time::rfc3339(not_after)
                 ),
                 None,
             );
@@ -291,7 +291,7 @@ pub fn plan_recovering(
                 match lifecycle::issue_cert(&profile, signer.as_ref().map(|(_, pair)| pair), now) {
                     Ok(issued) => issued,
                     Err(e) => {
-                        let message = error_chain(&e);
+                        let message = marin3r_wire::error_chain(&e);
                         return match &e {
                             marin3r_certs::CertsError::Generate { what, .. }
                                 if what.contains("signer") =>
@@ -414,8 +414,8 @@ pub fn plan_recovering(
         .unwrap_or(lifecycle::MIN_CHECK_INTERVAL);
     let message = format!(
         "valid from {} until {}",
-        crate::status::rfc3339(not_before),
-        crate::status::rfc3339(not_after)
+        marin3r_kube::time::rfc3339(not_before),
+        marin3r_kube::time::rfc3339(not_after)
     );
     Plan {
         secret: apply.then_some(desired),
@@ -469,11 +469,11 @@ fn secret(
         BTreeMap::from([
             (
                 RETIRED_UNTIL_ANNOTATION.to_string(),
-                crate::status::rfc3339(r.ca.until),
+                marin3r_kube::time::rfc3339(r.ca.until),
             ),
             (
                 RETIRED_SINCE_ANNOTATION.to_string(),
-                crate::status::rfc3339(r.since),
+                marin3r_kube::time::rfc3339(r.since),
             ),
         ])
     });
@@ -574,20 +574,7 @@ fn with_newline(pem: &str) -> String {
 }
 
 fn time(t: SystemTime) -> Time {
-    Time(crate::status::timestamp(t))
-}
-
-/// An error with its sources, `: `-separated (never key material: the certs crate's
-/// errors name files and items, not contents).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    message
+    marin3r_kube::time::time(t)
 }
 
 /// The `Ready` condition, keeping the previous transition time when the status is
@@ -600,21 +587,15 @@ fn condition(
     generation: Option<i64>,
     now: SystemTime,
 ) -> Condition {
-    let status = if ready { "True" } else { "False" };
-    let last_transition_time = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == READY && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| time(now));
-    Condition {
-        type_: READY.to_string(),
-        status: status.to_string(),
-        reason: reason.to_string(),
+    marin3r_kube::conditions::condition(
+        &previous.conditions,
+        READY,
+        ready,
+        reason,
         message,
-        observed_generation: generation,
-        last_transition_time,
-    }
+        generation,
+        marin3r_kube::time::timestamp(now),
+    )
 }
 
 #[cfg(test)]
@@ -622,7 +603,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::operator::certificate::fixtures::{NS, ca, dsc};
+    use crate::certificate::fixtures::{NS, ca, dsc};
     use serde_json::json;
 
     const HOUR: Duration = Duration::from_secs(3600);
@@ -1066,11 +1047,11 @@ mod tests {
             &BTreeMap::from([
                 (
                     RETIRED_UNTIL_ANNOTATION.to_string(),
-                    crate::status::rfc3339(until)
+                    marin3r_kube::time::rfc3339(until)
                 ),
                 (
                     RETIRED_SINCE_ANNOTATION.to_string(),
-                    crate::status::rfc3339(t1)
+                    marin3r_kube::time::rfc3339(t1)
                 ),
             ])
         );
@@ -1208,7 +1189,7 @@ mod tests {
         let p = pass(&mut ca, &mut current, None, &[], t0());
         assert_eq!(
             retired_annotation(p.secret.as_ref().unwrap()).map(String::as_str),
-            Some(crate::status::rfc3339(t0() + Duration::from_secs(240)).as_str())
+            Some(marin3r_kube::time::rfc3339(t0() + Duration::from_secs(240)).as_str())
         );
         assert_eq!(p.requeue, Some(Duration::from_secs(240)));
         // A garbage tls.crt is replaced, not retired.
@@ -1254,7 +1235,7 @@ mod tests {
         assert_eq!(certs_in(data(&rotated, CA_CRT)), 2);
         assert_eq!(
             rotated.annotations()[RETIRED_SINCE_ANNOTATION],
-            crate::status::rfc3339(t1)
+            marin3r_kube::time::rfc3339(t1)
         );
         // The leaf is held with the bundle, then switched: the usual rotation.
         let p = pass(&mut server, &mut server_current, Some(&rotated), &[], t1);

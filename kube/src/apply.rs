@@ -1,17 +1,24 @@
-//! How the operator writes: server-side apply under [`FIELD_MANAGER`] (forced: the
-//! operator owns the fields it applies), status through the status subresource, and
-//! deletion of objects a spec no longer asks for.
+//! How marin3r writes objects: server-side apply under the writer's field manager
+//! (forced: it owns the fields it applies, and only those, so fields other managers set
+//! are kept), statuses through the status subresource, reads and deletes that treat 404
+//! as "absent".
 
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::json;
 
-use super::FIELD_MANAGER;
+use crate::is_status;
 
-/// Server-side applies `object` (named by its metadata) in `namespace`; returns what the
-/// API server answered.
-pub async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<K, kube::Error>
+/// Server-side applies `object` (named by its metadata) in `namespace` as
+/// `field_manager`; returns what the API server answered.
+pub async fn apply<K>(
+    client: &Client,
+    namespace: &str,
+    object: &K,
+    field_manager: &str,
+) -> Result<K, kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Serialize
@@ -23,20 +30,45 @@ where
     let name = object.meta().name.clone().unwrap_or_default();
     api.patch(
         &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(field_manager).force(),
         &Patch::Apply(object),
     )
     .await
 }
 
-/// Server-side applies `status` on the status subresource of `name`, unless it is
-/// `current` already.
+/// Server-side apply (forced, as `field_manager`) of `status` on the status subresource
+/// of `name`.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl Serialize,
+    field_manager: &str,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// [`apply_status`] of `status` on `name` in `namespace`, unless it is `current` already.
 pub async fn write_status<K, S>(
     client: &Client,
     namespace: &str,
     name: &str,
     current: Option<&S>,
     status: &S,
+    field_manager: &str,
 ) -> Result<(), kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -49,18 +81,7 @@ where
         return Ok(());
     }
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    crate::kubernetes::controller::apply_status_as(&api, name, status, FIELD_MANAGER).await
-}
-
-/// `K` in `namespace`, or in every namespace (`None`).
-pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
+    apply_status(&api, name, status, field_manager).await
 }
 
 /// Reads `name` in `namespace`, `None` when it does not exist.
@@ -76,8 +97,8 @@ where
         .await
 }
 
-/// Deletes `name` in `namespace` if it exists (a spec that no longer asks for it);
-/// returns whether it existed.
+/// Deletes `name` in `namespace` if it exists (in the background: dependents are
+/// garbage collected); returns whether it existed.
 pub async fn delete_if_exists<K>(
     client: &Client,
     namespace: &str,
@@ -92,7 +113,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) if is_status(&e, 404) => Ok(false),
         Err(e) => Err(e),
     }
 }

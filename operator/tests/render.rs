@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use marin3r_control_plane::operator::Images;
-use marin3r_control_plane::operator::render::render;
+use marin3r_operator::Images;
+use marin3r_operator::render::render;
 use marin3r_testkit::pod_security::{container_violations, volume_violations};
 use serde_json::Value;
 
@@ -333,7 +333,7 @@ fn the_discovery_service_mounts_the_trust_bundle_never_the_ca_key_and_has_no_has
     let role = find(&objects, "Role", "marin3r-discoveryservice");
     assert_eq!(
         role["rules"].as_array().unwrap().len(),
-        marin3r_control_plane::kubernetes::RBAC.len()
+        marin3r_kube::rbac::DISCOVERY_SERVICE.len()
     );
     let names: Vec<&str> = objects
         .iter()

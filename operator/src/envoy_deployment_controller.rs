@@ -24,9 +24,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt as _};
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_operator_api::conditions::{
@@ -44,8 +45,9 @@ use super::discovery_service_controller::{
 };
 use super::envoy_deployment::generate;
 use super::objects::MANAGED_BY_SELECTOR;
-use crate::kubernetes::plan::set_condition;
-use crate::kubernetes::{Error, Lenient};
+use marin3r_kube::conditions::set_condition;
+use marin3r_kube::watch::Inputs as _;
+use marin3r_kube::{Error, Lenient};
 
 /// How soon a Deployment waiting for its client certificate is looked at again (the
 /// certificate's status change also wakes it: it is owned).
@@ -220,7 +222,7 @@ pub async fn run(
     let namespace = namespace.as_deref();
     let wc = watcher::Config::default();
     let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
-    let controller = Controller::new(
+    let controller = marin3r_kube::watch::controller(
         scoped::<Lenient<EnvoyDeployment>>(&client, namespace),
         wc.clone(),
     );
@@ -231,17 +233,23 @@ pub async fn run(
         images,
     });
     controller
-        .owns(scoped::<Deployment>(&client, namespace), owned.clone())
-        .owns(
-            scoped::<DiscoveryServiceCertificate>(&client, namespace),
+        .owns_objects(
+            scoped::<PartialObjectMeta<Deployment>>(&client, namespace),
             owned.clone(),
         )
-        .owns(
-            scoped::<HorizontalPodAutoscaler>(&client, namespace),
+        .owns_objects(
+            scoped::<PartialObjectMeta<DiscoveryServiceCertificate>>(&client, namespace),
             owned.clone(),
         )
-        .owns(scoped::<PodDisruptionBudget>(&client, namespace), owned)
-        .watches(
+        .owns_objects(
+            scoped::<PartialObjectMeta<HorizontalPodAutoscaler>>(&client, namespace),
+            owned.clone(),
+        )
+        .owns_objects(
+            scoped::<PartialObjectMeta<PodDisruptionBudget>>(&client, namespace),
+            owned,
+        )
+        .watches_objects(
             scoped::<Lenient<EnvoyConfig>>(&client, namespace),
             wc.clone(),
             move |ec| {
@@ -253,7 +261,7 @@ pub async fn run(
                 )
             },
         )
-        .watches(
+        .watches_objects(
             scoped::<Lenient<DiscoveryService>>(&client, namespace),
             wc,
             move |ds| {
@@ -263,7 +271,7 @@ pub async fn run(
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, crate::kubernetes::error_policy, ctx)
-        .for_each(|result| crate::kubernetes::log_result("EnvoyDeployment", result))
+        .run(reconcile, marin3r_kube::watch::error_policy, ctx)
+        .for_each(|result| marin3r_kube::watch::log_result("EnvoyDeployment", result))
         .await;
 }

@@ -3,17 +3,15 @@
 //! server-side apply body, status body) and answered as the API server would.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod kube_mock;
-
 use std::sync::Arc;
 
 use kube::runtime::reflector;
 use kube::runtime::watcher;
-use kube_mock::*;
-use marin3r_control_plane::kubernetes::Lenient;
-use marin3r_control_plane::operator::envoy_deployment_controller as ed_ctl;
-use marin3r_control_plane::operator::{Images, discovery_service_controller as dsc_ctl};
+use marin3r_kube::Lenient;
+use marin3r_operator::envoy_deployment_controller as ed_ctl;
+use marin3r_operator::{Images, discovery_service_controller as dsc_ctl};
 use marin3r_operator_api::{DiscoveryService, EnvoyDeployment};
+use marin3r_testkit::kube::*;
 use serde_json::{Value, json};
 
 const OPERATOR: &str = "/apis/operator.marin3r.3scale.net/v1alpha1/namespaces/default";

@@ -31,7 +31,7 @@ use super::Images;
 use super::{discovery_service, envoy_deployment};
 
 /// Namespace of a manifest without `metadata.namespace` (as in local mode).
-pub use crate::local::DEFAULT_NAMESPACE;
+pub use marin3r_wire::DEFAULT_NAMESPACE;
 
 /// What `render` produced: the objects, and what could not be rendered (with why).
 #[derive(Debug, Default, PartialEq)]
@@ -77,10 +77,7 @@ fn to_value(object: &impl Serialize, problems: &mut Vec<String>) -> Option<Value
 }
 
 fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    meta.namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+    marin3r_wire::namespace_or_default(meta.namespace.as_deref()).to_string()
 }
 
 /// Renders what the controllers would apply for the DiscoveryServices, EnvoyDeployments

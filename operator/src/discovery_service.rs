@@ -8,7 +8,7 @@
 //!   certificate has an ECDSA P-256 key, a backdated `notBefore` and, for clients,
 //!   `clientAuth` (`marin3r_certs::lifecycle`);
 //! - the Role is exactly what Kubernetes mode needs (the one table
-//!   [`crate::kubernetes::RBAC`], also behind `manifests/discovery-service/role.yaml`), not
+//!   [`marin3r_kube::rbac::DISCOVERY_SERVICE`], also behind `manifests/discovery-service/role.yaml`), not
 //!   `marin3r.3scale.net/*: *` (Q14);
 //! - the Deployment runs our `discovery-service` with the flags it has, mounts only the
 //!   CA's trust bundle (`ca.crt`), never the CA key, and carries no certificate-hash
@@ -248,9 +248,9 @@ pub fn generate(
     })
 }
 
-/// The Role's rules: one per entry of [`crate::kubernetes::RBAC`].
+/// The Role's rules: one per entry of [`marin3r_kube::rbac::DISCOVERY_SERVICE`].
 pub fn role_rules() -> Vec<PolicyRule> {
-    crate::kubernetes::RBAC
+    marin3r_kube::rbac::DISCOVERY_SERVICE
         .iter()
         .map(|a| PolicyRule {
             api_groups: Some(vec![a.group.to_string()]),

@@ -4,8 +4,6 @@
 //! issues really make a rustls mTLS handshake, also across a CA rotation.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod kube_mock;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,12 +11,10 @@ use base64::Engine as _;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
-use kube_mock::*;
-use marin3r_control_plane::kubernetes::Lenient;
-use marin3r_control_plane::operator::certificate::{
-    self, Context, certificate_hash, reconcile_at, signed_by,
-};
+use marin3r_kube::Lenient;
+use marin3r_operator::certificate::{self, Context, certificate_hash, reconcile_at, signed_by};
 use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificate;
+use marin3r_testkit::kube::*;
 use serde_json::{Value, json};
 
 const SECRETS: &str = "/api/v1/namespaces/default/secrets";
@@ -419,7 +415,7 @@ async fn a_ca_rotation_reaches_a_leaf_with_the_overlap_bundle() {
     assert!(bundle.starts_with(new_ca.trim_end()) && bundle.contains(old_ca.trim_end()));
     // Kept for the propagation phase, then the longest validity it signs (the 90-day
     // server certificate).
-    let rfc3339 = marin3r_control_plane::status::rfc3339;
+    let rfc3339 = marin3r_kube::time::rfc3339;
     let until = rfc3339(t + certificate::PROPAGATION + Duration::from_secs(7776000));
     assert_eq!(
         new_ca_secret["metadata"]["annotations"],
@@ -553,7 +549,7 @@ async fn a_deleted_ca_secret_is_recovered_from_the_leaves() {
     assert!(bundle.contains(old_ca.trim_end()));
     assert_eq!(
         secret["metadata"]["annotations"]["operator.marin3r.3scale.net/retired-ca-since"],
-        marin3r_control_plane::status::rfc3339(t)
+        marin3r_kube::time::rfc3339(t)
     );
 }
 

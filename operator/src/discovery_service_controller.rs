@@ -22,9 +22,10 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::jiff::Timestamp;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
 use marin3r_operator_api::conditions::{READY, REASON_DUPLICATE_DISCOVERY_SERVICE};
 use marin3r_operator_api::{DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceStatus};
@@ -34,8 +35,9 @@ use super::apply::{apply, get, scoped, write_status};
 use super::discovery_service::generate;
 use super::objects::MANAGED_BY_SELECTOR;
 use super::render::primary_discovery_service;
-use crate::kubernetes::plan::set_condition;
-use crate::kubernetes::{Error, Lenient};
+use marin3r_kube::conditions::set_condition;
+use marin3r_kube::watch::Inputs as _;
+use marin3r_kube::{Error, Lenient};
 
 /// Reason: the Deployment has an available replica.
 pub const REASON_DEPLOYMENT_AVAILABLE: &str = "DeploymentAvailable";
@@ -240,7 +242,7 @@ pub async fn run(
     let discovery_services: Api<Lenient<DiscoveryService>> = scoped(&client, namespace);
     let wc = watcher::Config::default();
     let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
-    let controller = Controller::new(discovery_services.clone(), wc.clone());
+    let controller = marin3r_kube::watch::controller(discovery_services.clone(), wc.clone());
     let store = controller.store();
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -248,18 +250,24 @@ pub async fn run(
         images,
     });
     controller
-        .owns(scoped::<Deployment>(&client, namespace), owned.clone())
-        .owns(scoped::<Service>(&client, namespace), owned.clone())
-        .owns(
-            scoped::<DiscoveryServiceCertificate>(&client, namespace),
+        .owns_objects(
+            scoped::<PartialObjectMeta<Deployment>>(&client, namespace),
+            owned.clone(),
+        )
+        .owns_objects(
+            scoped::<PartialObjectMeta<Service>>(&client, namespace),
+            owned.clone(),
+        )
+        .owns_objects(
+            scoped::<PartialObjectMeta<DiscoveryServiceCertificate>>(&client, namespace),
             owned,
         )
-        .watches(discovery_services, wc, move |ds| {
+        .watches_objects(discovery_services, wc, move |ds| {
             same_namespace(&ds, &store)
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, crate::kubernetes::error_policy, ctx)
-        .for_each(|result| crate::kubernetes::log_result("DiscoveryService", result))
+        .run(reconcile, marin3r_kube::watch::error_policy, ctx)
+        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryService", result))
         .await;
 }
 

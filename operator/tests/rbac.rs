@@ -7,14 +7,12 @@
 //! on the owner's `finalizers` for `blockOwnerDeletion`) and must be granted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod kube_mock;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube_mock::*;
-use marin3r_control_plane::operator::{self, Images};
+use marin3r_operator::{self as operator, Images};
+use marin3r_testkit::kube::*;
 use serde_json::{Value, json};
 
 use marin3r_testkit::rbac::{Access, is_watch, parse};

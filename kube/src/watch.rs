@@ -1,0 +1,252 @@
+//! Watching: the namespaces a process watches (`WATCH_NAMESPACE`), APIs scoped to them,
+//! watch streams and controllers that retry with [`WatchBackoff`], and what every
+//! controller does with a failed reconcile ([`error_policy`]) or a leftover result
+//! ([`log_result`]).
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt as _};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+/// `WATCH_NAMESPACE` as marin3r reads it: unset or empty is every namespace (an empty
+/// list); otherwise a comma-separated list (trimmed, empty entries and duplicates
+/// dropped).
+pub fn watch_namespaces(value: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for ns in value.unwrap_or_default().split(',').map(str::trim) {
+        if !ns.is_empty() && !out.iter().any(|n| n == ns) {
+            out.push(ns.to_string());
+        }
+    }
+    out
+}
+
+/// `K` in `namespace`, or in every namespace (`None`).
+pub fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Watch retry delays: 0.8 s doubling up to 30 s, back to 0.8 s after two minutes
+/// without a failure. Unlike kube-runtime's default, it ignores the reset a watcher's
+/// `Init` event causes before every list attempt, which against an unreachable or
+/// forbidding API server would retry every 0.8 s forever.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    last_failure: Option<Instant>,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(800);
+    const MAX: Duration = Duration::from_secs(30);
+    const RESET_AFTER: Duration = Duration::from_secs(120);
+
+    /// The delay before the next attempt after a failure at `now`.
+    pub fn delay_at(&mut self, now: Instant) -> Duration {
+        if self
+            .last_failure
+            .is_some_and(|t| now.saturating_duration_since(t) > Self::RESET_AFTER)
+        {
+            self.next = Self::MIN;
+        }
+        self.last_failure = Some(now);
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        delay
+    }
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self {
+            next: Self::MIN,
+            last_failure: None,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.delay_at(Instant::now()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {}
+}
+
+/// The watch of `api` every reflector and controller input uses: retried with
+/// [`WatchBackoff`].
+pub fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api, config).backoff(WatchBackoff::default())
+}
+
+/// A controller of the objects of `api` (selected by `config`), watched with
+/// [`WatchBackoff`] (kube-runtime's `Controller::new` watches without one).
+pub fn controller<K>(api: Api<K>, config: watcher::Config) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let objects = watch(api, config).reflect(writer).applied_objects();
+    Controller::for_stream(objects, reader)
+}
+
+/// The inputs of a [`controller`] beyond its own objects, watched with [`WatchBackoff`].
+pub trait Inputs<K: Resource>: Sized {
+    /// Reconciles the owner of each object of `api` that changes (a metadata-only
+    /// watch: `scoped::<PartialObjectMeta<Child>>`).
+    fn owns_objects<Child>(
+        self,
+        api: Api<PartialObjectMeta<Child>>,
+        config: watcher::Config,
+    ) -> Self
+    where
+        Child:
+            Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static;
+
+    /// Reconciles what `mapper` names for each object of `api` that changes.
+    fn watches_objects<Other, I>(
+        self,
+        api: Api<Other>,
+        config: watcher::Config,
+        mapper: impl Fn(Other) -> I + Sync + Send + 'static,
+    ) -> Self
+    where
+        Other: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+        I: 'static + IntoIterator<Item = ObjectRef<K>>,
+        I::IntoIter: Send;
+}
+
+impl<K> Inputs<K> for Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn owns_objects<Child>(
+        self,
+        api: Api<PartialObjectMeta<Child>>,
+        config: watcher::Config,
+    ) -> Self
+    where
+        Child:
+            Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let children = watch(api, config).touched_objects();
+        self.owns_stream(children)
+    }
+
+    fn watches_objects<Other, I>(
+        self,
+        api: Api<Other>,
+        config: watcher::Config,
+        mapper: impl Fn(Other) -> I + Sync + Send + 'static,
+    ) -> Self
+    where
+        Other: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+        I: 'static + IntoIterator<Item = ObjectRef<K>>,
+        I::IntoIter: Send,
+    {
+        self.watches_stream(watch(api, config).touched_objects(), mapper)
+    }
+}
+
+/// How long a failed reconcile waits before it is retried (the controller adds its own
+/// backoff for objects that keep failing).
+pub const RETRY_FAILED: Duration = Duration::from_secs(10);
+
+/// Retry policy of every controller: log (with the error's source), retry in
+/// [`RETRY_FAILED`].
+pub fn error_policy<K, E, C>(obj: Arc<K>, error: &E, _: Arc<C>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+    E: std::error::Error,
+{
+    let meta = obj.meta();
+    tracing::warn!(
+        kind = %K::kind(&()),
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        error = %error,
+        source = ?error.source().map(ToString::to_string),
+        "reconcile failed; retrying"
+    );
+    Action::requeue(RETRY_FAILED)
+}
+
+/// Controller results: failed reconciles are logged by [`error_policy`]; what is left
+/// (e.g. a trigger for an object deleted meanwhile) is debug noise.
+pub async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
+    if let Err(e) = result {
+        tracing::debug!(kind, error = %e, "reconcile not run");
+    }
+}
+
+/// Drives a reflector stream, logging watch errors (the watcher retries with backoff)
+/// and calling `on_event` for every event after the store applied it.
+pub async fn drive<K, S, F, Fut>(kind: &'static str, stream: S, on_event: F)
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    F: Fn(watcher::Event<K>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => on_event(event).await,
+            Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::utils::Backoff as _;
+
+    #[test]
+    fn watch_namespace_is_every_namespace_or_a_list() {
+        assert!(watch_namespaces(None).is_empty());
+        assert!(watch_namespaces(Some("")).is_empty());
+        assert!(watch_namespaces(Some(" , ")).is_empty());
+        assert_eq!(watch_namespaces(Some("a")), ["a"]);
+        assert_eq!(watch_namespaces(Some(" a, b ,a,,c")), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn watch_backoff_grows_ignores_resets_and_recovers_after_quiet() {
+        let mut b = WatchBackoff::default();
+        let t0 = Instant::now();
+        let secs = |d: Duration| d.as_secs_f64();
+        let mut delays = Vec::new();
+        for i in 0..8 {
+            b.reset(); // what every watcher `Init` event does
+            delays.push(secs(b.delay_at(t0 + Duration::from_secs(i))));
+        }
+        assert_eq!(delays, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]);
+        assert_eq!(secs(b.delay_at(t0 + Duration::from_secs(200))), 0.8);
+    }
+}
