@@ -14,7 +14,7 @@ pub mod process;
 pub mod stats;
 pub mod webhook;
 
-/// One row of `tests/benches/edit_to_serve`'s summary table (milliseconds).
+/// One row of `tests/benches/edit_to_serve.rs`'s summary table (milliseconds).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EditToServe {
     pub api: String,

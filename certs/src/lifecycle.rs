@@ -1,8 +1,8 @@
 //! One certificate's lifecycle, as the DiscoveryServiceCertificate controller runs it
-//! (OPERATOR.md §4 and Q6–Q8, Q15): issue it from a [`Profile`], check it on every pass
-//! ([`check`]), re-issue it when it is missing, unreadable, not what the profile asks
-//! for, not signed by its signer, expired, or has less than 20 % of its lifetime left,
-//! and build the trust bundle that keeps a previous CA trusted while a CA rotates
+//! (operator-design.md §4 and Q6–Q8, Q15): issue it from a [`Profile`], check it on every
+//! pass ([`check`]), re-issue it when it is missing, unreadable, not what the profile asks
+//! for, not signed by its signer, expired, or has less than 20 % of its lifetime left, and
+//! build the trust bundle that keeps a previous CA trusted while a CA rotates
 //! ([`trust_bundle`]). Pure: the clock is an argument; nothing here does I/O.
 
 use std::collections::BTreeSet;
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn upstream_worked_examples_of_renewal() {
-        // A certificate issued at 00:00:00 valid for 100 s (OPERATOR.md §4.2); the
+        // A certificate issued at 00:00:00 valid for 100 s (operator-design.md §4.2); the
         // backdated notBefore does not shift the renewal time.
         let p = Profile {
             validity: Duration::from_secs(100),

@@ -18,11 +18,12 @@
 //! - an empty `Any` written `{}` (an `Any` with other fields but no `@type` stays an
 //!   error).
 //!
-//! Checked against Envoy 1.40's `--mode validate` (`tests/envoy_leniencies.rs`): enums in
-//! any case and as numeric strings, one value for a list, nested lists, `Duration` and
-//! wrappers as objects, quoted booleans, `{}` for an `Any`, `null` in a list (seen in
-//! the element index of Envoy's later constraint error). Taken from the parser's source
-//! only: `Timestamp` and `ListValue` as objects.
+//! Checked against Envoy 1.40's `--mode validate`
+//! (`envoyconfig/tests/envoy_leniencies.rs`): enums in any case and as numeric strings,
+//! one value for a list, nested lists, `Duration` and wrappers as objects, quoted
+//! booleans, `{}` for an `Any`, `null` in a list (seen in the element index of Envoy's
+//! later constraint error). Taken from the parser's source only: `Timestamp` and
+//! `ListValue` as objects.
 //!
 //! How YAML scalars are typed before this rewrite (octal with a leading `0`, numbers
 //! with underscores as text) is the YAML parser's part: see

@@ -96,7 +96,8 @@ mod tests {
     #[test]
     fn registry_is_complete() {
         let pool = pool().unwrap();
-        // Every envoy/**/*.proto of data-plane-api, plus xds/udpa and imports.
+        // Every envoy/**/*.proto of data-plane-api, plus the cncf/xds and udpa protos and
+        // imports.
         let envoy_files = pool
             .files()
             .filter(|f| f.name().starts_with("envoy/"))

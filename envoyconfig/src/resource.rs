@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use prost_types::Any;
 
-/// The xDS resource types MARIN3R serves (SPEC §3), in ADS push order:
+/// The xDS resource types MARIN3R serves (design.md §3), in ADS push order:
 /// cluster → endpoint → listener → route → the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResourceType {

@@ -41,14 +41,13 @@ impl fmt::Display for Serialization {
 /// [`MAX_BUFFERED_COMMENTS`]; their total size stays bounded by the parser's 64 MiB
 /// comment budget.
 ///
-/// Scalars are typed closer to Envoy's YAML loader (yaml-cpp, then protobuf's JSON
-/// parser; `tests/envoy_leniencies.rs` §5): an integer with a leading `0` is octal
+/// Scalars are typed closer to Envoy's YAML loader (yaml-cpp, then protobuf's JSON parser;
+/// `envoyconfig/tests/envoy_leniencies.rs` §5): an integer with a leading `0` is octal
 /// (`010` is 8, as Envoy and YAML 1.1 read it; YAML 1.2 would read 10), and a number
-/// written with underscores (`1_000`) is text (yaml-cpp knows no underscores: Envoy
-/// refuses it in a numeric field and keeps the text in a string field). Still typed
-/// as numbers where Envoy keeps the text: floats (`1.50`), `0o`/`0b` integers, and
-/// integers outside the `int32` range, so such a scalar in a string field is refused
-/// (quote it).
+/// written with underscores (`1_000`) is text (yaml-cpp knows no underscores: Envoy refuses
+/// it in a numeric field and keeps the text in a string field). Still typed as numbers
+/// where Envoy keeps the text: floats (`1.50`), `0o`/`0b` integers, and integers outside
+/// the `int32` range, so such a scalar in a string field is refused (quote it).
 pub fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         with_snippet: false,

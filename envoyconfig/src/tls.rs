@@ -23,10 +23,10 @@
 //!
 //! Each rule was checked against Envoy 1.40.0 (`envoy --mode init_only` on a static
 //! bootstrap, which builds every listener's and cluster's TLS context; see
-//! `tests/envoy_tls_loader.rs`). What Envoy reads from files, environment variables or
-//! watched directories is not seen here. A CRL (`crl`) is not checked: Envoy 1.40 loads
-//! a placeholder CRL without complaint. Errors name the field and the rule, never the
-//! content (a private key must not end up in a log).
+//! `envoyconfig/tests/envoy_tls_loader.rs`). What Envoy reads from files, environment
+//! variables or watched directories is not seen here. A CRL (`crl`) is not checked: Envoy
+//! 1.40 loads a placeholder CRL without complaint. Errors name the field and the rule,
+//! never the content (a private key must not end up in a log).
 
 use base64::Engine as _;
 use base64::engine::DecodePaddingMode;

@@ -1,9 +1,9 @@
-//! The public corpus (`tests/corpus/`, see its README): every listener, cluster and
-//! secret of every bootstrap that Envoy 1.40 accepts (`VERDICTS`) decodes, except the
+//! The public corpus (`envoyconfig/tests/corpus/`, see its README): every listener, cluster
+//! and secret of every bootstrap that Envoy 1.40 accepts (`VERDICTS`) decodes, except the
 //! files of [`REFUSED_WHEN_LOADED`] (accepted by `envoy --mode validate`, which does not
 //! load TLS material; refused by a serving Envoy and by us), and every upstream MARIN3R
-//! EnvoyConfig passes `validate_file`; what Envoy refuses is refused too, except the
-//! listed [`KNOWN_DIFFERENCES`], each with its reason.
+//! EnvoyConfig passes `validate_file`; what Envoy refuses is refused too, except the listed
+//! [`KNOWN_DIFFERENCES`], each with its reason.
 //!
 //! `MARIN3R_ENVOY=<envoy binary>` also re-runs `envoy --mode validate` on every bootstrap
 //! and checks that its verdicts are still the recorded ones.
@@ -213,7 +213,7 @@ const ADDRESS_SEMANTICS: &str = "a rule of Envoy's address code (ipv4_compat onl
 /// to load certificate chain / private key / trusted CA certificates from <inline>"), and
 /// in `backend-tls-settings.yaml` cipher suite names as `ecdh_curves` ("Failed to
 /// initialize ECDH curves"). The rules are in `src/tls.rs`, checked against Envoy by
-/// `tests/envoy_tls_loader.rs` and `marin3r-tests`' `tls_loader.rs`.
+/// `envoyconfig/tests/envoy_tls_loader.rs` and `tests/tests/tls_loader.rs`.
 const REFUSED_WHEN_LOADED: &[&str] = &[
     "envoy-gateway/backend-tls-settings.yaml",
     "envoy-gateway/ext-auth-backend.yaml",
@@ -291,15 +291,15 @@ const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
     ),
 ];
 
-/// How many files Envoy refuses and marin3r refuses too (bootstraps: one of their
-/// resources does not decode; EnvoyConfigs: `validate_file` fails): 6 bootstraps with
-/// extensions of Envoy's contrib build (not in the registry, nor in Envoy's release
-/// build), 9 written bootstraps of `tests/envoy_constraints.rs` (protoc-gen-validate
-/// constraints, empty `Any`, missing `typed_config`), 2 written negative twins of YAML
-/// scalar typing (`tests/envoy_leniencies.rs`), 2 upstream MARIN3R EnvoyConfigs, and 21
-/// Envoy Gateway files that Envoy refuses for a file it lacks or a duplicate static
-/// secret and we refuse for their placeholder PEM data or curve names (Envoy would
-/// refuse those too when it loads them: [`REFUSED_WHEN_LOADED`]).
+/// How many files Envoy refuses and marin3r refuses too (bootstraps: one of their resources
+/// does not decode; EnvoyConfigs: `validate_file` fails): 6 bootstraps with extensions of
+/// Envoy's contrib build (not in the registry, nor in Envoy's release build), 9 written
+/// bootstraps of `envoyconfig/tests/envoy_constraints.rs` (protoc-gen-validate constraints,
+/// empty `Any`, missing `typed_config`), 2 written negative twins of YAML scalar typing
+/// (`envoyconfig/tests/envoy_leniencies.rs`), 2 upstream MARIN3R EnvoyConfigs, and 21 Envoy
+/// Gateway files that Envoy refuses for a file it lacks or a duplicate static secret and we
+/// refuse for their placeholder PEM data or curve names (Envoy would refuse those too when
+/// it loads them: [`REFUSED_WHEN_LOADED`]).
 const REFUSED_BY_BOTH: usize = 40;
 
 /// "Envoy refuses → marin3r refuses", as a figure: every file Envoy refuses is refused

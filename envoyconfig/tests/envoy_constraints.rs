@@ -5,8 +5,8 @@
 //! Every case was checked with the real Envoy (`envoy --mode validate -c` on a static
 //! bootstrap holding the resource; Envoy 1.40.0, 9e5580933739775e8bce696a57a2e1bc99368f23);
 //! the verdict and Envoy's message are in the comment above each case. The cases marked
-//! "corpus" are also bootstraps of `tests/corpus/written/` (`pgv_*`), whose recorded
-//! verdicts `tests/corpus.rs` re-checks against Envoy.
+//! "corpus" are also bootstraps of `envoyconfig/tests/corpus/written/` (`pgv_*`), whose
+//! recorded verdicts `envoyconfig/tests/corpus.rs` re-checks against Envoy.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use marin3r_envoyconfig::decode::decode_resource;

@@ -3,7 +3,8 @@
 //! Keys are drawn mostly from the real `marin3r.3scale.net/*` keys (so the fuzzer reaches
 //! every validator) with arbitrary values; the Pod around them has arbitrary container
 //! names and volumes. Properties: `annotations::parse` and `mutate_pod` never panic, and
-//! injection is idempotent (re-injecting an injected Pod yields the same Pod, SPEC §1.3).
+//! injection is idempotent (re-injecting an injected Pod yields the same Pod,
+//! design.md §1.3).
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet};

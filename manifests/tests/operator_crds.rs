@@ -1,6 +1,7 @@
 //! The operator's CRDs under `manifests/operator/crds/` are what the Rust types of
-//! `marin3r-operator-api` generate, and their structure is upstream's (OPERATOR.md §2.4,
-//! `tests/data/operator-crds-upstream-structure.yaml`) plus exactly the [R] additions.
+//! `marin3r-operator-api` generate, and their structure is upstream's
+//! (operator-design.md §2.4, `manifests/tests/data/operator-crds-upstream-structure.yaml`)
+//! plus exactly the [R] additions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -76,7 +77,7 @@ fn operator_crds_parse_and_the_stream_matches_the_files() {
     }
 }
 
-/// Upstream's structure (OPERATOR.md §2.4), by kind.
+/// Upstream's structure (operator-design.md §2.4), by kind.
 fn upstream(kind: &str) -> Value {
     let text = include_str!("data/operator-crds-upstream-structure.yaml");
     let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
@@ -188,7 +189,7 @@ struct Expect {
     kind: &'static str,
     /// Differences from upstream that are [R] decisions.
     diffs: &'static [&'static str],
-    /// Validation the [R] items add (OPERATOR.md §2.4 "Schema changes").
+    /// Validation the [R] items add (operator-design.md §2.4 "Schema changes").
     added: &'static [&'static str],
     /// Printer columns (name, jsonPath).
     columns: &'static [(&'static str, &'static str)],
@@ -198,7 +199,7 @@ const EXPECTED: [Expect; 3] = [
     Expect {
         kind: "DiscoveryService",
         diffs: &[
-            // OPERATOR.md Q11 [R]: conditions and observedGeneration.
+            // operator-design.md §8 Q11 [R]: conditions and observedGeneration.
             "status.conditions: not upstream",
             "status.observedGeneration: not upstream",
         ],

@@ -1,4 +1,5 @@
-//! Condition types and reasons of the operator's statuses (OPERATOR.md §8 Q1, Q11, decisions marked R).
+//! Condition types and reasons of the operator's statuses (operator-design.md §8 Q1, Q11,
+//! decisions marked R).
 //! Upstream writes no conditions; these are the names the Rust controllers use, kept
 //! here so that controllers, `render` and tests spell them the same way.
 

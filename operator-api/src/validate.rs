@@ -1,9 +1,9 @@
 //! Validation results: every problem of a spec with its JSON path and the rule it breaks.
 //!
-//! The rules that the CRD schemas also enforce (CEL and OpenAPI) are reported with the
-//! same wording, so the EnvoyDeployment webhook (OPERATOR.md §5.8), `marin3r operator
-//! render` and the API server agree. `validate()` adds checks a schema cannot express
-//! well (Go durations, uniqueness with a readable message).
+//! The rules that the CRD schemas also enforce (CEL and OpenAPI) are reported with the same
+//! wording, so the EnvoyDeployment webhook (operator-design.md §5.8), `marin3r operator
+//! render` and the API server agree. `validate()` adds checks a schema cannot express well
+//! (Go durations, uniqueness with a readable message).
 
 use std::fmt;
 

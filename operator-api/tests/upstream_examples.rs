@@ -1,6 +1,6 @@
-//! Every upstream manifest of the operator API (`tests/data/upstream/`, see its README
-//! for sources and commit) decodes into our types without losing a field, re-encodes to
-//! the same object, and passes `validate()`.
+//! Every upstream manifest of the operator API (`operator-api/tests/data/upstream/`, see
+//! its README for sources and commit) decodes into our types without losing a field,
+//! re-encodes to the same object, and passes `validate()`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! What the EnvoyDeployment controller applies for an EnvoyDeployment `<ed>`
-//! (OPERATOR.md §5.3, with the [R] decisions of §5.4, §5.5 and §8): the client
+//! (operator-design.md §5.3, with the [R] decisions of §5.4, §5.5 and §8): the client
 //! certificate `envoy-client-cert-<ed>`, the Deployment `marin3r-envoydeployment-<ed>`,
 //! and its HorizontalPodAutoscaler (`replicas.dynamic`) and PodDisruptionBudget when
 //! asked for.

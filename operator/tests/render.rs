@@ -1,7 +1,7 @@
 //! Golden tests of `marin3r operator render` (the operator's generators): every
-//! `tests/fixtures/operator-render/<case>/input.yaml` renders exactly `expected.yaml`
-//! (the objects, a YAML stream) and `problems.txt` (what cannot be rendered, one per
-//! line). Every generated container passes Pod Security `restricted`.
+//! `operator/tests/fixtures/operator-render/<case>/input.yaml` renders exactly
+//! `expected.yaml` (the objects, a YAML stream) and `problems.txt` (what cannot be
+//! rendered, one per line). Every generated container passes Pod Security `restricted`.
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p marin3r-control-plane --test operator_render` rewrites
 //! the expected files; review every diff before committing it.

@@ -1,5 +1,5 @@
-//! Offline injection into workloads (`marin3r inject`, SPEC §1.4): the pod template of a
-//! Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob gets exactly what the
+//! Offline injection into workloads (`marin3r inject`, design.md §1.4): the pod template of
+//! a Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob gets exactly what the
 //! webhook would inject into the Pods it creates.
 
 use serde_json::Value;

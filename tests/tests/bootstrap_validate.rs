@@ -1,8 +1,8 @@
-//! The bootstrap written by `marin3r_sidecar::bootstrap::write_files` must load in a
-//! real Envoy 1.40 (SPEC §2): `envoy --mode validate` accepts it for SotW and Delta and
-//! for several admin addresses, rejects a deliberately broken copy (so these tests can
-//! fail), and a really started Envoy reports the node identity from the bootstrap on its
-//! admin `/server_info` and loads the client certificate through the file-based SDS.
+//! The bootstrap written by `marin3r_sidecar::bootstrap::write_files` must load in a real
+//! Envoy 1.40 (design.md §2): `envoy --mode validate` accepts it for SotW and Delta and for
+//! several admin addresses, rejects a deliberately broken copy (so these tests can fail),
+//! and a really started Envoy reports the node identity from the bootstrap on its admin
+//! `/server_info` and loads the client certificate through the file-based SDS.
 
 // Test-only crate: clippy's allow-*-in-tests does not cover the helper functions here.
 #![allow(clippy::unwrap_used, clippy::panic)]

@@ -25,7 +25,8 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub const MUTATE_PATH: &str = "/pod-v1-mutate";
 /// Path of the EnvoyConfig validating webhook (upstream's path).
 pub const VALIDATE_ENVOYCONFIG_PATH: &str = "/validate-marin3r-3scale-net-v1alpha1-envoyconfig";
-/// Path of the EnvoyDeployment validating webhook (upstream's path, OPERATOR.md §5.8).
+/// Path of the EnvoyDeployment validating webhook (upstream's path,
+/// operator-design.md §5.8).
 pub const VALIDATE_ENVOYDEPLOYMENT_PATH: &str =
     "/validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment";
 

@@ -1,8 +1,9 @@
-//! Golden injection tests (Istio style): every `tests/fixtures/injection/<case>/input.yaml`
-//! Pod goes through the real HTTP handler as an AdmissionReview. The returned base64
-//! JSONPatch is applied to the input and must give `expected.yaml`; or the review must be
-//! denied exactly as `denied.yaml` says. Every injected result then goes through the
-//! handler again and must come back unchanged (idempotency).
+//! Golden injection tests (Istio style): every
+//! `webhook/tests/fixtures/injection/<case>/input.yaml` Pod goes through the real HTTP
+//! handler as an AdmissionReview. The returned base64 JSONPatch is applied to the input and
+//! must give `expected.yaml`; or the review must be denied exactly as `denied.yaml` says.
+//! Every injected result then goes through the handler again and must come back unchanged
+//! (idempotency).
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p marin3r-webhook --test golden` rewrites the expected
 //! files; review every diff before committing it.

@@ -516,7 +516,7 @@ async fn a_full_validation_queue_answers_429_and_never_holds_injection() {
     assert_eq!(state.validation_slots.available_permits(), 1);
 }
 
-// ------------------------------------------------------------ EnvoyDeployment (§5.8)
+// ---------------------------------------- EnvoyDeployment (operator-design.md §5.8)
 
 fn envoy_deployment(spec: Value) -> Value {
     json!({

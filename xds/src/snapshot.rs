@@ -3,7 +3,7 @@
 //!
 //! A [`Snapshot`] holds, for every [`ResourceType`], a [`TypeSnapshot`]: the resources by
 //! name and a per-type version. The version is a stable hash of the type's sorted
-//! `(name, digest)` pairs (SPEC §3: "per-type version = stable hash of the type's
+//! `(name, digest)` pairs (design.md §3: "per-type version = stable hash of the type's
 //! resources; a push happens only when a version changes"), so two processes building
 //! the same resources agree on it, and an unchanged type keeps its version across
 //! snapshots. A type without resources has the version of the empty set,

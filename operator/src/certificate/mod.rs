@@ -1,5 +1,5 @@
-//! The DiscoveryServiceCertificate controller (OPERATOR.md §4, with the decisions (marked R) of
-//! §8 Q6–Q9, Q15, Q16): every DiscoveryServiceCertificate (DSC) becomes a
+//! The DiscoveryServiceCertificate controller (operator-design.md §4, with the decisions
+//! (marked R) of §8 Q6–Q9, Q15, Q16): every DiscoveryServiceCertificate (DSC) becomes a
 //! `kubernetes.io/tls` Secret holding a certificate the operator issued, checked on every
 //! pass and re-issued whenever it is not what the spec asks for. No cert-manager.
 //!
@@ -75,7 +75,7 @@
 //!      mounted `ca.crt` holds the bundle, the leaves fail the "signed by the current CA"
 //!      check and are re-issued by the new CA. Peers with old files still present
 //!      old-CA certificates, which the bundle accepts; no handshake fails on either side
-//!      (the TLS test in `tests/operator_certificate.rs` shows a direct switch would);
+//!      (the TLS test in `operator/tests/certificate.rs` shows a direct switch would);
 //!   3. *drop*: at `rotation + PROPAGATION + overlap(longest validFor of the DSCs it
 //!      signs, 2 × 60 s kubelet sync)` ([`lifecycle::overlap`](marin3r_certs::lifecycle::overlap)) the old CA leaves every
 //!      bundle. Both the CA and its leaves schedule a pass at each phase's end.
