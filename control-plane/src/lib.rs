@@ -16,14 +16,16 @@ pub mod publisher;
 pub mod revisions;
 pub mod status;
 
-use marin3r_process::{metrics_router, probe_router};
+use marin3r_process::{Process, Stopping, metrics_router};
 use marin3r_xds::{AdsConfig, SharedStats, SnapshotCache, XdsMetrics, server};
 
-use std::future::{Future, IntoFuture};
+pub use marin3r_process::Readiness;
+
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Errors of the discovery service process.
 #[derive(Debug, thiserror::Error)]
@@ -96,13 +98,18 @@ pub async fn run<B: Backend>(
 }
 
 /// Shared handles a [`Backend`] feeds: the snapshot cache the ADS streams read, the
-/// ACK/NACK statistics they write (self-healing reads them back), and the signal that
-/// the backend has synced.
+/// ACK/NACK statistics they write (self-healing reads them back), and the process's
+/// readiness, which the backend sets synced.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub cache: SnapshotCache,
     pub stats: SharedStats,
-    pub ready: Ready,
+    /// Set synced by the backend once it has synced its sources and published the
+    /// snapshots of that first sync (local mode: the first folder scan applied;
+    /// Kubernetes mode: the first lists of every kind received and the published
+    /// revisions loaded). The discovery service is ready (`/readyz`, gRPC health) from
+    /// then until it stops.
+    pub ready: Readiness,
 }
 
 impl Context {
@@ -111,50 +118,9 @@ impl Context {
         Self {
             cache: SnapshotCache::new(),
             stats,
-            ready: Ready::default(),
+            ready: Readiness::new(),
         }
     }
-}
-
-/// Set by the backend once it has synced its sources and published the snapshots of
-/// that first sync (local mode: the first folder scan applied; Kubernetes mode: the
-/// first lists of every kind received and the published revisions loaded). The
-/// discovery service is ready (`/readyz`, gRPC health) from then until it stops. Cheap
-/// to clone; setting it twice is harmless.
-#[derive(Debug, Clone)]
-pub struct Ready(Arc<tokio::sync::watch::Sender<bool>>);
-
-impl Default for Ready {
-    fn default() -> Self {
-        Self(Arc::new(tokio::sync::watch::channel(false).0))
-    }
-}
-
-impl Ready {
-    /// The backend has synced (idempotent).
-    pub fn set_synced(&self) {
-        self.0
-            .send_if_modified(|synced| !std::mem::replace(synced, true));
-    }
-
-    pub fn is_synced(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Follows the flag.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.0.subscribe()
-    }
-
-    /// Completes once synced.
-    pub async fn synced(&self) {
-        let _ = self.subscribe().wait_for(|synced| *synced).await;
-    }
-}
-
-/// The discovery service's readiness (`/readyz`, gRPC health): synced and not stopping.
-pub fn is_ready(synced: bool, stopping: bool) -> bool {
-    synced && !stopping
 }
 
 /// A future that completes when the process shuts down.
@@ -163,7 +129,7 @@ pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>
 /// Where EnvoyConfigs come from (a local folder, Kubernetes) and how they reach the cache.
 pub trait Backend: Send + 'static {
     /// Loads the initial state into the cache (streams of nodes without a snapshot are
-    /// held meanwhile) and calls [`Ready::set_synced`] once it is complete — here, or
+    /// held meanwhile) and calls [`Readiness::set_synced`] once it is complete — here, or
     /// later from [`run`](Self::run) if the sources are not reachable yet.
     fn start(&mut self, ctx: &Context) -> impl Future<Output = Result<(), Error>> + Send;
     /// Extra HTTP routes served on the metrics listener (local mode's `/status`).
@@ -175,16 +141,31 @@ pub trait Backend: Send + 'static {
     fn run(self, ctx: Context, shutdown: Shutdown) -> impl Future<Output = ()> + Send;
 }
 
+/// How much longer than its ADS server may take (the drain, then the wait for
+/// connections to close: [`shutdown_grace`]) the discovery service may take to stop.
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(2);
+
+/// The discovery service's grace after its shutdown signal: the ADS streams drain over
+/// `drain_time`, then the server waits up to `shutdown_grace` for connections to close,
+/// plus [`SHUTDOWN_MARGIN`] for the backend to stop. With the defaults, 5 + 10 + 2 =
+/// 17 s, inside Kubernetes' default 30 s termination grace period.
+pub fn shutdown_grace(ads: &AdsConfig) -> Duration {
+    ads.drain_time + ads.shutdown_grace + SHUTDOWN_MARGIN
+}
+
 /// Serves ADS over mTLS, metrics and probes fed by `backend`, until `shutdown` completes.
 ///
-/// Everything listens at once; `/readyz` and gRPC health say not ready until the
-/// backend has synced ([`Ready`]). On `shutdown` they say not ready at once, the ADS
-/// server drains its streams over `AdsConfig::drain_time` and stops, then the backend
-/// and the HTTP listeners stop.
+/// Run by [`marin3r_process::Process::serve`]. Everything listens at once; `/readyz` and
+/// gRPC health (which both read [`Context::ready`]) say not ready until the backend has
+/// synced. On `shutdown` they say not ready at once, the ADS server drains its streams
+/// over `AdsConfig::drain_time` and stops, then the backend and the HTTP listeners stop;
+/// all of it within [`shutdown_grace`], even when the sources (the API server) do not
+/// answer. A shutdown while the backend still loads its initial state (Kubernetes mode
+/// waits up to 30 s for the first lists) stops it at once.
 pub async fn serve_with<B: Backend>(
     config: Config,
     listeners: Listeners,
-    mut backend: B,
+    backend: B,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let tls = marin3r_certs::mtls_server_config(
@@ -196,170 +177,69 @@ pub async fn serve_with<B: Backend>(
     .map_err(Error::Tls)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
-    let registry = Arc::new(registry);
     let ctx = Context::new(stats);
-
-    // `signal`: the shutdown began (not ready, drain); `stop`: the ADS server is done,
-    // the rest stops.
-    let (signal_tx, signal_rx) = tokio::sync::watch::channel(false);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let when = |rx: &tokio::sync::watch::Receiver<bool>| {
-        let mut rx = rx.clone();
-        async move {
-            let _ = rx.wait_for(|v| *v).await;
-        }
+    let process = Process {
+        name: "discovery service",
+        health: listeners.health,
+        metrics: listeners.metrics,
+        metrics_routes: metrics_router(Arc::new(registry)).merge(backend.routes(&ctx)),
+        readiness: ctx.ready.clone(),
+        grace: shutdown_grace(&config.ads),
     };
-    let signal_task = tokio::spawn(async move {
-        shutdown.await;
-        let _ = signal_tx.send(true);
-    });
-    let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
-    let probe_flag = Arc::new(AtomicBool::new(false));
-    let readiness_task = tokio::spawn(follow_readiness(
-        ctx.ready.subscribe(),
-        signal_rx.clone(),
-        ready_tx,
-        probe_flag.clone(),
-    ));
-    let http = metrics_router(registry).merge(backend.routes(&ctx));
-    let metrics_task = tokio::spawn(
-        axum::serve(listeners.metrics, http)
-            .with_graceful_shutdown(when(&stop_rx))
-            .into_future(),
-    );
-    let health_task = tokio::spawn(
-        axum::serve(listeners.health, probe_router(probe_flag))
-            .with_graceful_shutdown(when(&stop_rx))
-            .into_future(),
-    );
-    let service = server::AdsService::new(ctx.cache.clone(), ctx.stats.clone(), config.ads.clone());
-    tracing::info!(addr = ?listeners.xdss.local_addr().ok(), "discovery service listening");
-    let grpc_task = tokio::spawn(server::serve_ads(
-        listeners.xdss,
+    let xdss = listeners.xdss;
+    process
+        .serve(shutdown, move |stopping| {
+            discover(xdss, tls, config.ads, backend, ctx, stopping)
+        })
+        .await
+}
+
+/// The main work of the discovery service: the ADS server, and `backend` feeding it
+/// from its initial load until the ADS server has drained.
+async fn discover<B: Backend>(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    ads: AdsConfig,
+    mut backend: B,
+    ctx: Context,
+    stopping: Stopping,
+) -> Result<(), Error> {
+    let service = server::AdsService::new(ctx.cache.clone(), ctx.stats.clone(), ads);
+    tracing::info!(addr = ?listener.local_addr().ok(), "discovery service listening");
+    let grpc = server::serve_ads(
+        listener,
         tls,
         service,
-        ready_rx,
-        when(&signal_rx),
-    ));
+        ctx.ready.subscribe(),
+        stopping.wait(),
+    );
+    let mut grpc = std::pin::pin!(grpc);
 
     // The initial load; streams of nodes it has not published yet are held meanwhile.
     let started = tokio::select! {
         started = backend.start(&ctx) => Some(started),
-        () = when(&signal_rx) => None,
+        () = stopping.wait() => None,
+        served = &mut grpc => return served.map_err(Error::Grpc),
     };
-    let (backend_task, start_error) = match started {
-        Some(Ok(())) => (
-            Some(tokio::spawn(
-                backend.run(ctx.clone(), Box::pin(when(&stop_rx))),
-            )),
-            None,
-        ),
-        Some(Err(e)) => (None, Some(e)),
-        None => (None, None),
-    };
-    let join = |r: Result<std::io::Result<()>, tokio::task::JoinError>| {
-        r.unwrap_or_else(|e| Err(std::io::Error::other(e)))
-    };
-    let grpc = if start_error.is_some() {
-        // Nothing was served: no drain, the listener closes with the task.
-        grpc_task.abort();
-        Ok(())
-    } else {
-        match grpc_task.await {
-            Ok(result) => result.map_err(Error::Grpc),
-            Err(e) => Err(marin3r_process::Error::Serve {
-                server: "ADS",
-                source: std::io::Error::other(e),
-            }
-            .into()),
+    // Aborts the backend if this future is dropped (past the grace).
+    let mut running = tokio::task::JoinSet::new();
+    let (stop_backend, backend_stopped) = tokio::sync::oneshot::channel::<()>();
+    match started {
+        // Nothing was served: no drain, the listener closes with `grpc`.
+        Some(Err(e)) => return Err(e),
+        Some(Ok(())) => {
+            running.spawn(backend.run(
+                ctx,
+                Box::pin(async move {
+                    let _ = backend_stopped.await;
+                }),
+            ));
         }
-    };
-    let _ = stop_tx.send(true);
-    if let Some(task) = backend_task {
-        let _ = task.await;
+        None => {}
     }
-    readiness_task.abort();
-    signal_task.abort();
-    let metrics_res = join(metrics_task.await);
-    let health_res = join(health_task.await);
-    if let Some(e) = start_error {
-        return Err(e);
-    }
-    grpc?;
-    metrics_res.map_err(|source| marin3r_process::Error::Serve {
-        server: "metrics",
-        source,
-    })?;
-    health_res.map_err(|source| marin3r_process::Error::Serve {
-        server: "health",
-        source,
-    })?;
-    Ok(())
-}
-
-/// Keeps `ready` (gRPC health) and `probe` (`/readyz`) at [`is_ready`] of the backend's
-/// `synced` flag and the shutdown `signal`, until the signal.
-async fn follow_readiness(
-    mut synced: tokio::sync::watch::Receiver<bool>,
-    mut signal: tokio::sync::watch::Receiver<bool>,
-    ready: tokio::sync::watch::Sender<bool>,
-    probe: Arc<AtomicBool>,
-) {
-    let mut synced_open = true;
-    loop {
-        let stopping = *signal.borrow_and_update();
-        let now = is_ready(*synced.borrow_and_update(), stopping);
-        probe.store(now, Ordering::Release);
-        ready.send_if_modified(|r| std::mem::replace(r, now) != now);
-        if stopping {
-            return;
-        }
-        tokio::select! {
-            changed = synced.changed(), if synced_open => synced_open = changed.is_ok(),
-            changed = signal.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ready_only_when_synced_and_not_stopping() {
-        assert!(!is_ready(false, false));
-        assert!(is_ready(true, false));
-        assert!(!is_ready(true, true));
-        assert!(!is_ready(false, true));
-    }
-
-    #[tokio::test]
-    async fn readiness_follows_the_backend_and_the_signal() {
-        let flag = Ready::default();
-        let (signal_tx, signal_rx) = tokio::sync::watch::channel(false);
-        let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
-        let probe = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(follow_readiness(
-            flag.subscribe(),
-            signal_rx,
-            ready_tx,
-            probe.clone(),
-        ));
-        tokio::task::yield_now().await;
-        assert!(!*ready_rx.borrow() && !probe.load(Ordering::Acquire));
-        flag.set_synced();
-        flag.set_synced();
-        ready_rx.wait_for(|r| *r).await.unwrap();
-        assert!(probe.load(Ordering::Acquire));
-        signal_tx.send(true).unwrap();
-        ready_rx.wait_for(|r| !*r).await.unwrap();
-        task.await.unwrap();
-        assert!(!probe.load(Ordering::Acquire), "not ready once stopping");
-        flag.set_synced();
-        assert!(!*ready_rx.borrow(), "stays not ready after the signal");
-    }
+    let served = grpc.await;
+    // The backend keeps the cache current while the streams drain.
+    let _ = stop_backend.send(());
+    while running.join_next().await.is_some() {}
+    served.map_err(Error::Grpc)
 }

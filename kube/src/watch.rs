@@ -205,6 +205,39 @@ pub async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Res
     }
 }
 
+/// Runs `controller` (a controller's stream built with `graceful_shutdown_on(shutdown)`,
+/// consumed, e.g. with [`log_result`]) until it ends; but a `shutdown` that comes before
+/// `store` (the controller's own store) is ready ends it at once.
+///
+/// kube-runtime starts no reconcile before the controller's store is ready (the first
+/// list of its objects is in), and its graceful shutdown waits for that too: against an
+/// API server that accepts requests but never answers, a shutdown would never end. With
+/// the store not ready no reconcile has started, so there is nothing to wait for. Once
+/// it is ready, the graceful shutdown waits for the reconciles in flight, as it should.
+pub async fn run_until_shutdown<K>(
+    controller: impl std::future::Future<Output = ()>,
+    store: &reflector::Store<K>,
+    shutdown: impl std::future::Future<Output = ()>,
+) where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    use futures::FutureExt as _;
+    use futures::future::Either;
+    let controller = std::pin::pin!(controller);
+    let shutdown = std::pin::pin!(shutdown);
+    if let Either::Right(((), controller)) = futures::future::select(controller, shutdown).await {
+        // Polled once: ready now, or not before the controller is dropped.
+        if store.wait_until_ready().now_or_never().is_some() {
+            controller.await;
+        } else {
+            tracing::debug!(
+                kind = %K::kind(&()),
+                "shutdown before the first list: no reconcile to wait for"
+            );
+        }
+    }
+}
+
 /// Drives a reflector stream, logging watch errors (the watcher retries with backoff)
 /// and calling `on_event` for every event after the store applied it.
 pub async fn drive<K, S, F, Fut>(kind: &'static str, stream: S, on_event: F)

@@ -231,7 +231,8 @@ fn same_namespace(
 }
 
 /// Runs the DiscoveryService controller over `namespace` (`None`: every namespace)
-/// until `shutdown` completes.
+/// until `shutdown` completes (at once if its first list is not in yet:
+/// [`marin3r_kube::watch::run_until_shutdown`]).
 pub async fn run(
     client: Client,
     namespace: Option<String>,
@@ -244,12 +245,14 @@ pub async fn run(
     let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
     let controller = marin3r_kube::watch::controller(discovery_services.clone(), wc.clone());
     let store = controller.store();
+    let own = controller.store();
     let ctx = Arc::new(Context {
         client: client.clone(),
         discovery_services: store.clone(),
         images,
     });
-    controller
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let reconciling = controller
         .owns_objects(
             scoped::<PartialObjectMeta<Deployment>>(&client, namespace),
             owned.clone(),
@@ -265,10 +268,10 @@ pub async fn run(
         .watches_objects(discovery_services, wc, move |ds| {
             same_namespace(&ds, &store)
         })
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, marin3r_kube::watch::error_policy, ctx)
-        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryService", result))
-        .await;
+        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryService", result));
+    marin3r_kube::watch::run_until_shutdown(reconciling, &own, shutdown).await;
 }
 
 #[cfg(test)]

@@ -212,7 +212,8 @@ pub fn referencing(
 }
 
 /// Runs the EnvoyDeployment controller over `namespace` (`None`: every namespace) until
-/// `shutdown` completes.
+/// `shutdown` completes (at once if its first list is not in yet:
+/// [`marin3r_kube::watch::run_until_shutdown`]).
 pub async fn run(
     client: Client,
     namespace: Option<String>,
@@ -228,11 +229,13 @@ pub async fn run(
     );
     let by_config = controller.store();
     let by_ds = controller.store();
+    let own = controller.store();
     let ctx = Arc::new(Context {
         client: client.clone(),
         images,
     });
-    controller
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let reconciling = controller
         .owns_objects(
             scoped::<PartialObjectMeta<Deployment>>(&client, namespace),
             owned.clone(),
@@ -270,8 +273,8 @@ pub async fn run(
                 })
             },
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, marin3r_kube::watch::error_policy, ctx)
-        .for_each(|result| marin3r_kube::watch::log_result("EnvoyDeployment", result))
-        .await;
+        .for_each(|result| marin3r_kube::watch::log_result("EnvoyDeployment", result));
+    marin3r_kube::watch::run_until_shutdown(reconciling, &own, shutdown).await;
 }

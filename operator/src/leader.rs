@@ -20,6 +20,12 @@
 //! ([`lease_field_manager`]), which is what makes two replicas racing for a free lock
 //! conflict instead of both believing they hold it.
 //!
+//! Shutdown is bounded even when the API server stops answering: building the manager
+//! (which reads the Lease) and waiting for a change are abandoned at once, the
+//! controllers get [`STOP_TIMEOUT`] to finish their reconciles in flight, and the
+//! release [`RELEASE_TIMEOUT`]; a Lease that could not be released expires by itself
+//! [`LEASE_DURATION_SECONDS`] after its last renewal.
+//!
 //! Not covered: a renewal request that hangs (rather than fails) is not interrupted;
 //! the 12 s grace is the margin for it and for clock skew between nodes.
 
@@ -51,6 +57,12 @@ pub const LEASE_GRACE_SECONDS: u64 = 12;
 pub fn lease_field_manager(identity: &str) -> String {
     format!("{FIELD_MANAGER}-{identity}")
 }
+
+/// How long the controllers may take to stop once told to (their reconciles in
+/// flight); past it they are dropped, so that the Lease is still released in time.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long releasing the Lease may take (the API server may not answer).
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Pause after a failed Lease request, doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
@@ -155,13 +167,21 @@ where
         on_change(false);
         if !matches!(term, Term::WorkEnded) {
             let _ = stop.send(());
-            running.await;
+            if tokio::time::timeout(STOP_TIMEOUT, &mut running)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    identity,
+                    timeout = ?STOP_TIMEOUT,
+                    "the controllers did not stop in time; dropped"
+                );
+            }
         }
         match term {
             Term::Shutdown | Term::WorkEnded => {
                 // Step down so that another replica leads at once.
-                manager.release().await.map_err(|e| error(&e))?;
-                tracing::info!(identity, lease = LEASE_NAME, "lease released");
+                release(&manager, identity).await.map_err(|e| error(&e))?;
                 return Ok(());
             }
             Term::Lost => {
@@ -179,7 +199,7 @@ where
                     "cannot renew the lease; controllers stopped until it is confirmed"
                 );
                 // Best effort: if it is still ours, free it for another replica.
-                let _ = manager.release().await;
+                let _ = release(&manager, identity).await;
                 match retry(&mut shutdown, &mut backoff, &build).await {
                     Some(fresh) => manager = fresh,
                     None => return Ok(()),
@@ -187,6 +207,28 @@ where
             }
         }
     }
+}
+
+/// Releases the Lease, waiting at most [`RELEASE_TIMEOUT`] for the API server; an API
+/// server that does not answer in time is logged, not an error (the lock expires by
+/// itself).
+async fn release(
+    manager: &LeaseManager,
+    identity: &str,
+) -> Result<(), kube_lease_manager::LeaseManagerError> {
+    match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
+        Ok(released) => {
+            released?;
+            tracing::info!(identity, lease = LEASE_NAME, "lease released");
+        }
+        Err(_) => tracing::warn!(
+            identity,
+            lease = LEASE_NAME,
+            timeout = ?RELEASE_TIMEOUT,
+            "the API server did not answer the release; the lease expires by itself"
+        ),
+    }
+    Ok(())
 }
 
 /// After a failed Lease request: waits `backoff` (then doubles it), and builds a fresh

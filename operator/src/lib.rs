@@ -132,21 +132,29 @@ pub struct OperatorConfig {
 
 pub use marin3r_kube::watch::watch_namespaces;
 
+/// How long the operator may take to stop after its shutdown signal: the controllers'
+/// reconciles in flight ([`leader::STOP_TIMEOUT`]), the Lease release
+/// ([`leader::RELEASE_TIMEOUT`]) and a margin; 8 s.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(
+    leader::STOP_TIMEOUT.as_secs() + leader::RELEASE_TIMEOUT.as_secs() + 2,
+);
+
 /// Runs the operator: the probe and metrics listeners at once (ready as soon as they
 /// listen: a standby replica is ready too), and the controllers while this replica leads
 /// (or at once without leader election), until `shutdown`.
+///
+/// Run by [`marin3r_process::Process::serve`]: on `shutdown` the operator is not ready at
+/// once, the controllers stop, the Lease is released, all within [`SHUTDOWN_GRACE`]
+/// even when the API server does not answer.
 pub async fn serve(
     client: kube::Client,
     config: OperatorConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    use futures::FutureExt as _;
     use prometheus_client::metrics::gauge::Gauge;
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
 
-    let metrics_listener = marin3r_process::bind(config.metrics_addr).await?;
-    let health_listener = marin3r_process::bind(config.health_addr).await?;
+    let metrics = marin3r_process::bind(config.metrics_addr).await?;
+    let health = marin3r_process::bind(config.health_addr).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let leader_gauge: Gauge = Gauge::default();
     registry.register(
@@ -154,68 +162,57 @@ pub async fn serve(
         "1 while this replica holds the leader Lease and runs the controllers",
         leader_gauge.clone(),
     );
-    let shutdown = shutdown.boxed().shared();
-    let metrics = tokio::spawn(
-        axum::serve(
-            metrics_listener,
-            marin3r_process::metrics_router(Arc::new(registry)),
-        )
-        .with_graceful_shutdown(shutdown.clone())
-        .into_future(),
-    );
-    let health = tokio::spawn(
-        axum::serve(
-            health_listener,
-            marin3r_process::probe_router(Arc::new(AtomicBool::new(true))),
-        )
-        .with_graceful_shutdown(shutdown.clone())
-        .into_future(),
-    );
+    let readiness = marin3r_process::Readiness::new();
+    readiness.set_synced();
+    let process = marin3r_process::Process {
+        name: "operator",
+        health,
+        metrics,
+        metrics_routes: marin3r_process::metrics_router(std::sync::Arc::new(registry)),
+        readiness,
+        grace: SHUTDOWN_GRACE,
+    };
     tracing::info!(
         namespaces = ?config.namespaces,
         leader_election = config.leader.is_some(),
         "operator started"
     );
-    let namespaces = config.namespaces.clone();
-    let images = config.images.clone();
-    let result = match &config.leader {
-        None => {
-            leader_gauge.set(1);
-            run(client, &namespaces, images, shutdown.clone()).await;
-            Ok(())
-        }
-        Some(leader) => leader::run_while_leader(
-            client.clone(),
-            &leader.namespace,
-            &leader.identity,
-            |stop| {
-                let (client, namespaces, images) =
-                    (client.clone(), namespaces.clone(), images.clone());
-                async move {
-                    run(client, &namespaces, images, async {
-                        let _ = stop.await;
-                    })
-                    .await;
+    process
+        .serve(shutdown, move |stopping| async move {
+            let OperatorConfig {
+                namespaces,
+                images,
+                leader,
+                ..
+            } = config;
+            match leader {
+                None => {
+                    leader_gauge.set(1);
+                    run(client, &namespaces, images, stopping.wait()).await;
+                    Ok(())
                 }
-            },
-            |leading| {
-                leader_gauge.set(i64::from(leading));
-            },
-            shutdown.clone(),
-        )
+                Some(leader) => leader::run_while_leader(
+                    client.clone(),
+                    &leader.namespace,
+                    &leader.identity,
+                    |stop| {
+                        let (client, namespaces, images) =
+                            (client.clone(), namespaces.clone(), images.clone());
+                        async move {
+                            run(client, &namespaces, images, async {
+                                let _ = stop.await;
+                            })
+                            .await;
+                        }
+                    },
+                    |leading| {
+                        leader_gauge.set(i64::from(leading));
+                    },
+                    stopping.wait(),
+                )
+                .await
+                .map_err(Error::Leader),
+            }
+        })
         .await
-        .map_err(Error::Leader),
-    };
-    if result.is_err() {
-        // Not a shutdown: the listeners would wait for one.
-        metrics.abort();
-        health.abort();
-        return result;
-    }
-    for (server, task) in [("metrics", metrics), ("health probe", health)] {
-        if let Ok(Err(source)) = task.await {
-            return Err(marin3r_process::Error::Serve { server, source }.into());
-        }
-    }
-    result
 }

@@ -10,16 +10,16 @@ pub mod metrics;
 pub mod server;
 pub mod validation;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use marin3r_sidecar::Defaults;
 
-use marin3r_process::{metrics_router, probe_router};
+use marin3r_process::{Process, Readiness, Stopping, metrics_router};
 pub use server::{
     AppState, MAX_BODY_BYTES, MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH,
     VALIDATE_ENVOYDEPLOYMENT_PATH, router,
@@ -81,23 +81,18 @@ pub fn https_acceptor(
     .acceptor(tcp_acceptor())
 }
 
+/// How much longer than [`Timeouts::graceful_shutdown`] the process may take to stop:
+/// past both, whatever is left is dropped (see [`marin3r_process::Process::serve`]).
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(2);
+
 /// Errors of the webhook server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot load the TLS certificate")]
     Tls(#[source] marin3r_certs::CertsError),
-    #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{server} server failed")]
-    Serve {
-        server: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A listener could not bind or failed.
+    #[error(transparent)]
+    Process(#[from] marin3r_process::Error),
 }
 
 /// Webhook settings (built from the CLI flags, or directly in tests).
@@ -116,12 +111,6 @@ pub struct Config {
     pub defaults: Defaults,
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })
-}
-
 /// The three bound sockets of a webhook (tests bind them on port 0).
 #[derive(Debug)]
 pub struct Listeners {
@@ -133,19 +122,15 @@ pub struct Listeners {
 impl Listeners {
     /// Binds the addresses of `config`.
     pub async fn bind(config: &Config) -> Result<Self, Error> {
-        let https =
-            std::net::TcpListener::bind(config.webhook_addr).map_err(|source| Error::Bind {
-                addr: config.webhook_addr,
-                source,
-            })?;
-        https.set_nonblocking(true).map_err(|source| Error::Bind {
-            addr: config.webhook_addr,
-            source,
-        })?;
+        let addr = config.webhook_addr;
+        let https = marin3r_process::bind(addr)
+            .await?
+            .into_std()
+            .map_err(|source| marin3r_process::Error::Bind { addr, source })?;
         Ok(Self {
             https,
-            probes: bind(config.health_addr).await?,
-            metrics: bind(config.metrics_addr).await?,
+            probes: marin3r_process::bind(config.health_addr).await?,
+            metrics: marin3r_process::bind(config.metrics_addr).await?,
         })
     }
 }
@@ -177,6 +162,12 @@ pub async fn serve(
 /// to it, and every phase of a connection is then bounded: handshake, headers (hyper's
 /// header read timer runs from the connection's start, which HTTP/2 and the HTTP/1-or-2
 /// detection would not give) and body plus answer.
+///
+/// Run by [`marin3r_process::Process::serve`]: ready once the HTTPS listener is up. On
+/// `shutdown`: not ready at once, the listener closes, connections still in their TLS
+/// handshake are dropped, idle ones are closed, and requests in flight get
+/// [`Timeouts::graceful_shutdown`] to finish; the process's grace is that plus
+/// [`SHUTDOWN_MARGIN`].
 pub async fn serve_with_timeouts(
     config: Config,
     listeners: Listeners,
@@ -186,24 +177,48 @@ pub async fn serve_with_timeouts(
     let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"http/1.1"])
         .map_err(Error::Tls)?;
     let metrics = Arc::new(metrics::Metrics::new());
-    let ready = Arc::new(AtomicBool::new(false));
     let state = Arc::new(AppState::new(config.defaults.clone(), metrics.clone()));
-    let Listeners {
-        https,
-        probes,
-        metrics: metrics_listener,
-    } = listeners;
+    let readiness = Readiness::new();
+    let process = Process {
+        name: "webhook",
+        health: listeners.probes,
+        metrics: listeners.metrics,
+        metrics_routes: metrics_router(metrics.registry()),
+        readiness: readiness.clone(),
+        grace: timeouts.graceful_shutdown + SHUTDOWN_MARGIN,
+    };
+    let https = listeners.https;
+    process
+        .serve(shutdown, move |stopping| {
+            serve_https(https, tls, state, timeouts, readiness, stopping)
+        })
+        .await
+}
 
+/// The admission server: HTTPS on `listener` until `stopping`, then a graceful shutdown
+/// bounded by `timeouts.graceful_shutdown`.
+async fn serve_https(
+    listener: std::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    state: Arc<AppState>,
+    timeouts: Timeouts,
+    readiness: Readiness,
+    stopping: Stopping,
+) -> Result<(), Error> {
+    let serve_error = |source| marin3r_process::Error::Serve {
+        server: "webhook",
+        source,
+    };
     let handle = axum_server::Handle::new();
-    let mut tls_server = axum_server::from_tcp(https)
-        .map_err(|source| Error::Serve {
-            server: "webhook",
-            source,
-        })?
-        .acceptor(https_acceptor(tls, timeouts.handshake))
+    let mut server = axum_server::from_tcp(listener)
+        .map_err(serve_error)?
+        .acceptor(UntilStopping {
+            inner: https_acceptor(tls, timeouts.handshake),
+            stopping: stopping.clone(),
+        })
         .handle(handle.clone())
         .http1_only();
-    tls_server
+    server
         .http_builder()
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -213,56 +228,60 @@ pub async fn serve_with_timeouts(
             server::with_timeout(timeouts.request, next.run(req))
         },
     ));
-    let tls_server = tls_server.serve(app.into_make_service());
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
+    let serving = server.serve(app.into_make_service());
+    let control = async {
+        if let Some(addr) = handle.listening().await {
+            readiness.set_synced();
+            tracing::info!(%addr, "webhook listening");
+        }
+        stopping.wait().await;
+        tracing::info!("shutting down, finishing in-flight requests");
+        handle.graceful_shutdown(Some(timeouts.graceful_shutdown));
+        std::future::pending::<()>().await;
     };
-    let probe_server = axum::serve(probes, probe_router(ready.clone()))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let metrics_server = axum::serve(metrics_listener, metrics_router(metrics.registry()))
-        .with_graceful_shutdown(stopped(stop_rx));
-
-    let watcher = {
-        let handle = handle.clone();
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            if let Some(addr) = handle.listening().await {
-                ready.store(true, Ordering::Release);
-                tracing::info!(%addr, "webhook listening");
-            }
-            shutdown.await;
-            tracing::info!("shutting down, finishing in-flight requests");
-            ready.store(false, Ordering::Release);
-            handle.graceful_shutdown(Some(timeouts.graceful_shutdown));
-        })
-    };
-
-    let probe_task = tokio::spawn(probe_server.into_future());
-    let metrics_task = tokio::spawn(metrics_server.into_future());
-    let tls_res = tls_server.await;
-    // The probe and metrics servers stop once the TLS server has drained.
-    let _ = stop_tx.send(true);
-    watcher.abort();
-    let join = |r: Result<std::io::Result<()>, tokio::task::JoinError>| {
-        r.unwrap_or_else(|e| Err(std::io::Error::other(e)))
-    };
-    let probe_res = join(probe_task.await);
-    let metrics_res = join(metrics_task.await);
-    tls_res.map_err(|source| Error::Serve {
-        server: "webhook",
-        source,
-    })?;
-    probe_res.map_err(|source| Error::Serve {
-        server: "probe",
-        source,
-    })?;
-    metrics_res.map_err(|source| Error::Serve {
-        server: "metrics",
-        source,
-    })?;
+    tokio::select! {
+        served = serving => served.map_err(serve_error)?,
+        () = control => {}
+    }
     Ok(())
+}
+
+/// An acceptor that gives up a connection still being accepted (in its TLS handshake)
+/// once the shutdown began: axum-server waits for every accepted connection, so one that
+/// never finishes its handshake would otherwise hold the shutdown for the whole
+/// handshake timeout. Connections past their handshake are closed by hyper's graceful
+/// shutdown (at once when idle).
+#[derive(Debug, Clone)]
+struct UntilStopping<A> {
+    inner: A,
+    stopping: Stopping,
+}
+
+impl<I, S, A> axum_server::accept::Accept<I, S> for UntilStopping<A>
+where
+    A: axum_server::accept::Accept<I, S>,
+    A::Future: Send + 'static,
+    A::Stream: Send + 'static,
+    A::Service: Send + 'static,
+{
+    type Stream = A::Stream;
+    type Service = A::Service;
+    type Future =
+        Pin<Box<dyn Future<Output = std::io::Result<(A::Stream, A::Service)>> + Send + 'static>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let accepting = self.inner.accept(stream, service);
+        let stopped = self.stopping.wait();
+        Box::pin(async move {
+            tokio::select! {
+                accepted = accepting => accepted,
+                () = stopped => Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "shutting down during the TLS handshake",
+                )),
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -122,11 +122,13 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 /// [`AdsConfig::preface_timeout`]; the rustls config re-reads its certificate and CA
 /// files when they change, so rotation needs no restart and open streams are untouched.
 ///
-/// gRPC health (`""` and the ADS service) says `SERVING` while `ready` is `true` and the
-/// server is not stopping, `NOT_SERVING` otherwise (ADS streams are served either way:
-/// a node without a published snapshot is held).
+/// gRPC health (`""` and the ADS service) says `SERVING` while `ready` is `true`,
+/// `NOT_SERVING` otherwise (ADS streams are served either way: a node without a
+/// published snapshot is held). `ready` is the process's readiness, already computed
+/// (`marin3r_process::Readiness`: synced and not stopping); the caller turns it off
+/// when the shutdown begins.
 ///
-/// On `shutdown` health turns `NOT_SERVING`, the listener is closed, no new stream is
+/// On `shutdown` the listener is closed, no new stream is
 /// accepted (`UNAVAILABLE`), and the open streams are closed spread over
 /// [`AdsConfig::drain_time`] ([`crate::drain`]), each with `UNAVAILABLE`
 /// "[`SHUTTING_DOWN`](crate::drain::SHUTTING_DOWN)" (Envoy keeps its config and
@@ -195,7 +197,7 @@ pub async fn serve_ads(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, false).await;
-    let health_task = tokio::spawn(follow_readiness(health, ready, stop_rx.clone()));
+    let health_task = tokio::spawn(follow_readiness(health, ready));
 
     let grace = service.config.shutdown_grace;
     let window = service.config.drain_time;
@@ -240,28 +242,16 @@ async fn set_health(health: &tonic_health::server::HealthReporter, serving: bool
         .await;
 }
 
-/// Keeps gRPC health at `ready && !stopping` until the server stops (then
-/// `NOT_SERVING`). A dropped `ready` sender keeps its last value.
+/// Keeps gRPC health at `ready`. A dropped `ready` sender keeps its last value.
 async fn follow_readiness(
     health: tonic_health::server::HealthReporter,
     mut ready: watch::Receiver<bool>,
-    mut stopping: watch::Receiver<bool>,
 ) {
-    let mut ready_open = true;
     loop {
-        let stop = *stopping.borrow_and_update();
-        let serving = *ready.borrow_and_update() && !stop;
+        let serving = *ready.borrow_and_update();
         set_health(&health, serving).await;
-        if stop {
+        if ready.changed().await.is_err() {
             return;
-        }
-        tokio::select! {
-            changed = ready.changed(), if ready_open => ready_open = changed.is_ok(),
-            changed = stopping.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
         }
     }
 }

@@ -220,7 +220,8 @@ pub async fn run(
 }
 
 /// The controller over one namespace (`None`: all), as a future that ends after
-/// `shutdown`.
+/// `shutdown` (at once if its first list is not in yet:
+/// [`marin3r_kube::watch::run_until_shutdown`]).
 pub fn controller<F>(
     client: Client,
     namespace: Option<&str>,
@@ -235,11 +236,13 @@ where
     let wc = watcher::Config::default();
     let controller = marin3r_kube::watch::controller(certificates.clone(), wc.clone());
     let store = controller.store();
+    let own = controller.store();
     let ctx = Arc::new(Context {
         client,
         certificates: store.clone(),
     });
-    controller
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let reconciling = controller
         .owns_objects(secrets, wc.clone().labels(MANAGED_BY_SELECTOR))
         .watches_objects(
             certificates,
@@ -249,9 +252,10 @@ where
                 Err(_) => Vec::new(),
             },
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, marin3r_kube::watch::error_policy, ctx)
-        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryServiceCertificate", result))
+        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryServiceCertificate", result));
+    async move { marin3r_kube::watch::run_until_shutdown(reconciling, &own, shutdown).await }
 }
 
 #[cfg(test)]

@@ -1,0 +1,133 @@
+//! The discovery service stops within 2 s of its shutdown signal, in both modes, and in
+//! Kubernetes mode even when the API server accepts requests but never answers them:
+//! while it still waits for the first lists, and once it serves without them.
+//!
+//! Everything runs on tokio's paused clock (no socket is connected; the API server is
+//! kube-rs' in-memory mock), so "2 s" is virtual time and the timers the process could
+//! wait on (the 30 s initial-sync timeout, the drain, the grace) cost nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use marin3r_control_plane::kubernetes::KubernetesBackend;
+use marin3r_control_plane::local::LocalBackend;
+use marin3r_control_plane::{Backend, Config, Listeners};
+use marin3r_testkit::kube::{ApiServer, mock_client};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How long the process may take once signalled.
+const WITHIN: Duration = Duration::from_secs(2);
+/// How long Kubernetes mode waits for the first lists before serving anyway.
+const INITIAL_SYNC: Duration = Duration::from_secs(30);
+
+/// Receives every request and never answers it (the answers are kept pending); counts
+/// them.
+fn never_answering(mut api: ApiServer) -> Arc<AtomicUsize> {
+    let received = Arc::new(AtomicUsize::new(0));
+    let count = received.clone();
+    tokio::spawn(async move {
+        let mut pending = Vec::new();
+        while let Some((_request, answer)) = api.0.next_request().await {
+            pending.push(answer);
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    received
+}
+
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: JoinHandle<Result<(), marin3r_control_plane::Error>>,
+}
+
+impl Running {
+    /// Signals shutdown; the process must return `Ok` within [`WITHIN`].
+    async fn stops_within_two_seconds(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(WITHIN, self.task)
+            .await
+            .expect("the discovery service did not stop within 2 s of its shutdown signal")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn start(dir: &Path, backend: impl Backend) -> Running {
+    let bundle = marin3r_certs::issue(&marin3r_certs::IssueOptions {
+        hosts: vec!["localhost".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+    std::fs::write(&cert, &bundle.server.cert_pem).unwrap();
+    std::fs::write(&key, &bundle.server.key_pem).unwrap();
+    std::fs::write(&ca, &bundle.ca.cert_pem).unwrap();
+    let localhost = "127.0.0.1:0".parse().unwrap();
+    let config = Config {
+        xdss_addr: localhost,
+        server_cert: cert,
+        server_key: key,
+        ca_file: ca,
+        metrics_addr: localhost,
+        health_addr: localhost,
+        ads: marin3r_xds::AdsConfig::default(),
+    };
+    let listeners = Listeners::bind(&config).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(marin3r_control_plane::serve_with(
+        config,
+        listeners,
+        backend,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Running { stop, task }
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_mode_stops_while_waiting_for_the_first_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, api) = mock_client();
+    let received = never_answering(api);
+    let started = Instant::now();
+    let running = start(dir.path(), KubernetesBackend::new(client, "", 5)).await;
+    // The lists of EnvoyConfigs, EnvoyConfigRevisions, Secrets and EndpointSlices were
+    // asked for, and stay unanswered.
+    marin3r_testkit::wait_until("the first lists requested", Duration::from_secs(5), || {
+        received.load(Ordering::SeqCst) >= 4
+    })
+    .await;
+    assert!(
+        started.elapsed() < INITIAL_SYNC,
+        "still waiting for the first lists"
+    );
+    running.stops_within_two_seconds().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubernetes_mode_stops_when_serving_without_the_first_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, api) = mock_client();
+    let received = never_answering(api);
+    let running = start(dir.path(), KubernetesBackend::new(client, "", 5)).await;
+    // Past the initial-sync timeout: the backend runs its controllers, not ready.
+    tokio::time::sleep(INITIAL_SYNC + Duration::from_secs(1)).await;
+    assert!(received.load(Ordering::SeqCst) >= 4);
+    running.stops_within_two_seconds().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_mode_stops_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir(&config_dir).unwrap();
+    let running = start(dir.path(), LocalBackend::new(&config_dir)).await;
+    // Serving: the first scan applied, the folder polled.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    running.stops_within_two_seconds().await;
+}
