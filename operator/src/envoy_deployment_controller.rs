@@ -1,8 +1,8 @@
-//! The EnvoyDeployment controller (OPERATOR.md §5 with the [R] decisions of Q4, Q9–Q12):
-//! reads the EnvoyDeployment's DiscoveryService and EnvoyConfig (same namespace), applies
-//! what [`super::envoy_deployment::generate`] builds — the client certificate, the
-//! Deployment, the HPA and the PDB (deleted when the spec no longer asks for them) —
-//! and reports conditions.
+//! The EnvoyDeployment controller (operator-design.md §5 with the [R] decisions of Q4,
+//! Q9–Q12): reads the EnvoyDeployment's DiscoveryService and EnvoyConfig (same namespace),
+//! applies what [`super::envoy_deployment::generate`] builds — the client certificate, the
+//! Deployment, the HPA and the PDB (deleted when the spec no longer asks for them) — and
+//! reports conditions.
 //!
 //! - A missing DiscoveryService or EnvoyConfig is a state, not an error: `Ready=False`
 //!   with reason `DiscoveryServiceNotFound` / `EnvoyConfigNotFound`, looked at again in

@@ -1,11 +1,11 @@
-//! Leader election of `marin3r operator` (OPERATOR.md §7 [R]): the controllers run only
-//! in the replica that holds the `coordination.k8s.io/v1` Lease [`LEASE_NAME`] in the
-//! operator's namespace, kept with `kube-lease-manager` (server-side apply on the
-//! Lease; a holder renews [`LEASE_GRACE_SECONDS`] before its [`LEASE_DURATION_SECONDS`]
-//! lock expires, i.e. every 3 s; an expired lock is taken over). Losing the lease stops
-//! the controllers; they start again if it is won back. On shutdown the controllers stop
-//! first, then the lease is released, so the next replica takes over at once instead of
-//! after the lock expires.
+//! Leader election of `marin3r operator` (operator-design.md §7 [R]): the controllers run
+//! only in the replica that holds the `coordination.k8s.io/v1` Lease [`LEASE_NAME`] in the
+//! operator's namespace, kept with `kube-lease-manager` (server-side apply on the Lease; a
+//! holder renews [`LEASE_GRACE_SECONDS`] before its [`LEASE_DURATION_SECONDS`] lock
+//! expires, i.e. every 3 s; an expired lock is taken over). Losing the lease stops the
+//! controllers; they start again if it is won back. On shutdown the controllers stop first,
+//! then the lease is released, so the next replica takes over at once instead of after the
+//! lock expires.
 //!
 //! A renewal that fails (the API server answers an error) also stops the controllers:
 //! this replica can no longer tell whether it still holds the lock, and another replica
@@ -43,9 +43,9 @@ pub const LEASE_NAME: &str = "2cfbe7d6.operator.marin3r.3scale.net";
 /// How long a lock lasts without renewal.
 pub const LEASE_DURATION_SECONDS: u64 = 15;
 /// How long before expiry the holder renews it: renewals every
-/// `LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS` = 3 s (OPERATOR.md §7 [R] asks for
-/// about 2 s; 3 s leaves 12 s of margin for clock skew and for stopping the controllers
-/// after a failed renewal).
+/// `LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS` = 3 s (operator-design.md §7 [R]: the
+/// decision first asked for about 2 s; 3 s leaves 12 s of margin for clock skew and for
+/// stopping the controllers after a failed renewal).
 pub const LEASE_GRACE_SECONDS: u64 = 12;
 
 /// The field manager of `identity`'s Lease writes: one per replica, as

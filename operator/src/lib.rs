@@ -7,7 +7,7 @@
 //! field manager [`FIELD_MANAGER`], with a controller owner reference to the object it
 //! belongs to. Only the fields the operator owns are applied, so fields other managers
 //! set (a `kubectl rollout restart` annotation, an HPA's replica count) are kept
-//! (OPERATOR.md §1 \[R\], Q10).
+//! (operator-design.md §1 \[R\], Q10).
 //!
 //! Layout: [`objects`] holds what every generated object shares (labels, owner
 //! references); the generators and controllers are one module per kind.

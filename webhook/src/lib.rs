@@ -1,7 +1,9 @@
-//! The MARIN3R admission webhook (AdmissionReview v1 over HTTPS): sidecar injection at
-//! `POST /pod-v1-mutate` over the pure `marin3r-sidecar` toolkit, EnvoyConfig validation
-//! at `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` with the `marin3r-xds`
-//! decoder; probes and Prometheus metrics.
+//! The MARIN3R admission webhook (AdmissionReview v1 over HTTPS, design.md §1.1): sidecar
+//! injection at `POST /pod-v1-mutate` over the pure `marin3r-sidecar` toolkit, EnvoyConfig
+//! validation at `POST /validate-marin3r-3scale-net-v1alpha1-envoyconfig` with the
+//! `marin3r-envoyconfig` decoder, and EnvoyDeployment validation at
+//! `POST /validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment` with the rules of
+//! `marin3r-operator-api` (operator-design.md §5.8); probes and Prometheus metrics.
 #![forbid(unsafe_code)]
 
 pub mod admission;

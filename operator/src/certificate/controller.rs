@@ -21,7 +21,8 @@ use marin3r_kube::watch::Inputs as _;
 use marin3r_kube::{Error, Lenient};
 
 /// The DSCs in `all` that the CA DSC `ca` signs: CA-signed by its Secret, in its
-/// namespace (namespace AND name, Q9). Nothing for a DSC that is not a CA.
+/// namespace (namespace AND name, operator-design.md §8 Q9). Nothing for a DSC that is
+/// not a CA.
 pub fn signed_by(
     ca: &DiscoveryServiceCertificate,
     all: &[Arc<Lenient<DiscoveryServiceCertificate>>],
