@@ -20,6 +20,8 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+#[cfg(feature = "apiserver")]
+pub mod apiserver;
 pub mod http;
 #[cfg(feature = "kube")]
 pub mod kube;
