@@ -16,8 +16,9 @@ use rcgen::{
 
 use crate::CertsError;
 
-/// Organization of every certificate [`issue_cert`] issues (as upstream's operator).
-pub const ORGANIZATION: &str = "marin3r.3scale.net";
+/// Organization of every certificate [`issue_cert`] issues: the API group, as upstream's
+/// operator writes it.
+pub const ORGANIZATION: &str = marin3r_wire::DOMAIN;
 /// Certificates start being valid this long before they are issued, to tolerate clock skew.
 pub(crate) const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
@@ -63,7 +64,8 @@ pub enum Usage {
     Ca,
     /// A TLS server (`server: true`): extended key usage `serverAuth`.
     Server,
-    /// A TLS client: extended key usage `clientAuth` (upstream set none; Q8).
+    /// A TLS client: extended key usage `clientAuth` (upstream set none;
+    /// operator-design.md §8 Q8).
     Client,
 }
 

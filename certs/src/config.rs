@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use marin3r_wire::secret_keys::{CA_CRT, TLS_CRT};
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 
@@ -76,6 +77,6 @@ fn builder(
 /// `dir/tls.crt` (a CA's own secret), as `--ca-certificate-path DIR` expects.
 pub fn ca_file_in_dir(dir: impl AsRef<Path>) -> PathBuf {
     let dir = dir.as_ref();
-    let ca = dir.join("ca.crt");
-    if ca.exists() { ca } else { dir.join("tls.crt") }
+    let ca = dir.join(CA_CRT);
+    if ca.exists() { ca } else { dir.join(TLS_CRT) }
 }

@@ -6,6 +6,8 @@ use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use marin3r_wire::secret_keys::{CA_CRT, TLS_CRT, TLS_KEY};
+
 use crate::CertsError;
 use crate::certificate::{CertKeyPem, KeyType, Profile, Usage, issue_cert};
 
@@ -73,9 +75,9 @@ impl Bundle {
                 source,
             })?;
             // Key first: a watcher that sees the new certificate then finds its key.
-            write_atomic(&sub.join("tls.key"), item.key_pem.as_bytes(), 0o600)?;
-            write_atomic(&sub.join("ca.crt"), self.ca.cert_pem.as_bytes(), 0o644)?;
-            write_atomic(&sub.join("tls.crt"), item.cert_pem.as_bytes(), 0o644)?;
+            write_atomic(&sub.join(TLS_KEY), item.key_pem.as_bytes(), 0o600)?;
+            write_atomic(&sub.join(CA_CRT), self.ca.cert_pem.as_bytes(), 0o644)?;
+            write_atomic(&sub.join(TLS_CRT), item.cert_pem.as_bytes(), 0o644)?;
         }
         Ok(())
     }

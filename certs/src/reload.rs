@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use marin3r_wire::error_chain;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -75,18 +76,6 @@ fn log_loaded(what: &'static str, path: &Path, certs: &[CertificateDer<'_>]) {
             "TLS certificate is not valid now"
         );
     }
-}
-
-/// Renders an error with its sources, `a: b: c`.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        out.push_str(": ");
-        out.push_str(&err.to_string());
-        source = err.source();
-    }
-    out
 }
 
 type Loader<T> = Box<dyn Fn() -> Result<T, CertsError> + Send + Sync>;

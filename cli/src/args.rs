@@ -4,8 +4,24 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use marin3r_wire::{paths, ports, secret_keys};
 
 use crate::logging::LogFormat;
+
+/// Flag defaults composed from the wire facts (clap takes a `&'static str`).
+mod compose {
+    use std::sync::LazyLock;
+
+    use marin3r_wire::ports;
+
+    /// `:8383`: /metrics of the discovery service and the operator.
+    pub static METRICS_BIND: LazyLock<String> = LazyLock::new(|| format!(":{}", ports::METRICS));
+    /// `:8384`: /healthz and /readyz of the discovery service and the operator.
+    pub static PROBES_BIND: LazyLock<String> = LazyLock::new(|| format!(":{}", ports::PROBES));
+    /// `http://127.0.0.1:8383`: the discovery service `marin3r status` asks.
+    pub static STATUS_URL: LazyLock<String> =
+        LazyLock::new(|| format!("http://127.0.0.1:{}", ports::METRICS));
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -74,10 +90,10 @@ pub struct OperatorArgs {
 #[derive(Debug, Args)]
 pub struct OperatorRunArgs {
     /// Plain-HTTP address of /metrics.
-    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = ":8383", value_parser = bind_address)]
+    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = compose::METRICS_BIND.as_str(), value_parser = bind_address)]
     pub metrics_bind_address: SocketAddr,
     /// Plain-HTTP address of /healthz and /readyz.
-    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8384", value_parser = bind_address)]
+    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = compose::PROBES_BIND.as_str(), value_parser = bind_address)]
     pub health_probe_bind_address: SocketAddr,
     /// Run the controllers only while holding the leader Lease (in POD_NAMESPACE, as
     /// POD_NAME); `--leader-elect=false` runs them at once (one replica only).
@@ -93,10 +109,10 @@ pub struct OperatorRunArgs {
 pub struct OperatorImages {
     /// Image of the discovery service, the init manager and the shutdown manager when a
     /// resource names none.
-    #[arg(long = "marin3r-image", env = "MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
+    #[arg(long = "marin3r-image", env = "MARIN3R_IMAGE", default_value = marin3r_wire::images::MARIN3R)]
     pub marin3r_image: String,
     /// Envoy image of EnvoyDeployments without `spec.image`.
-    #[arg(long = "envoy-image", env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE)]
+    #[arg(long = "envoy-image", env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_wire::images::ENVOY)]
     pub envoy_image: String,
 }
 
@@ -150,13 +166,13 @@ pub fn bind_address(s: &str) -> Result<SocketAddr, String> {
 #[derive(Debug, Args, Clone)]
 pub struct InjectionDefaults {
     /// Envoy image when `marin3r.3scale.net/envoy-image` is not set.
-    #[arg(long, env = "MARIN3R_DEFAULT_ENVOY_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE)]
+    #[arg(long, env = "MARIN3R_DEFAULT_ENVOY_IMAGE", default_value = marin3r_wire::images::ENVOY)]
     pub default_envoy_image: String,
     /// Discovery service name when `marin3r.3scale.net/discovery-service.name` is not set.
     #[arg(long, env = "MARIN3R_DEFAULT_DISCOVERY_SERVICE", default_value = marin3r_sidecar::annotations::DEFAULT_DISCOVERY_SERVICE)]
     pub default_discovery_service: String,
     /// Image of the init and shutdown managers (normally this marin3r image).
-    #[arg(long, env = "MARIN3R_MARIN3R_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE)]
+    #[arg(long, env = "MARIN3R_MARIN3R_IMAGE", default_value = marin3r_wire::images::MARIN3R)]
     pub marin3r_image: String,
 }
 
@@ -186,10 +202,10 @@ pub struct WebhookArgs {
     )]
     pub tls_dir: PathBuf,
     /// Certificate file name inside --tls-dir.
-    #[arg(long, env = "MARIN3R_TLS_CERT_NAME", default_value = "tls.crt")]
+    #[arg(long, env = "MARIN3R_TLS_CERT_NAME", default_value = secret_keys::TLS_CRT)]
     pub tls_cert_name: String,
     /// Key file name inside --tls-dir.
-    #[arg(long, env = "MARIN3R_TLS_KEY_NAME", default_value = "tls.key")]
+    #[arg(long, env = "MARIN3R_TLS_KEY_NAME", default_value = secret_keys::TLS_KEY)]
     pub tls_key_name: String,
     /// Plain-HTTP address of /healthz and /readyz.
     #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = bind_address)]
@@ -216,7 +232,7 @@ pub struct InitManagerArgs {
     #[arg(long, env = "MARIN3R_XDSS_HOST")]
     pub xdss_host: String,
     /// Discovery service port.
-    #[arg(long, env = "MARIN3R_XDSS_PORT", default_value_t = 18000)]
+    #[arg(long, env = "MARIN3R_XDSS_PORT", default_value_t = ports::XDSS)]
     pub xdss_port: u16,
     /// Envoy node id.
     #[arg(long, env = "MARIN3R_NODE_ID")]
@@ -228,21 +244,21 @@ pub struct InitManagerArgs {
     #[arg(
         long,
         env = "MARIN3R_ADMIN_BIND_ADDRESS",
-        default_value = "0.0.0.0:9901"
+        default_value_t = marin3r_sidecar::bootstrap::BootstrapOptions::default().admin_bind_address
     )]
     pub admin_bind_address: String,
     /// Envoy admin access log path.
     #[arg(
         long,
         env = "MARIN3R_ADMIN_ACCESS_LOG_PATH",
-        default_value = "/dev/null"
+        default_value = paths::ENVOY_ADMIN_ACCESS_LOG
     )]
     pub admin_access_log_path: String,
     /// Directory of the client certificate (tls.crt, tls.key, ca.crt).
     #[arg(
         long,
         env = "MARIN3R_CLIENT_CERTIFICATE_PATH",
-        default_value = "/etc/envoy/tls/client"
+        default_value = paths::ENVOY_TLS_CLIENT
     )]
     pub client_certificate_path: PathBuf,
     /// Bootstrap file to write [default: <resources-path>/config.json, i.e.
@@ -253,14 +269,14 @@ pub struct InitManagerArgs {
     #[arg(
         long,
         env = "MARIN3R_RESOURCES_PATH",
-        default_value = "/etc/envoy/bootstrap"
+        default_value = paths::ENVOY_BOOTSTRAP
     )]
     pub resources_path: PathBuf,
     /// Name of the RTDS runtime layer.
     #[arg(long, env = "MARIN3R_RTDS_RESOURCE_NAME", default_value = "runtime")]
     pub rtds_resource_name: String,
     /// Envoy image (recorded in the node metadata).
-    #[arg(long, env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_sidecar::annotations::DEFAULT_ENVOY_IMAGE)]
+    #[arg(long, env = "MARIN3R_ENVOY_IMAGE", default_value = marin3r_wire::images::ENVOY)]
     pub envoy_image: String,
     /// xDS flavour: state of the world or incremental.
     #[arg(long, env = "MARIN3R_API_TYPE", default_value = "sotw")]
@@ -279,7 +295,7 @@ pub struct InitManagerArgs {
 #[derive(Debug, Args)]
 pub struct ShutdownManagerArgs {
     /// HTTP port of /healthz, /drain and /shutdown.
-    #[arg(long, env = "MARIN3R_PORT", default_value_t = 8090)]
+    #[arg(long, env = "MARIN3R_PORT", default_value_t = ports::SHUTDOWN_MANAGER)]
     pub port: u16,
     /// Address the port binds to.
     #[arg(long, env = "MARIN3R_BIND_ADDRESS", default_value = "0.0.0.0")]
@@ -288,7 +304,7 @@ pub struct ShutdownManagerArgs {
     #[arg(
         long,
         env = "MARIN3R_ENVOY_ADMIN_ADDRESS",
-        default_value = "http://localhost:9901"
+        default_value_t = marin3r_shutdown_manager::Config::default().envoy_admin_address
     )]
     pub envoy_admin_address: String,
     /// File created when draining finished.
@@ -327,7 +343,7 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Args)]
 pub struct DiscoveryServiceArgs {
     /// gRPC port (ADS SotW and Delta, grpc.health.v1), mTLS only.
-    #[arg(long, env = "MARIN3R_XDSS_PORT", default_value_t = 18000)]
+    #[arg(long, env = "MARIN3R_XDSS_PORT", default_value_t = ports::XDSS)]
     pub xdss_port: u16,
     /// Address the gRPC port binds to.
     #[arg(long, env = "MARIN3R_XDSS_BIND_ADDRESS", default_value = "0.0.0.0")]
@@ -336,24 +352,24 @@ pub struct DiscoveryServiceArgs {
     #[arg(
         long,
         env = "MARIN3R_SERVER_CERTIFICATE_PATH",
-        default_value = "/etc/marin3r/tls/server"
+        default_value = paths::DISCOVERY_SERVICE_SERVER_CERT
     )]
     pub server_certificate_path: PathBuf,
     /// Directory with the CA client certificates must chain to (ca.crt, else tls.crt).
     #[arg(
         long,
         env = "MARIN3R_CA_CERTIFICATE_PATH",
-        default_value = "/etc/marin3r/tls/ca"
+        default_value = paths::DISCOVERY_SERVICE_CA
     )]
     pub ca_certificate_path: PathBuf,
     /// Local mode: serve the EnvoyConfig and Secret manifests of this folder (watched).
     #[arg(long, env = "MARIN3R_CONFIG_DIR")]
     pub config_dir: Option<PathBuf>,
     /// Plain-HTTP address of /metrics.
-    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = ":8383", value_parser = bind_address)]
+    #[arg(long, env = "MARIN3R_METRICS_BIND_ADDRESS", default_value = compose::METRICS_BIND.as_str(), value_parser = bind_address)]
     pub metrics_bind_address: SocketAddr,
     /// Plain-HTTP address of /healthz and /readyz.
-    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8384", value_parser = bind_address)]
+    #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = compose::PROBES_BIND.as_str(), value_parser = bind_address)]
     pub health_probe_bind_address: SocketAddr,
     /// Self-healing: NACKs from every subscribed Envoy of a node (each) that taint the
     /// published revision and roll back to the previous one.
@@ -381,7 +397,7 @@ pub enum StatusOutput {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// URL of the discovery service's metrics listener (`--metrics-bind-address`).
-    #[arg(long, env = "MARIN3R_URL", default_value = "http://127.0.0.1:8383")]
+    #[arg(long, env = "MARIN3R_URL", default_value = compose::STATUS_URL.as_str())]
     pub url: String,
     /// Also list the revisions of every EnvoyConfig.
     #[arg(long, env = "MARIN3R_REVISIONS")]

@@ -39,8 +39,12 @@ pub fn run(command: Command) -> Result<ExitCode> {
 async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
     let config = marin3r_control_plane::Config {
         xdss_addr: SocketAddr::new(a.xdss_bind_address, a.xdss_port),
-        server_cert: a.server_certificate_path.join("tls.crt"),
-        server_key: a.server_certificate_path.join("tls.key"),
+        server_cert: a
+            .server_certificate_path
+            .join(marin3r_wire::secret_keys::TLS_CRT),
+        server_key: a
+            .server_certificate_path
+            .join(marin3r_wire::secret_keys::TLS_KEY),
         ca_file: marin3r_certs::ca_file_in_dir(&a.ca_certificate_path),
         metrics_addr: a.metrics_bind_address,
         health_addr: a.health_probe_bind_address,

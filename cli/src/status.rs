@@ -150,7 +150,10 @@ fn render_envoyconfigs(report: &StatusReport, revisions: bool) -> String {
 /// Errors of [`fetch`] and [`delete_revision`].
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("{url:?} is not a URL like http://127.0.0.1:8383 ({reason})")]
+    #[error(
+        "{url:?} is not a URL like http://127.0.0.1:{port} ({reason})",
+        port = marin3r_wire::ports::METRICS
+    )]
     InvalidUrl { url: String, reason: &'static str },
     #[error("{method} {url}: cannot talk to the discovery service")]
     Request {

@@ -1,4 +1,4 @@
-//! The `EnvoyConfig` custom resource (`marin3r.3scale.net/v1alpha1`, SPEC §4) and its
+//! The `EnvoyConfig` custom resource (`marin3r.3scale.net/v1alpha1`, design.md §4) and its
 //! normalisation into the list of Envoy resources to serve.
 //!
 //! Both spellings upstream MARIN3R accepts are supported: `spec.resources[]` (objects,
@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
+use marin3r_wire::secret_keys::{CA_CRT, TLS_CRT, TLS_KEY};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -88,6 +89,22 @@ pub enum EnvoyApi {
     #[default]
     #[serde(rename = "v3")]
     V3,
+}
+
+impl EnvoyApi {
+    /// How the API is written: `envoyAPI`, the `envoy-api` label of a revision, the
+    /// `envoy-api-version` annotation (`v3`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::V3 => marin3r_wire::ENVOY_API_V3,
+        }
+    }
+}
+
+impl fmt::Display for EnvoyApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One entry of `spec.resources`: an Envoy resource given as an object (`value`) or
@@ -513,15 +530,15 @@ impl Resolver<'_> {
                     Blueprint::TlsCertificate => json!({
                         "name": envoy_name,
                         "tls_certificate": {
-                            "certificate_chain": {"inline_bytes": BASE64.encode(key("tls.crt")?)},
-                            "private_key": {"inline_bytes": BASE64.encode(key("tls.key")?)},
+                            "certificate_chain": {"inline_bytes": BASE64.encode(key(TLS_CRT)?)},
+                            "private_key": {"inline_bytes": BASE64.encode(key(TLS_KEY)?)},
                         }
                     }),
                     Blueprint::ValidationContext => {
                         let ca = data
                             .data
-                            .get("ca.crt")
-                            .map_or_else(|| key("tls.crt"), Ok)?;
+                            .get(CA_CRT)
+                            .map_or_else(|| key(TLS_CRT), Ok)?;
                         json!({
                             "name": envoy_name,
                             "validation_context": {"trusted_ca": {"inline_bytes": BASE64.encode(ca)}}
@@ -713,10 +730,11 @@ pub fn cluster_load_assignment(
 /// Reads an EnvoyConfig manifest; errors name the field path (`spec.resources[0].blueprint`).
 pub fn parse_envoy_config(doc: &Value) -> Result<EnvoyConfig, DecodeError> {
     let api_version = doc["apiVersion"].as_str().unwrap_or_default();
-    if api_version != "marin3r.3scale.net/v1alpha1" {
+    let expected = <EnvoyConfig as kube::Resource>::api_version(&());
+    if api_version != expected {
         return Err(DecodeError::spec(
             "apiVersion",
-            format!("expected marin3r.3scale.net/v1alpha1, got {api_version:?}"),
+            format!("expected {expected}, got {api_version:?}"),
         ));
     }
     serde_path_to_error::deserialize::<_, EnvoyConfig>(doc).map_err(|e| {

@@ -1,8 +1,9 @@
 //! The `EnvoyConfigRevision` custom resource (`marin3r.3scale.net/v1alpha1`, short name
-//! `ecr`, SPEC §4): one immutable version of an EnvoyConfig's resources. The EnvoyConfig
-//! controller creates one per distinct [`config_version`](crate::envoyconfig::config_version)
-//! and deletes the oldest beyond ten; the revision controller publishes the elected one
-//! into the xDS cache and reports `published`, `tainted` and the per-type versions.
+//! `ecr`, design.md §4): one immutable version of an EnvoyConfig's resources. The
+//! EnvoyConfig controller creates one per distinct
+//! [`config_version`](crate::envoyconfig::config_version) and deletes the oldest beyond
+//! ten; the revision controller publishes the elected one into the xDS cache and reports
+//! `published`, `tainted` and the per-type versions.
 //!
 //! Field names, printer columns, labels and conditions follow upstream MARIN3R, so
 //! `kubectl get ecr` reads the same.
@@ -18,19 +19,19 @@ use crate::envoyconfig::{EnvoyApi, EnvoyConfigSpec, EnvoyResources, ResourceSpec
 use crate::resource::ResourceType;
 use crate::text::Serialization;
 
-/// Label: the node id of the revision.
-pub const NODE_ID_LABEL: &str = "marin3r.3scale.net/node-id";
-/// Label: the config version (hash of the resources) of the revision.
-pub const CONFIG_VERSION_LABEL: &str = "marin3r.3scale.net/config-version";
-/// Label: the Envoy API of the revision (`v3`).
-pub const ENVOY_API_LABEL: &str = "marin3r.3scale.net/envoy-api";
 /// Annotation (RFC 3339, microseconds): when this revision's resources were last made
 /// the desired ones. Orders the revisions of an EnvoyConfig (newest last), so applying a
 /// known config again moves its revision to the top without recreating it.
-pub const APPLIED_AT_ANNOTATION: &str = "marin3r.3scale.net/applied-at";
+pub use marin3r_wire::APPLIED_AT_ANNOTATION;
+/// Label: the config version (hash of the resources) of the revision.
+pub use marin3r_wire::CONFIG_VERSION_LABEL;
+/// Label: the Envoy API of the revision (`v3`).
+pub use marin3r_wire::ENVOY_API_LABEL;
+/// Label: the node id of the revision (the key of the Pod annotation naming it).
+pub use marin3r_wire::NODE_ID_ANNOTATION as NODE_ID_LABEL;
 /// Finalizer: lets the discovery service forget the node's snapshot when the revision
 /// (and its EnvoyConfig) goes away.
-pub const FINALIZER: &str = "finalizer.marin3r.3scale.net";
+pub use marin3r_wire::REVISION_FINALIZER as FINALIZER;
 
 /// Condition: this revision is the one served for its node.
 pub const REVISION_PUBLISHED: &str = "RevisionPublished";
@@ -207,6 +208,23 @@ impl VersionTracker {
 mod tests {
     use super::*;
     use kube::{CustomResourceExt as _, Resource as _};
+
+    #[test]
+    fn the_derive_literals_are_the_wire_facts() {
+        // `#[kube(group, version)]` and `#[serde(rename)]` take literals: these tie them
+        // to their home in marin3r_wire.
+        use crate::envoyconfig::EnvoyConfig;
+        assert_eq!(EnvoyConfig::group(&()), marin3r_wire::DOMAIN);
+        assert_eq!(EnvoyConfigRevision::group(&()), marin3r_wire::DOMAIN);
+        assert_eq!(EnvoyConfig::version(&()), marin3r_wire::API_VERSION);
+        assert_eq!(EnvoyConfigRevision::version(&()), marin3r_wire::API_VERSION);
+        assert_eq!(
+            serde_json::to_value(EnvoyApi::V3).unwrap(),
+            EnvoyApi::V3.as_str()
+        );
+        assert_eq!(EnvoyApi::V3.as_str(), marin3r_wire::ENVOY_API_V3);
+        assert_eq!(EnvoyApi::V3.to_string(), "v3");
+    }
 
     #[test]
     fn api_identity_matches_upstream() {

@@ -36,7 +36,8 @@ pub struct ManifestSecrets(pub Vec<(Option<String>, String, SecretData)>);
 
 impl ManifestSecrets {
     /// What an EnvoyConfig of `namespace` sees: a Secret of the same name in the same
-    /// namespace, or in none when either side has no namespace (the first one wins).
+    /// namespace, or in none when either side has no namespace (the first one wins). An
+    /// empty namespace is no namespace ([`marin3r_wire::given_namespace`]), as everywhere.
     pub fn for_namespace<'a>(&'a self, namespace: Option<&'a str>) -> impl SecretSource + 'a {
         NamespaceView {
             namespace,
@@ -57,7 +58,10 @@ impl SecretSource for NamespaceView<'_> {
             .iter()
             .find(|(ns, n, _)| {
                 n == name
-                    && match (ns.as_deref(), self.namespace) {
+                    && match (
+                        marin3r_wire::given_namespace(ns.as_deref()),
+                        marin3r_wire::given_namespace(self.namespace),
+                    ) {
                         (Some(a), Some(b)) => a == b,
                         _ => true,
                     }
@@ -112,6 +116,7 @@ mod tests {
             (Some("a".into()), "tls".into(), data("in-a")),
             (None, "tls".into(), data("anywhere")),
             (Some("b".into()), "only-b".into(), data("in-b")),
+            (Some(String::new()), "blank".into(), data("blank")),
         ]);
         assert_eq!(
             secrets.for_namespace(Some("a")).get("tls").unwrap().type_,
@@ -127,5 +132,8 @@ mod tests {
         );
         assert!(secrets.for_namespace(Some("a")).get("only-b").is_none());
         assert!(secrets.for_namespace(None).get("only-b").is_some());
+        // An empty namespace is no namespace, on either side.
+        assert!(secrets.for_namespace(Some("")).get("only-b").is_some());
+        assert!(secrets.for_namespace(Some("c")).get("blank").is_some());
     }
 }

@@ -5,7 +5,7 @@
 //!   object is serialized back and compared with the input, naming any field path that
 //!   was dropped), cert-manager objects against a minimal schema, EnvoyConfigs with the
 //!   decoder of `marin3r validate`;
-//! - the MutatingWebhookConfiguration is SPEC §1.1, field by field; both webhook
+//! - the MutatingWebhookConfiguration is design.md §1.1, field by field; both webhook
 //!   configurations reach the webhook through a Service, a named port and the
 //!   container's `--webhook-port`, with a cert-manager CA matching the Service name;
 //! - the Deployments are hardened, their probes, ports and volumes agree with their
@@ -31,9 +31,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use marin3r_manifests::kustomize::{self, containers, describe};
-use marin3r_sidecar::annotations::{
-    DEFAULT_DISCOVERY_SERVICE, DEFAULT_ENVOY_IMAGE, DEFAULT_MARIN3R_IMAGE, DEFAULT_XDSS_PORT,
-    STATUS_ENABLED, STATUS_LABEL,
+use marin3r_sidecar::annotations::DEFAULT_DISCOVERY_SERVICE;
+use marin3r_wire::images::{ENVOY as DEFAULT_ENVOY_IMAGE, MARIN3R as DEFAULT_MARIN3R_IMAGE};
+use marin3r_wire::{
+    INJECTION_ENABLED as STATUS_ENABLED, INJECTION_LABEL as STATUS_LABEL, object_names, ports,
+    secret_keys,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -511,7 +513,7 @@ fn default_installs_the_crds_and_the_webhook_in_marin3r_system() {
             describe(obj)
         );
     }
-    // The webhook needs no API access (SPEC §1.1).
+    // The webhook needs no API access (design.md §1.1).
     for kind in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(of_kind(objs, kind).count(), 0, "no {kind} for the webhook");
     }
@@ -751,8 +753,9 @@ fn check_webhook_ca(objs: &[Value], config: &Value, host: &str) {
     let a = args(c);
     let secret = secret_at(deployment, c, flag(&a, "--tls-dir").unwrap());
     assert_eq!(secret["secretName"], cert["spec"]["secretName"]);
-    let cert_name = flag(&a, "--tls-cert-name").unwrap_or("tls.crt");
-    let key_name = flag(&a, "--tls-key-name").unwrap_or("tls.key");
+    // cert-manager writes a kubernetes.io/tls Secret.
+    let cert_name = flag(&a, "--tls-cert-name").unwrap_or(secret_keys::TLS_CRT);
+    let key_name = flag(&a, "--tls-key-name").unwrap_or(secret_keys::TLS_KEY);
     assert_eq!((cert_name, key_name), ("tls.crt", "tls.key"));
 }
 
@@ -997,11 +1000,11 @@ fn the_discovery_service_runs_in_kubernetes_mode_behind_the_sidecars_default_add
     check_probes(c);
     assert_eq!(
         port_of(flag(&a, "--health-probe-bind-address").unwrap()),
-        8384
+        i64::from(ports::PROBES)
     );
 
     // The Service the sidecars dial: marin3r-<default name>:18000, port "discovery".
-    let name = format!("marin3r-{DEFAULT_DISCOVERY_SERVICE}");
+    let name = object_names::discovery_service(DEFAULT_DISCOVERY_SERVICE);
     let svc = find(objs, "Service", &name);
     let discovery = svc["spec"]["ports"]
         .as_array()
@@ -1009,17 +1012,18 @@ fn the_discovery_service_runs_in_kubernetes_mode_behind_the_sidecars_default_add
         .iter()
         .find(|p| p["name"] == "discovery")
         .unwrap();
-    assert_eq!(discovery["port"], DEFAULT_XDSS_PORT);
+    assert_eq!(discovery["port"], ports::XDSS);
     let (_, xdss) = service_target(objs, svc, "discovery");
-    let flag_port: i64 = flag(&a, "--xdss-port").map_or(18000, |p| p.parse().unwrap());
+    let flag_port: i64 =
+        flag(&a, "--xdss-port").map_or(i64::from(ports::XDSS), |p| p.parse().unwrap());
     assert_eq!(xdss, flag_port);
-    assert_eq!(xdss, i64::from(DEFAULT_XDSS_PORT));
+    assert_eq!(xdss, i64::from(ports::XDSS));
     let (_, metrics) = service_target(objs, svc, "metrics");
     assert_eq!(
         metrics,
         port_of(flag(&a, "--metrics-bind-address").unwrap())
     );
-    assert_eq!(metrics, 8383);
+    assert_eq!(metrics, i64::from(ports::METRICS));
 }
 
 #[test]
@@ -1249,7 +1253,7 @@ fn example_deployments_get_the_expected_sidecar() {
                     (name, parts.next().unwrap().parse().unwrap())
                 })
                 .collect();
-            ports.push(("admin".into(), 9901));
+            ports.push(("admin".into(), i64::from(marin3r_wire::ports::ENVOY_ADMIN)));
             let got: Vec<(String, i64)> = envoy["ports"]
                 .as_array()
                 .unwrap()

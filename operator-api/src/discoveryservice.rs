@@ -1,12 +1,12 @@
-//! DiscoveryService (OPERATOR.md §2.1): one discovery service (xDS server) per namespace,
-//! with its private PKI.
+//! DiscoveryService (operator-design.md §2.1): one discovery service (xDS server) per
+//! namespace, with its private PKI.
 //!
 //! Every object name derives from the DiscoveryService name through the getters here
-//! (`marin3r-<ds>`, `marin3r-ca-cert-<ds>`, `marin3r-server-cert-<ds>`), the one helper
-//! the DiscoveryService and EnvoyDeployment controllers and the webhook share
-//! (OPERATOR.md §8 Q2/Q3). `pkiConfg.*.secretName` and `serviceConfig.*` are accepted for
-//! compatibility and ignored; [`DiscoveryService::ignored_fields`] lists the ones a user
-//! set, so a controller can warn about them.
+//! (`marin3r-<ds>`, `marin3r-ca-cert-<ds>`, `marin3r-server-cert-<ds>`), the one helper the
+//! DiscoveryService and EnvoyDeployment controllers and the webhook share
+//! (operator-design.md §8 Q2/Q3). `pkiConfg.*.secretName` and `serviceConfig.*` are
+//! accepted for compatibility and ignored; [`DiscoveryService::ignored_fields`] lists the
+//! ones a user set, so a controller can warn about them.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -25,12 +25,12 @@ use crate::{Error, parse_go_duration};
 
 pub use generated::DiscoveryServiceSpec;
 
-/// Default `xdsServerPort`.
-pub const DEFAULT_XDS_SERVER_PORT: u16 = 18000;
 /// Default `metricsPort`.
-pub const DEFAULT_METRICS_PORT: u16 = 8383;
+pub use marin3r_wire::ports::METRICS as DEFAULT_METRICS_PORT;
 /// Default `probePort`.
-pub const DEFAULT_PROBE_PORT: u16 = 8384;
+pub use marin3r_wire::ports::PROBES as DEFAULT_PROBE_PORT;
+/// Default `xdsServerPort`.
+pub use marin3r_wire::ports::XDSS as DEFAULT_XDS_SERVER_PORT;
 /// Default `pkiConfg.rootCertificateAuthority.duration` (3 years).
 pub const DEFAULT_CA_DURATION: &str = "26280h";
 /// Default `pkiConfg.serverCertificate.duration` (90 days).
@@ -38,7 +38,7 @@ pub const DEFAULT_SERVER_CERTIFICATE_DURATION: &str = "2160h";
 /// Validity of the namespace's sidecar client certificate (hard-coded upstream).
 pub const CLIENT_CERTIFICATE_DURATION: &str = "48h";
 /// The namespace-wide sidecar client certificate Secret (and DSC), not suffixed.
-pub const SIDECAR_CLIENT_CERTIFICATE_NAME: &str = "envoy-sidecar-client-cert";
+pub use marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE as SIDECAR_CLIENT_CERTIFICATE_NAME;
 /// Prefix of the CA DSC and Secret names.
 pub const CA_CERTIFICATE_PREFIX: &str = "marin3r-ca-cert";
 /// Prefix of the CA common name.
@@ -285,7 +285,7 @@ impl DiscoveryService {
 
     /// `marin3r-<ds>`: ServiceAccount, Role, RoleBinding, Service and Deployment.
     pub fn resource_name(&self) -> String {
-        format!("marin3r-{}", self.ds_name())
+        marin3r_wire::object_names::discovery_service(self.ds_name())
     }
 
     /// The Service of the xDS server: `marin3r-<ds>` (`serviceConfig.name` is ignored).
@@ -475,7 +475,7 @@ mod tests {
         .unwrap()
     }
 
-    // Mirrors upstream discoveryservice_types_test.go (OPERATOR.md §9.2).
+    // Mirrors upstream discoveryservice_types_test.go (operator-design.md §9.2).
     #[test]
     fn getters_default_like_upstream() {
         let ds = ds(serde_json::json!({}));

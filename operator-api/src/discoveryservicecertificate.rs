@@ -1,5 +1,5 @@
-//! DiscoveryServiceCertificate (OPERATOR.md §2.2): a certificate the operator issues into
-//! a `kubernetes.io/tls` Secret, self-signed or signed by a CA Secret. An internal
+//! DiscoveryServiceCertificate (operator-design.md §2.2): a certificate the operator issues
+//! into a `kubernetes.io/tls` Secret, self-signed or signed by a CA Secret. An internal
 //! resource of the operator; direct use is discouraged.
 
 use k8s_openapi::api::core::v1::SecretReference;
@@ -164,19 +164,17 @@ impl DiscoveryServiceCertificateSpec {
     }
 
     /// The issuer; an empty `caSecretRef.namespace` means `namespace` (the certificate's,
-    /// OPERATOR.md §8 Q16). A spec with both or neither signer gives `None` (see
+    /// operator-design.md §8 Q16). A spec with both or neither signer gives `None` (see
     /// [`Self::validate`]).
     pub fn issuer<'a>(&'a self, namespace: &'a str) -> Option<Issuer<'a>> {
         match (&self.signer.self_signed, &self.signer.ca_signed) {
             (Some(_), None) => Some(Issuer::SelfSigned),
             (None, Some(ca)) => Some(Issuer::CaSigned {
                 name: ca.ca_secret_ref.name.as_deref().unwrap_or_default(),
-                namespace: ca
-                    .ca_secret_ref
-                    .namespace
-                    .as_deref()
-                    .filter(|ns| !ns.is_empty())
-                    .unwrap_or(namespace),
+                namespace: marin3r_wire::namespace_or(
+                    ca.ca_secret_ref.namespace.as_deref(),
+                    namespace,
+                ),
             }),
             _ => None,
         }
@@ -250,7 +248,7 @@ mod tests {
         }))
     }
 
-    // Mirrors upstream discoveryservicecertificate_types_test.go (OPERATOR.md §9.2).
+    // Mirrors upstream discoveryservicecertificate_types_test.go (operator-design.md §9.2).
     #[test]
     fn getters_default_like_upstream() {
         let spec = minimal();

@@ -1,4 +1,4 @@
-//! EnvoyDeployment (OPERATOR.md §2.3): a Deployment of Envoys that take their
+//! EnvoyDeployment (operator-design.md §2.3): a Deployment of Envoys that take their
 //! configuration from an EnvoyConfig through a DiscoveryService of the same namespace.
 
 use std::time::Duration;
@@ -17,14 +17,14 @@ use crate::{Error, parse_go_duration};
 
 /// Default client certificate validity (`spec.duration`).
 pub const DEFAULT_CLIENT_CERTIFICATE_DURATION: &str = "48h";
-/// Default Envoy admin port.
-pub const DEFAULT_ADMIN_PORT: u16 = 9901;
 /// Default Envoy admin access log path.
-pub const DEFAULT_ADMIN_ACCESS_LOG_PATH: &str = "/dev/null";
+pub use marin3r_wire::paths::ENVOY_ADMIN_ACCESS_LOG as DEFAULT_ADMIN_ACCESS_LOG_PATH;
+/// Default Envoy admin port.
+pub use marin3r_wire::ports::ENVOY_ADMIN as DEFAULT_ADMIN_PORT;
 /// Default static replicas.
 pub const DEFAULT_REPLICAS: i32 = 1;
 /// Default shutdown manager port.
-pub const DEFAULT_SHUTDOWN_MANAGER_PORT: u16 = 8090;
+pub use marin3r_wire::ports::SHUTDOWN_MANAGER as DEFAULT_SHUTDOWN_MANAGER_PORT;
 /// Default drain time in seconds (also the pod's termination grace period).
 pub const DEFAULT_DRAIN_TIME: i64 = 300;
 /// The container port names `ports[].name` may not take: the generator adds `admin`.
@@ -312,7 +312,8 @@ impl EnvoyDeployment {
 
 impl EnvoyDeploymentSpec {
     /// Envoy image: `spec.image`, else `default` (the operator passes the Envoy image
-    /// sidecar injection uses, SPEC §1.2 / OPERATOR.md §5.4, not upstream's v1.29.0).
+    /// sidecar injection uses, design.md §1.2 / operator-design.md §5.4, not upstream's
+    /// v1.29.0).
     pub fn image<'a>(&'a self, default: &'a str) -> &'a str {
         crate::image_or(self.image.as_deref(), default)
     }
@@ -422,7 +423,7 @@ impl EnvoyDeploymentSpec {
         let mut names: Vec<&str> = Vec::new();
         for (i, p) in self.ports().iter().enumerate() {
             let path = format!("spec.ports[{i}]");
-            if let Err(why) = iana_svc_name(&p.name) {
+            if let Err(why) = marin3r_wire::port_name(&p.name) {
                 errors.push(format!("{path}.name"), Rule::Format, why);
             } else if RESERVED_PORT_NAMES.contains(&p.name.as_str()) {
                 errors.push(
@@ -530,7 +531,7 @@ impl ShutdownManager {
         crate::image_or(self.image.as_deref(), default)
     }
 
-    /// `serverPort`, default 8090 (honoured, unlike upstream: OPERATOR.md §8 Q4).
+    /// `serverPort`, default 8090 (honoured, unlike upstream: operator-design.md §8 Q4).
     pub fn server_port(&self) -> Result<u16, Error> {
         self.server_port
             .map_or(Ok(DEFAULT_SHUTDOWN_MANAGER_PORT), |p| {
@@ -546,29 +547,6 @@ impl ShutdownManager {
     /// `drainStrategy`, default gradual.
     pub fn drain_strategy(&self) -> DrainStrategy {
         self.drain_strategy.unwrap_or_default()
-    }
-}
-
-/// Kubernetes' IANA_SVC_NAME rule for container port names: 1–15 characters, lowercase
-/// letters, digits and `-`, at least one letter, no leading, trailing or double `-`.
-fn iana_svc_name(name: &str) -> Result<(), String> {
-    let problem = if name.is_empty() || name.len() > 15 {
-        Some("must be 1-15 characters")
-    } else if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        Some("must contain only lowercase letters, digits and '-'")
-    } else if !name.bytes().any(|b| b.is_ascii_lowercase()) {
-        Some("must contain at least one letter")
-    } else if name.starts_with('-') || name.ends_with('-') || name.contains("--") {
-        Some("must not start or end with '-' or contain '--'")
-    } else {
-        None
-    };
-    match problem {
-        Some(why) => Err(format!("port name {name:?} {why}")),
-        None => Ok(()),
     }
 }
 
@@ -595,8 +573,8 @@ mod tests {
         ed(serde_json::json!({"envoyConfigRef": "config", "discoveryServiceRef": "ds"}))
     }
 
-    // Mirrors upstream envoydeployment_types_test.go (OPERATOR.md §9.2), with our Envoy
-    // image (v1.40.0, §5.4 [R]).
+    // Mirrors upstream envoydeployment_types_test.go (operator-design.md §9.2), with our
+    // Envoy image (v1.40.0, operator-design.md §5.4 [R]).
     #[test]
     fn getters_default_like_upstream() {
         let ed = minimal();
@@ -826,7 +804,7 @@ mod tests {
     #[test]
     fn iana_service_names() {
         for ok in ["http", "https-8443", "a1", "abcdefghijklmno"] {
-            assert_eq!(iana_svc_name(ok), Ok(()), "{ok}");
+            assert_eq!(marin3r_wire::port_name(ok), Ok(()), "{ok}");
         }
         for bad in [
             "",
@@ -838,7 +816,7 @@ mod tests {
             "a--b",
             "a_b",
         ] {
-            assert!(iana_svc_name(bad).is_err(), "{bad}");
+            assert!(marin3r_wire::port_name(bad).is_err(), "{bad}");
         }
     }
 }

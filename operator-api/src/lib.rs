@@ -1,5 +1,6 @@
-//! The MARIN3R operator API, `operator.marin3r.3scale.net/v1alpha1` (OPERATOR.md §2):
-//! [`DiscoveryService`], [`DiscoveryServiceCertificate`] and [`EnvoyDeployment`].
+//! The MARIN3R operator API, `operator.marin3r.3scale.net/v1alpha1`
+//! (operator-design.md §2): [`DiscoveryService`], [`DiscoveryServiceCertificate`] and
+//! [`EnvoyDeployment`].
 //!
 //! - Every upstream field name is accepted (camelCase JSON, including the misspelt
 //!   `pkiConfg`); optional where upstream is optional, required where its CRD requires.
@@ -35,10 +36,10 @@ pub use duration::parse_go_duration;
 pub use envoydeployment::{EnvoyDeployment, EnvoyDeploymentSpec, EnvoyDeploymentStatus};
 pub use validate::{FieldError, Rule};
 
-/// The API group of the operator's resources.
-pub const GROUP: &str = "operator.marin3r.3scale.net";
 /// The only version of the API.
-pub const VERSION: &str = "v1alpha1";
+pub use marin3r_wire::API_VERSION as VERSION;
+/// The API group of the operator's resources.
+pub use marin3r_wire::OPERATOR_GROUP as GROUP;
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

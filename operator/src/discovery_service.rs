@@ -1,7 +1,8 @@
 //! What the DiscoveryService controller applies for a DiscoveryService `<ds>` in a
-//! namespace (OPERATOR.md §3.3, with the [R] decisions of §6 and §8): its PKI as three
-//! DiscoveryServiceCertificates, the ServiceAccount, Role and RoleBinding `marin3r-<ds>`,
-//! the Service `marin3r-<ds>` and the discovery-service Deployment `marin3r-<ds>`.
+//! namespace (operator-design.md §3.3, with the [R] decisions of §6 and §8): its PKI as
+//! three DiscoveryServiceCertificates, the ServiceAccount, Role and RoleBinding
+//! `marin3r-<ds>`, the Service `marin3r-<ds>` and the discovery-service Deployment
+//! `marin3r-<ds>`.
 //!
 //! Differences from upstream, on purpose:
 //! - the server certificate's SANs are the Service's DNS names (Q8), and every
@@ -37,16 +38,19 @@ use marin3r_operator_api::{
     DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceCertificateSpec,
 };
 
+use marin3r_wire::http_paths;
+use marin3r_wire::secret_keys::CA_CRT;
+
 use super::Images;
 use super::objects::{DISCOVERY_SERVICE_COMPONENT, labels, metadata};
 use crate::Error;
 
-/// The port sidecars dial by convention (`marin3r-<ds>.<namespace>.svc:18000`).
-pub const CONVENTIONAL_XDS_PORT: u16 = 18000;
-/// Where the server certificate Secret is mounted.
-pub const SERVER_CERT_PATH: &str = "/etc/marin3r/tls/server";
 /// Where the CA trust bundle (`ca.crt` only) is mounted.
-pub const CA_CERT_PATH: &str = "/etc/marin3r/tls/ca";
+pub use marin3r_wire::paths::DISCOVERY_SERVICE_CA as CA_CERT_PATH;
+/// Where the server certificate Secret is mounted.
+pub use marin3r_wire::paths::DISCOVERY_SERVICE_SERVER_CERT as SERVER_CERT_PATH;
+/// The port sidecars dial by convention (`marin3r-<ds>.<namespace>.svc:18000`).
+pub use marin3r_wire::ports::XDSS as CONVENTIONAL_XDS_PORT;
 /// The user the discovery service runs as (the marin3r image's `nonroot`).
 const UID: i64 = marin3r_sidecar::generate::MARIN3R_UID;
 
@@ -343,8 +347,8 @@ fn pod_spec(
             port("metrics", metrics_port),
             port("probes", probe_port),
         ]),
-        readiness_probe: Some(probe("/readyz", 0, 5, 2)),
-        liveness_probe: Some(probe("/healthz", 5, 10, 3)),
+        readiness_probe: Some(probe(http_paths::READYZ, 0, 5, 2)),
+        liveness_probe: Some(probe(http_paths::HEALTHZ, 5, 10, 3)),
         resources: Some(ds.resources()),
         // The securityContext of every container marin3r generates (Pod Security
         // `restricted`, read-only root).
@@ -377,8 +381,8 @@ fn pod_spec(
                 "ca-cert",
                 ca_secret,
                 Some(vec![KeyToPath {
-                    key: "ca.crt".into(),
-                    path: "ca.crt".into(),
+                    key: CA_CRT.into(),
+                    path: CA_CRT.into(),
                     ..KeyToPath::default()
                 }]),
             ),

@@ -1,10 +1,10 @@
-//! The DiscoveryService controller (OPERATOR.md §3 with the [R] decisions): applies what
-//! [`super::discovery_service::generate`] builds, in order — the CA, server and client
+//! The DiscoveryService controller (operator-design.md §3 with the [R] decisions): applies
+//! what [`super::discovery_service::generate`] builds, in order — the CA, server and client
 //! certificates, the ServiceAccount, Role, RoleBinding and Service — and the Deployment
-//! once the server certificate's Secret holds `tls.crt`, `tls.key` and `ca.crt` (or
-//! when it already exists: it is updated whatever the certificates do, and never deleted
-//! because an input is missing). A renewal changes only Secrets, which the discovery
-//! service re-reads: nothing restarts.
+//! once the server certificate's Secret holds `tls.crt`, `tls.key` and `ca.crt` (or when it
+//! already exists: it is updated whatever the certificates do, and never deleted because an
+//! input is missing). A renewal changes only Secrets, which the discovery service re-reads:
+//! nothing restarts.
 //!
 //! One DiscoveryService per namespace (Q1): the oldest serves it; any other gets
 //! `Ready=False`, reason `DuplicateDiscoveryService`, and nothing else, and is looked at
@@ -38,6 +38,7 @@ use super::render::primary_discovery_service;
 use marin3r_kube::conditions::set_condition;
 use marin3r_kube::watch::Inputs as _;
 use marin3r_kube::{Error, Lenient};
+use marin3r_wire::secret_keys::{CA_CRT, TLS_CRT, TLS_KEY};
 
 /// Reason: the Deployment has an available replica.
 pub const REASON_DEPLOYMENT_AVAILABLE: &str = "DeploymentAvailable";
@@ -66,7 +67,7 @@ pub struct Context {
 /// Whether a certificate Secret holds what a server needs.
 pub fn secret_is_ready(secret: Option<&Secret>) -> bool {
     secret.and_then(|s| s.data.as_ref()).is_some_and(|d| {
-        ["tls.crt", "tls.key", "ca.crt"]
+        [TLS_CRT, TLS_KEY, CA_CRT]
             .iter()
             .all(|k| d.get(*k).is_some_and(|v| !v.0.is_empty()))
     })

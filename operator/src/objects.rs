@@ -4,36 +4,31 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use marin3r_wire::app_labels;
 
-/// `app.kubernetes.io/managed-by` of every generated object; also the label selector
-/// of the operator's Secret and Deployment watches (OPERATOR.md §10), so that they only
-/// hold what the operator manages.
-pub const MANAGED_BY: &str = "marin3r-operator";
 /// The label selector that matches every object the operator generates.
-pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=marin3r-operator";
+pub use marin3r_wire::app_labels::MANAGED_BY_OPERATOR as MANAGED_BY_SELECTOR;
+/// `app.kubernetes.io/managed-by` of every generated object; also the label selector of the
+/// operator's Secret and Deployment watches (operator-design.md §10), so that they only
+/// hold what the operator manages.
+pub use marin3r_wire::app_labels::OPERATOR as MANAGED_BY;
 
 /// Component label of what a DiscoveryService generates.
 pub const DISCOVERY_SERVICE_COMPONENT: &str = "discovery-service";
 /// Component label of what an EnvoyDeployment generates.
 pub const ENVOY_DEPLOYMENT_COMPONENT: &str = "envoy-deployment";
 
-/// `L(owner)` of OPERATOR.md §3.3 / §5.3: the labels of every object generated for the
-/// owner `instance` of `component`.
+/// `L(owner)` of operator-design.md §3.3 / §5.3: the labels of every object generated for
+/// the owner `instance` of `component`.
 pub fn labels(component: &str, instance: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "marin3r".to_string()),
         (
-            "app.kubernetes.io/managed-by".to_string(),
-            MANAGED_BY.to_string(),
+            app_labels::NAME.to_string(),
+            app_labels::MARIN3R.to_string(),
         ),
-        (
-            "app.kubernetes.io/component".to_string(),
-            component.to_string(),
-        ),
-        (
-            "app.kubernetes.io/instance".to_string(),
-            instance.to_string(),
-        ),
+        (app_labels::MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+        (app_labels::COMPONENT.to_string(), component.to_string()),
+        (app_labels::INSTANCE.to_string(), instance.to_string()),
     ])
 }
 

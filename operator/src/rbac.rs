@@ -11,7 +11,7 @@
 
 use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
 
-const OPERATOR: &str = "operator.marin3r.3scale.net";
+const OPERATOR: &str = marin3r_wire::OPERATOR_GROUP;
 
 /// What the three controllers read and write, cluster-wide (or in `WATCH_NAMESPACE`).
 ///
@@ -71,7 +71,7 @@ pub const OPERATOR_RBAC: &[ApiAccess] = &[
         verbs: &["update"],
     },
     ApiAccess {
-        group: "marin3r.3scale.net",
+        group: marin3r_wire::DOMAIN,
         resource: "envoyconfigs",
         verbs: &["get", "list", "watch"],
     },

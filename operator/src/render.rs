@@ -7,7 +7,7 @@
 //! - a manifest without `metadata.namespace` is in `default`;
 //! - one DiscoveryService per namespace: the oldest (`creationTimestamp`, then name)
 //!   is served; any other gets nothing and is reported ([`primary_discovery_service`],
-//!   OPERATOR.md Q1);
+//!   operator-design.md §8 Q1);
 //! - an EnvoyDeployment is rendered only when its DiscoveryService (the served one) and
 //!   its EnvoyConfig are in the input, in its namespace; otherwise it is reported with
 //!   the reason its `Ready` condition would carry;
@@ -88,12 +88,14 @@ pub fn render(docs: &[Value], images: &Images) -> Rendered {
     let mut envoy_deployments: Vec<EnvoyDeployment> = Vec::new();
     let mut envoy_configs: BTreeMap<(String, String), EnvoyConfig> = BTreeMap::new();
 
+    let operator_api = <DiscoveryService as kube::Resource>::api_version(&());
     for (i, doc) in docs.iter().enumerate() {
         let kind = doc["kind"].as_str().unwrap_or_default();
         let name = doc["metadata"]["name"].as_str().unwrap_or("?");
         let at = format!("document {} ({kind} {name})", i + 1);
-        match (doc["apiVersion"].as_str().unwrap_or_default(), kind) {
-            ("operator.marin3r.3scale.net/v1alpha1", "DiscoveryService") => {
+        let is_operator_api = doc["apiVersion"].as_str() == Some(&*operator_api);
+        match (is_operator_api, kind) {
+            (true, "DiscoveryService") => {
                 match serde_json::from_value::<DiscoveryService>(doc.clone()) {
                     Ok(ds) => match ds.spec.validate() {
                         Ok(()) => discovery_services
@@ -105,7 +107,7 @@ pub fn render(docs: &[Value], images: &Images) -> Rendered {
                     Err(e) => out.problems.push(format!("{at}: {e}")),
                 }
             }
-            ("operator.marin3r.3scale.net/v1alpha1", "EnvoyDeployment") => {
+            (true, "EnvoyDeployment") => {
                 match serde_json::from_value::<EnvoyDeployment>(doc.clone()) {
                     Ok(ed) => match ed.spec.validate() {
                         Ok(()) => envoy_deployments.push(ed),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::routing::get;
+use marin3r_wire::http_paths;
 use prometheus_client::registry::Registry;
 
 use crate::Readiness;
@@ -18,9 +19,9 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 /// `not ready`.
 pub fn probe_router(readiness: Readiness) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route(http_paths::HEALTHZ, get(|| async { "ok" }))
         .route(
-            "/readyz",
+            http_paths::READYZ,
             get(move || {
                 let ready = readiness.is_ready();
                 async move {

@@ -1,5 +1,5 @@
 //! The MARIN3R shutdown manager: a sidecar that drains Envoy's connections before the pod
-//! goes away (`marin3r shutdown-manager`, SPEC §5).
+//! goes away (`marin3r shutdown-manager`, design.md §5).
 //!
 //! HTTP endpoints (default port 8090):
 //! - `GET /healthz` → 200 `OK`.
@@ -99,9 +99,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            port: 8090,
+            port: marin3r_wire::ports::SHUTDOWN_MANAGER,
             bind_address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            envoy_admin_address: "http://localhost:9901".to_string(),
+            envoy_admin_address: format!("http://localhost:{}", marin3r_wire::ports::ENVOY_ADMIN),
             ready_file: PathBuf::from("/tmp/shutdown-ok"),
             check_ready_interval: Duration::from_secs(1),
             check_drain_interval: Duration::from_secs(5),

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use marin3r_wire::http_paths;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -157,9 +158,9 @@ impl AppState {
 /// The routes: `GET /healthz`, `GET /drain`, `GET /shutdown`.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/drain", get(drain))
-        .route("/shutdown", get(shutdown))
+        .route(http_paths::HEALTHZ, get(healthz))
+        .route(http_paths::DRAIN, get(drain))
+        .route(http_paths::SHUTDOWN, get(shutdown))
         .with_state(state)
 }
 

@@ -1,5 +1,5 @@
-//! The `marin3r.3scale.net/*` annotation contract (SPEC §1.2): every annotation is parsed
-//! and validated up front, and every problem is reported, not only the first.
+//! The `marin3r.3scale.net/*` annotation contract (design.md §1.2): every annotation is
+//! parsed and validated up front, and every problem is reported, not only the first.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -7,25 +7,28 @@ use std::fmt;
 use std::net::IpAddr;
 use std::ops::Bound;
 
+use marin3r_wire::object_names::discovery_service;
+use marin3r_wire::{paths, ports};
+
 use crate::validate::{self, Quantity};
 
 /// Prefix of every MARIN3R annotation and label.
-pub const DOMAIN: &str = "marin3r.3scale.net";
-/// Label that opts a Pod into injection (value [`STATUS_ENABLED`]).
-pub const STATUS_LABEL: &str = "marin3r.3scale.net/status";
+pub use marin3r_wire::DOMAIN;
 /// Value of [`STATUS_LABEL`] that enables injection.
-pub const STATUS_ENABLED: &str = "enabled";
+pub use marin3r_wire::INJECTION_ENABLED as STATUS_ENABLED;
+/// Label that opts a Pod into injection (value [`STATUS_ENABLED`]).
+pub use marin3r_wire::INJECTION_LABEL as STATUS_LABEL;
 /// Annotation in which the webhook records what it injected (idempotent re-injection).
-pub const SIDECAR_STATUS: &str = "marin3r.3scale.net/sidecar-status";
+pub use marin3r_wire::SIDECAR_STATUS_ANNOTATION as SIDECAR_STATUS;
 
 /// Default Envoy image (flag `--default-envoy-image`).
-pub const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
+pub use marin3r_wire::images::ENVOY as DEFAULT_ENVOY_IMAGE;
 /// Default discovery service name (flag `--default-discovery-service`).
 pub const DEFAULT_DISCOVERY_SERVICE: &str = "discoveryservice";
 /// Default image for the init and shutdown managers (flag `--marin3r-image`).
-pub const DEFAULT_MARIN3R_IMAGE: &str = "quay.io/marin3r-rs/marin3r:v0.1.0";
+pub use marin3r_wire::images::MARIN3R as DEFAULT_MARIN3R_IMAGE;
 /// Port of the discovery service behind `discovery-service.name`.
-pub const DEFAULT_XDSS_PORT: u16 = 18000;
+pub use marin3r_wire::ports::XDSS as DEFAULT_XDSS_PORT;
 
 /// Every annotation this crate understands, without the prefix.
 pub mod keys {
@@ -286,7 +289,7 @@ fn absolute_path(s: &str) -> Result<(), String> {
 
 fn api_version(s: &str) -> Result<(), String> {
     match s {
-        "v3" => Ok(()),
+        marin3r_wire::ENVOY_API_V3 => Ok(()),
         "v2" => Err("Envoy removed the v2 xDS API; use v3".into()),
         other => Err(format!("{other:?} is not supported; use v3")),
     }
@@ -468,12 +471,12 @@ where
     }
     let client_certificate = p.string(
         CLIENT_CERTIFICATE,
-        "envoy-sidecar-client-cert",
+        marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE,
         validate::dns1123_subdomain,
     );
 
     let ds_name = p.string(DISCOVERY_SERVICE_NAME, &defaults.discovery_service, |v| {
-        validate::dns1123_label(&format!("marin3r-{v}"))
+        validate::dns1123_label(&discovery_service(v))
     });
     let (xdss_host, xdss_port) = match p.get(DISCOVERY_SERVICE_ADDRESS) {
         Some(_) => p.parse(
@@ -482,18 +485,22 @@ where
             validate::host_port,
         ),
         None => (
-            format!("marin3r-{ds_name}.{namespace}.svc"),
+            format!("{}.{namespace}.svc", discovery_service(&ds_name)),
             DEFAULT_XDSS_PORT,
         ),
     };
 
-    let admin_port = p.parse(ADMIN_PORT, 9901, validate::port);
+    let admin_port = p.parse(ADMIN_PORT, ports::ENVOY_ADMIN, validate::port);
     let admin_bind_address = p.parse(
         ADMIN_BIND_ADDRESS,
         IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         validate::ip,
     );
-    let admin_access_log_path = p.string(ADMIN_ACCESS_LOG_PATH, "/dev/null", absolute_path);
+    let admin_access_log_path = p.string(
+        ADMIN_ACCESS_LOG_PATH,
+        paths::ENVOY_ADMIN_ACCESS_LOG,
+        absolute_path,
+    );
 
     let quantity =
         |p: &mut Parser<'_>, key: &str| p.parse(key, None, |v| validate::quantity(v).map(Some));
@@ -522,7 +529,7 @@ where
     }
 
     let shtdn_enabled = p.parse(SHTDN_ENABLED, false, validate::boolean);
-    let shtdn_port = p.parse(SHTDN_PORT, 8090, validate::port);
+    let shtdn_port = p.parse(SHTDN_PORT, ports::SHUTDOWN_MANAGER, validate::port);
     let shtdn_image = p.string(SHTDN_IMAGE, &defaults.marin3r_image, validate::image);
     let hooks = p.parse(SHTDN_HOOKS, Vec::new(), |v| {
         let names: Vec<String> = split_list(v)

@@ -1,4 +1,4 @@
-//! The Envoy v3 bootstrap written by `marin3r init-manager` (SPEC §2).
+//! The Envoy v3 bootstrap written by `marin3r init-manager` (design.md §2).
 //!
 //! [`bootstrap`] renders the bootstrap (`config.json`) and [`sds_secret`] the file-based
 //! SDS resource holding the client certificate Envoy presents to the discovery service.
@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use marin3r_wire::{paths, ports};
 use serde_json::{Value, json};
 
 /// Name of the static cluster that points at the discovery service.
@@ -25,13 +26,13 @@ pub const XDS_CLUSTER_NAME: &str = "xds_cluster";
 pub const SDS_SECRET_NAME: &str = "xds_client_certificate";
 /// File name, under [`BootstrapOptions::resources_path`], of the SDS secret file.
 pub const SDS_SECRET_FILE_NAME: &str = "tls_certificate_sds_secret.json";
-/// Client certificate chain file under [`BootstrapOptions::client_certificate_path`].
-pub const TLS_CERT_FILE_NAME: &str = "tls.crt";
-/// Client private key file under [`BootstrapOptions::client_certificate_path`].
-pub const TLS_KEY_FILE_NAME: &str = "tls.key";
 /// CA bundle (trusted to sign the discovery service's certificate) under
 /// [`BootstrapOptions::client_certificate_path`].
-pub const CA_CERT_FILE_NAME: &str = "ca.crt";
+pub use marin3r_wire::secret_keys::CA_CRT as CA_CERT_FILE_NAME;
+/// Client certificate chain file under [`BootstrapOptions::client_certificate_path`].
+pub use marin3r_wire::secret_keys::TLS_CRT as TLS_CERT_FILE_NAME;
+/// Client private key file under [`BootstrapOptions::client_certificate_path`].
+pub use marin3r_wire::secret_keys::TLS_KEY as TLS_KEY_FILE_NAME;
 
 const SECRET_TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
@@ -64,7 +65,8 @@ pub enum BootstrapError {
     },
     /// `admin_bind_address` is not `<ip>:<port>`.
     #[error(
-        "invalid admin_bind_address {value:?}: expected <ip>:<port>, e.g. 0.0.0.0:9901 or [::1]:9901"
+        "invalid admin_bind_address {value:?}: expected <ip>:<port>, e.g. 0.0.0.0:{port} or [::1]:{port}",
+        port = marin3r_wire::ports::ENVOY_ADMIN
     )]
     AdminBindAddress {
         /// The rejected value.
@@ -163,7 +165,7 @@ impl FromStr for ApiType {
 }
 
 /// Everything `marin3r init-manager` needs to render the bootstrap; one field per flag
-/// (SPEC §7), plus the pod identity the CLI reads from `POD_NAME`, `POD_NAMESPACE` and
+/// (design.md §7), plus the pod identity the CLI reads from `POD_NAME`, `POD_NAMESPACE` and
 /// `HOST_NAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootstrapOptions {
@@ -203,14 +205,14 @@ impl Default for BootstrapOptions {
     fn default() -> Self {
         Self {
             xdss_host: String::new(),
-            xdss_port: 18000,
+            xdss_port: ports::XDSS,
             node_id: String::new(),
             cluster_id: String::new(),
-            admin_bind_address: "0.0.0.0:9901".to_string(),
-            admin_access_log_path: "/dev/null".to_string(),
-            client_certificate_path: PathBuf::from("/etc/envoy/tls/client"),
-            config_file: PathBuf::from("/etc/envoy/bootstrap/config.json"),
-            resources_path: PathBuf::from("/etc/envoy/bootstrap"),
+            admin_bind_address: format!("0.0.0.0:{}", ports::ENVOY_ADMIN),
+            admin_access_log_path: paths::ENVOY_ADMIN_ACCESS_LOG.to_string(),
+            client_certificate_path: PathBuf::from(paths::ENVOY_TLS_CLIENT),
+            config_file: PathBuf::from(paths::ENVOY_BOOTSTRAP_FILE),
+            resources_path: PathBuf::from(paths::ENVOY_BOOTSTRAP),
             rtds_resource_name: "runtime".to_string(),
             envoy_image: String::new(),
             api_type: ApiType::Sotw,
@@ -345,7 +347,7 @@ fn ads_config_source() -> Value {
     json!({ "ads": {}, "resource_api_version": "V3" })
 }
 
-/// Renders the Envoy v3 bootstrap for `opts` (SPEC §2).
+/// Renders the Envoy v3 bootstrap for `opts` (design.md §2).
 ///
 /// Validates the options first: `node_id`, `cluster_id` and `xdss_host` must be
 /// non-empty (and the host carries no port), `xdss_port` non-zero, `admin_bind_address` an `<ip>:<port>`,
@@ -406,7 +408,7 @@ pub fn bootstrap(opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
                     "name": "envoy.transport_sockets.tls",
                     "typed_config": {
                         "@type": UPSTREAM_TLS_TYPE_URL,
-                        // SPEC §2: SNI = xdss-host, also for an IP address. RFC 6066
+                        // design.md §2: SNI = xdss-host, also for an IP address. RFC 6066
                         // allows only DNS names there; Envoy sends it anyway and our
                         // discovery service (rustls) ignores an IP SNI with a warning.
                         "sni": v.xdss_host,

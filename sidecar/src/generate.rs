@@ -1,4 +1,5 @@
-//! Objects injected into a Pod (SPEC §1.3), generated from a validated [`SidecarConfig`].
+//! Objects injected into a Pod (design.md §1.3), generated from a validated
+//! [`SidecarConfig`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,20 +14,20 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::annotations::{ShutdownManager, SidecarConfig};
 
-/// Where the client certificate Secret is mounted in Envoy and the init manager.
-pub const TLS_MOUNT_PATH: &str = "/etc/envoy/tls/client";
 /// Where the bootstrap written by the init manager is mounted.
-pub const CONFIG_MOUNT_PATH: &str = "/etc/envoy/bootstrap";
+pub use marin3r_wire::paths::ENVOY_BOOTSTRAP as CONFIG_MOUNT_PATH;
 /// The bootstrap file Envoy is started with.
-pub const CONFIG_FILE: &str = "/etc/envoy/bootstrap/config.json";
+pub use marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE as CONFIG_FILE;
+/// Where the client certificate Secret is mounted in Envoy and the init manager.
+pub use marin3r_wire::paths::ENVOY_TLS_CLIENT as TLS_MOUNT_PATH;
 /// Name of the init container that writes the bootstrap.
 pub const INIT_MANAGER_NAME: &str = "envoy-init-mgr";
 /// Name of the shutdown manager container.
 pub const SHUTDOWN_MANAGER_NAME: &str = "envoy-shtdn-mgr";
-/// Shutdown manager endpoint Envoy's preStop calls: blocks until draining finished.
-pub const SHUTDOWN_PATH: &str = "/shutdown";
 /// Shutdown manager endpoint that starts draining.
-pub const DRAIN_PATH: &str = "/drain";
+pub use marin3r_wire::http_paths::DRAIN as DRAIN_PATH;
+/// Shutdown manager endpoint Envoy's preStop calls: blocks until draining finished.
+pub use marin3r_wire::http_paths::SHUTDOWN as SHUTDOWN_PATH;
 /// User and group the Envoy container runs as: the `envoy` user of Envoy's official
 /// images (their entrypoint, which `command: [envoy]` bypasses, switches to it too).
 pub const ENVOY_UID: i64 = 101;

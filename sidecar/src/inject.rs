@@ -323,14 +323,14 @@ pub fn plan_pod_as<'a, F: Added>(
         return Ok(Plan::Skipped(SkipReason::NotLabelled));
     }
     let annotations = string_map(meta, "annotations")?;
-    let namespace = namespace
-        .filter(|n| !n.is_empty())
-        .or_else(|| {
+    // The request's namespace, else the Pod's, else `default`: an empty one is none.
+    let namespace = marin3r_wire::namespace_or_default(
+        marin3r_wire::given_namespace(namespace).or_else(|| {
             meta.and_then(|m| m.get("namespace"))
                 .and_then(Value::as_str)
-        })
-        .unwrap_or("default")
-        .to_string();
+        }),
+    )
+    .to_string();
 
     // A malformed status is reported together with the annotation errors.
     let mut status_error = None;
@@ -1145,6 +1145,33 @@ mod tests {
             }
             other => panic!("expected a denial, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_empty_namespace_is_no_namespace() {
+        // The request's namespace, else the Pod's, else `default`; an empty one (a Pod of
+        // a controller, a manifest with `namespace: ""`) counts as none, as everywhere.
+        let xdss_host = |namespace: Option<&str>, pod_namespace: &str| {
+            let mut p = labelled(
+                json!({"marin3r.3scale.net/node-id": "n"}),
+                json!({"containers": [{"name": "app", "image": "a"}]}),
+            );
+            p["metadata"]["namespace"] = json!(pod_namespace);
+            let Ok(Mutation::Injected(pod)) = mutate_pod(&p, namespace, &Defaults::default())
+            else {
+                panic!("not injected");
+            };
+            let args: Vec<String> =
+                serde_json::from_value(pod["spec"]["initContainers"][0]["args"].clone()).unwrap();
+            let at = args.iter().position(|a| a == "--xdss-host").unwrap();
+            args[at + 1].clone()
+        };
+        let host = |ns: &str| format!("marin3r-discoveryservice.{ns}.svc");
+        assert_eq!(xdss_host(Some("req"), "pod"), host("req"));
+        assert_eq!(xdss_host(Some(""), "pod"), host("pod"));
+        assert_eq!(xdss_host(None, "pod"), host("pod"));
+        assert_eq!(xdss_host(Some(""), ""), host("default"));
+        assert_eq!(xdss_host(None, ""), host("default"));
     }
 
     #[test]

@@ -31,67 +31,9 @@ pub fn boolean(s: &str) -> Result<bool, String> {
     }
 }
 
-/// RFC 1123 label: at most 63 characters, lowercase alphanumerics and '-', starting and
-/// ending with an alphanumeric (Kubernetes container and volume names).
-pub fn dns1123_label(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if s.len() > 63 {
-        return Err(format!("{s:?} is longer than 63 characters"));
-    }
-    let ok_chars = s
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let ok_ends = !s.starts_with('-') && !s.ends_with('-');
-    if ok_chars && ok_ends {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a valid DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit)"
-        ))
-    }
-}
-
-/// RFC 1123 subdomain: dot-separated labels, at most 253 characters (Secret names).
-pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if s.len() > 253 {
-        return Err(format!("{s:?} is longer than 253 characters"));
-    }
-    if s.split('.').all(|l| dns1123_label(l).is_ok()) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{s:?} is not a valid DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
-        ))
-    }
-}
-
-/// Kubernetes port name (IANA_SVC_NAME): at most 15 characters, lowercase alphanumerics
-/// and '-', at least one letter, no leading, trailing or doubled '-'.
-pub fn port_name(s: &str) -> Result<(), String> {
-    if s.is_empty() {
-        return Err("port name must not be empty".into());
-    }
-    if s.len() > 15 {
-        return Err(format!("port name {s:?} is longer than 15 characters"));
-    }
-    let ok_chars = s
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let has_letter = s.bytes().any(|b| b.is_ascii_lowercase());
-    let ok_hyphens = !s.starts_with('-') && !s.ends_with('-') && !s.contains("--");
-    if ok_chars && has_letter && ok_hyphens {
-        Ok(())
-    } else {
-        Err(format!(
-            "port name {s:?} is not a valid DNS-1123 label of at most 15 characters with at least one letter"
-        ))
-    }
-}
+/// Kubernetes' name rules, from their one home: DNS-1123 labels (container and volume
+/// names), DNS-1123 subdomains (Secret names) and IANA service names (port names).
+pub use marin3r_wire::{dns1123_label, dns1123_subdomain, port_name};
 
 /// A container image reference: `[host[:port]/]path[:tag][@algo:hex]`.
 pub fn image(s: &str) -> Result<(), String> {

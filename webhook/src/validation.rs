@@ -1,7 +1,8 @@
-//! The sans-I/O validations: EnvoyConfig (`/validate-marin3r-3scale-net-v1alpha1-envoyconfig`)
-//! and EnvoyDeployment (`/validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment`,
-//! OPERATOR.md §5.8: its spec's `validate()`, which includes upstream's two rules with
-//! their messages — `static` xor `dynamic` replicas, `minAvailable` xor
+//! The sans-I/O validations: EnvoyConfig
+//! (`/validate-marin3r-3scale-net-v1alpha1-envoyconfig`) and EnvoyDeployment
+//! (`/validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment`,
+//! operator-design.md §5.8: its spec's `validate()`, which includes upstream's two rules
+//! with their messages — `static` xor `dynamic` replicas, `minAvailable` xor
 //! `maxUnavailable` — and reports every field error with its path).
 //!
 //! CREATE and UPDATE of a `marin3r.3scale.net/v1alpha1` EnvoyConfig are decoded with the
@@ -21,10 +22,10 @@ use marin3r_envoyconfig::envoyconfig::{NoSecrets, validate_envoy_config};
 
 use crate::admission::{BadRequest, ReviewOut, parse};
 
-/// API group of the EnvoyConfig.
-pub const GROUP: &str = "marin3r.3scale.net";
 /// API version of the EnvoyConfig.
-pub const VERSION: &str = "v1alpha1";
+pub use marin3r_wire::API_VERSION as VERSION;
+/// API group of the EnvoyConfig.
+pub use marin3r_wire::DOMAIN as GROUP;
 /// Kind validated by this path.
 pub const KIND: &str = "EnvoyConfig";
 

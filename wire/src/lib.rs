@@ -10,13 +10,18 @@
 pub mod names;
 
 pub use names::{
-    DEFAULT_NAMESPACE, dns1123_label, dns1123_subdomain, is_dns1123_subdomain, is_label_value,
-    namespace_or_default, port_name,
+    DEFAULT_NAMESPACE, dns1123_label, dns1123_subdomain, given_namespace, is_dns1123_subdomain,
+    is_label_value, namespace_or, namespace_or_default, port_name,
 };
 
 /// The API group of EnvoyConfig, EnvoyConfigRevision (and the prefix of every MARIN3R
 /// annotation and label).
 pub const DOMAIN: &str = "marin3r.3scale.net";
+/// The API group of the operator's resources (DiscoveryService,
+/// DiscoveryServiceCertificate, EnvoyDeployment) and the prefix of its annotations.
+pub const OPERATOR_GROUP: &str = "operator.marin3r.3scale.net";
+/// The version of both API groups.
+pub const API_VERSION: &str = "v1alpha1";
 
 /// The label that opts a Pod into sidecar injection, with the value [`INJECTION_ENABLED`]
 /// (the webhook's `objectSelector`; the discovery service watches these Pods).
@@ -26,8 +31,37 @@ pub const INJECTION_ENABLED: &str = "enabled";
 /// The Pod annotation naming the Envoy node id (also the label of an
 /// EnvoyConfigRevision's node id).
 pub const NODE_ID_ANNOTATION: &str = "marin3r.3scale.net/node-id";
+/// The Pod annotation in which the webhook records what it injected (idempotent
+/// re-injection).
+pub const SIDECAR_STATUS_ANNOTATION: &str = "marin3r.3scale.net/sidecar-status";
+/// The label of an EnvoyConfigRevision's config version (the hash of its resources).
+pub const CONFIG_VERSION_LABEL: &str = "marin3r.3scale.net/config-version";
+/// The label of an EnvoyConfigRevision's Envoy API (`v3`).
+pub const ENVOY_API_LABEL: &str = "marin3r.3scale.net/envoy-api";
+/// The annotation recording when an EnvoyConfigRevision was last published (RFC 3339).
+pub const APPLIED_AT_ANNOTATION: &str = "marin3r.3scale.net/applied-at";
 /// The finalizer the discovery service puts on EnvoyConfigRevisions (upstream's name).
 pub const REVISION_FINALIZER: &str = "finalizer.marin3r.3scale.net";
+/// CA Secrets during a rotation: until when (RFC 3339) the retired CA is trusted.
+pub const RETIRED_CA_UNTIL_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-until";
+/// CA Secrets during a rotation: when (RFC 3339) the CA was last re-issued.
+pub const RETIRED_CA_SINCE_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-since";
+
+/// The Kubernetes recommended labels (`app.kubernetes.io/*`) the operator puts on what
+/// it generates, and the value that marks an object as the operator's.
+pub mod app_labels {
+    pub const NAME: &str = "app.kubernetes.io/name";
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    pub const COMPONENT: &str = "app.kubernetes.io/component";
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// The value of [`NAME`] on everything the operator generates.
+    pub const MARIN3R: &str = "marin3r";
+    /// The value of [`MANAGED_BY`] on everything the operator generates.
+    pub const OPERATOR: &str = "marin3r-operator";
+    /// The label selector `MANAGED_BY=OPERATOR` (the operator's Secret and Deployment
+    /// watches).
+    pub const MANAGED_BY_OPERATOR: &str = "app.kubernetes.io/managed-by=marin3r-operator";
+}
 
 /// The keys of a `kubernetes.io/tls` Secret (and the file names of a Secret volume or of
 /// `marin3r certs`' output): certificate chain, private key, CA bundle.
@@ -35,6 +69,20 @@ pub mod secret_keys {
     pub const TLS_CRT: &str = "tls.crt";
     pub const TLS_KEY: &str = "tls.key";
     pub const CA_CRT: &str = "ca.crt";
+}
+
+/// Default names of objects that two components must agree on.
+pub mod object_names {
+    /// The Secret of the sidecars' client certificate: the `client-certificate`
+    /// annotation's default, and the Secret a DiscoveryService creates in its namespace.
+    pub const SIDECAR_CLIENT_CERTIFICATE: &str = "envoy-sidecar-client-cert";
+
+    /// The Service (and Deployment, ServiceAccount, Role) of the discovery service
+    /// `name`: `marin3r-<name>`, the host sidecars dial
+    /// (`marin3r-<name>.<namespace>.svc`).
+    pub fn discovery_service(name: &str) -> String {
+        format!("marin3r-{name}")
+    }
 }
 
 /// Default ports.
@@ -45,9 +93,28 @@ pub mod ports {
     pub const ENVOY_ADMIN: u16 = 9901;
     /// The shutdown manager's HTTP port.
     pub const SHUTDOWN_MANAGER: u16 = 8090;
+    /// The discovery service's and the operator's `/metrics` (`--metrics-bind-address`,
+    /// a DiscoveryService's `metricsPort`).
+    pub const METRICS: u16 = 8383;
+    /// The discovery service's and the operator's `/healthz` and `/readyz`
+    /// (`--health-probe-bind-address`, a DiscoveryService's `probePort`).
+    pub const PROBES: u16 = 8384;
 }
 
-/// Where injected and operator-generated containers mount their volumes.
+/// HTTP paths one component serves and another calls.
+pub mod http_paths {
+    /// Liveness: the process is up.
+    pub const HEALTHZ: &str = "/healthz";
+    /// Readiness (discovery service, operator, webhook).
+    pub const READYZ: &str = "/readyz";
+    /// The shutdown manager starts draining Envoy (an app container's preStop hook).
+    pub const DRAIN: &str = "/drain";
+    /// The shutdown manager blocks until Envoy drained (Envoy's preStop hook).
+    pub const SHUTDOWN: &str = "/shutdown";
+}
+
+/// Where injected and operator-generated containers mount their volumes, and Envoy's
+/// default files.
 pub mod paths {
     /// The Envoy client certificate (a `kubernetes.io/tls` Secret volume).
     pub const ENVOY_TLS_CLIENT: &str = "/etc/envoy/tls/client";
@@ -55,6 +122,15 @@ pub mod paths {
     pub const ENVOY_BOOTSTRAP: &str = "/etc/envoy/bootstrap";
     /// The bootstrap file in [`ENVOY_BOOTSTRAP`].
     pub const ENVOY_BOOTSTRAP_FILE: &str = "/etc/envoy/bootstrap/config.json";
+    /// Envoy's admin access log (`admin.access-log-path`, `--admin-access-log-path`, an
+    /// EnvoyDeployment's `adminAccessLogPath`).
+    pub const ENVOY_ADMIN_ACCESS_LOG: &str = "/dev/null";
+    /// The discovery service's server certificate (`--server-certificate-path`, the
+    /// Secret volume of an operator-generated discovery service).
+    pub const DISCOVERY_SERVICE_SERVER_CERT: &str = "/etc/marin3r/tls/server";
+    /// The CA the discovery service checks client certificates against
+    /// (`--ca-certificate-path`).
+    pub const DISCOVERY_SERVICE_CA: &str = "/etc/marin3r/tls/ca";
 }
 
 /// Default images.
@@ -82,4 +158,60 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = s.source();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_under_their_group() {
+        for key in [
+            INJECTION_LABEL,
+            NODE_ID_ANNOTATION,
+            SIDECAR_STATUS_ANNOTATION,
+            CONFIG_VERSION_LABEL,
+            ENVOY_API_LABEL,
+            APPLIED_AT_ANNOTATION,
+        ] {
+            assert!(key.starts_with(&format!("{DOMAIN}/")), "{key}");
+        }
+        for key in [RETIRED_CA_UNTIL_ANNOTATION, RETIRED_CA_SINCE_ANNOTATION] {
+            assert!(key.starts_with(&format!("{OPERATOR_GROUP}/")), "{key}");
+        }
+        assert_eq!(OPERATOR_GROUP, format!("operator.{DOMAIN}"));
+        assert_eq!(REVISION_FINALIZER, format!("finalizer.{DOMAIN}"));
+    }
+
+    #[test]
+    fn the_managed_by_selector_is_the_label_and_its_value() {
+        use app_labels::*;
+        assert_eq!(MANAGED_BY_OPERATOR, format!("{MANAGED_BY}={OPERATOR}"));
+    }
+
+    #[test]
+    fn the_bootstrap_file_is_in_the_bootstrap_volume() {
+        assert_eq!(
+            paths::ENVOY_BOOTSTRAP_FILE,
+            format!("{}/config.json", paths::ENVOY_BOOTSTRAP)
+        );
+    }
+
+    #[test]
+    fn error_chain_joins_the_sources() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("reading tls.crt")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Outer(std::io::Error::other("permission denied"));
+        assert_eq!(error_chain(&e), "reading tls.crt: permission denied");
+    }
 }

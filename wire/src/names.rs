@@ -10,10 +10,24 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 /// puts such an object in the context's namespace, and an AdmissionRequest for a Pod
 /// created by a controller carries an empty one).
 pub fn namespace_or_default(namespace: Option<&str>) -> &str {
-    match namespace {
-        Some(ns) if !ns.is_empty() => ns,
-        _ => DEFAULT_NAMESPACE,
+    namespace_or(namespace, DEFAULT_NAMESPACE)
+}
+
+/// `namespace`, or `fallback` when it is absent **or empty**: the same rule as
+/// [`namespace_or_default`] for a reference whose namespace defaults to another object's
+/// (a DiscoveryServiceCertificate's `caSecretRef.namespace`: its own namespace).
+pub fn namespace_or<'a>(namespace: Option<&'a str>, fallback: &'a str) -> &'a str {
+    match given_namespace(namespace) {
+        Some(ns) => ns,
+        None => fallback,
     }
+}
+
+/// `namespace` when one is given: `None` for an absent **or empty** one (where a rule
+/// treats "no namespace" specially, e.g. a local-mode Secret without one is seen from
+/// every namespace).
+pub fn given_namespace(namespace: Option<&str>) -> Option<&str> {
+    namespace.filter(|ns| !ns.is_empty())
 }
 
 /// DNS-1123 label (container, volume and Service names): 1–63 lowercase letters, digits
@@ -112,6 +126,11 @@ mod tests {
         assert_eq!(namespace_or_default(None), "default");
         assert_eq!(namespace_or_default(Some("")), "default");
         assert_eq!(namespace_or_default(Some("apps")), "apps");
+        assert_eq!(namespace_or(Some(""), "own"), "own");
+        assert_eq!(namespace_or(None, "own"), "own");
+        assert_eq!(namespace_or(Some("apps"), "own"), "apps");
+        assert_eq!(given_namespace(Some("")), None);
+        assert_eq!(given_namespace(Some("apps")), Some("apps"));
     }
 
     #[test]

@@ -72,7 +72,7 @@ fn sanitized(text: &str, max: usize) -> String {
 /// as upstream, when that is a valid object name; otherwise the node id is reduced to
 /// `[a-z0-9-]` and suffixed with a hash of itself (`My_Node` → `my-node-1a2b3c4d-v3-…`).
 pub fn revision_name(node_id: &str, api: EnvoyApi, version: &str) -> String {
-    let api = envoy_api_str(api);
+    let api = api.as_str();
     let plain = format!("{node_id}-{api}-{version}");
     if is_dns_subdomain(&plain) {
         return plain;
@@ -88,13 +88,6 @@ pub fn node_id_label(node_id: &str) -> String {
         node_id.to_string()
     } else {
         sanitized(node_id, 63)
-    }
-}
-
-/// `v3`.
-pub fn envoy_api_str(api: EnvoyApi) -> &'static str {
-    match api {
-        EnvoyApi::V3 => "v3",
     }
 }
 
@@ -332,7 +325,7 @@ pub fn plan_envoyconfig<'a>(
             let mut labels = BTreeMap::new();
             labels.insert(NODE_ID_LABEL.to_string(), node_id_label(&ec.spec.node_id));
             labels.insert(CONFIG_VERSION_LABEL.to_string(), desired.clone());
-            labels.insert(ENVOY_API_LABEL.to_string(), envoy_api_str(api).to_string());
+            labels.insert(ENVOY_API_LABEL.to_string(), api.as_str().to_string());
             let mut revision = EnvoyConfigRevision::new(
                 &desired_name,
                 EnvoyConfigRevisionSpec::from_config(&ec.spec, desired.clone()),

@@ -383,12 +383,7 @@ impl Engine {
             }
         };
         t.namespace = ec.metadata.namespace.clone();
-        t.envoy_api = ec
-            .spec
-            .envoy_api
-            .and_then(|a| serde_json::to_value(a).ok())
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_else(|| "v3".to_string());
+        t.envoy_api = ec.spec.envoy_api.unwrap_or_default().as_str().to_string();
         t.parsed = Some(Arc::clone(ec));
         t.revisions.apply(&spec, now);
         t.spec = spec;

@@ -19,18 +19,18 @@ use crate::objects::{MANAGED_BY, owner_reference};
 
 /// Type of every certificate Secret.
 pub const SECRET_TYPE: &str = "kubernetes.io/tls";
-/// The certificate.
-pub const TLS_CRT: &str = "tls.crt";
-/// Its private key.
-pub const TLS_KEY: &str = "tls.key";
 /// What a peer must trust.
-pub const CA_CRT: &str = "ca.crt";
+pub use marin3r_wire::secret_keys::CA_CRT;
+/// The certificate.
+pub use marin3r_wire::secret_keys::TLS_CRT;
+/// Its private key.
+pub use marin3r_wire::secret_keys::TLS_KEY;
 /// CA Secrets during a rotation: the replaced CA certificate(s), PEM.
 pub const RETIRED_CA_CRT: &str = "retired-ca.crt";
-/// CA Secrets during a rotation: until when (RFC 3339) `retired-ca.crt` is trusted.
-pub const RETIRED_UNTIL_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-until";
 /// CA Secrets during a rotation: when (RFC 3339) the CA was last re-issued.
-pub const RETIRED_SINCE_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-since";
+pub use marin3r_wire::RETIRED_CA_SINCE_ANNOTATION as RETIRED_SINCE_ANNOTATION;
+/// CA Secrets during a rotation: until when (RFC 3339) `retired-ca.crt` is trusted.
+pub use marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION as RETIRED_UNTIL_ANNOTATION;
 /// How long after a CA rotation the leaves it signed keep their old-CA certificates
 /// (with the new bundle as `ca.crt`), so that every peer has the bundle before any
 /// certificate of the new CA is presented: two kubelet syncs.
@@ -92,12 +92,9 @@ pub fn signer_secret_name<'a>(
     namespace: &str,
 ) -> Option<&'a str> {
     let ca = dsc.spec.signer.ca_signed.as_ref()?;
-    let ns = ca.ca_secret_ref.namespace.as_deref().unwrap_or_default();
+    let ns = marin3r_wire::namespace_or(ca.ca_secret_ref.namespace.as_deref(), namespace);
     let name = ca.ca_secret_ref.name.as_deref().unwrap_or_default();
-    (dsc.spec.signer.self_signed.is_none()
-        && (ns.is_empty() || ns == namespace)
-        && !name.is_empty())
-    .then_some(name)
+    (dsc.spec.signer.self_signed.is_none() && ns == namespace && !name.is_empty()).then_some(name)
 }
 
 /// One pass over `dsc` in `namespace` at `now` (see the module docs): `current_secret`
@@ -456,7 +453,7 @@ fn secret(
 ) -> Secret {
     let mut labels: BTreeMap<String, String> = dsc.labels().clone();
     labels.insert(
-        "app.kubernetes.io/managed-by".to_string(),
+        marin3r_wire::app_labels::MANAGED_BY.to_string(),
         MANAGED_BY.to_string(),
     );
     let mut data = BTreeMap::from([
