@@ -155,283 +155,474 @@ pub fn plan_recovering(
     recovered: &[String],
     now: SystemTime,
 ) -> Plan {
-    let previous = dsc.status.clone().unwrap_or_default();
-    let generation = dsc.metadata.generation;
-    let not_ready = |reason: &str, message: String, requeue: Option<Duration>| Plan {
-        secret: None,
-        status: DiscoveryServiceCertificateStatus {
+    let ready = || -> Result<Plan, NotReady> {
+        let profile = checked_profile(dsc)?;
+        let signer = signer(dsc, namespace, signer_secret)?;
+        let current = current_secret.and_then(key_pair);
+        let cert = certificate(dsc, &profile, signer.as_ref(), current.as_ref(), now)?;
+        let trust = match (&profile.usage, &signer) {
+            (Usage::Ca, _) => ca_trust(&cert, current_secret, signed_by_this_ca, recovered, now),
+            (_, Some((secret, pair))) => signed_trust(secret, pair, now),
+            (_, None) => Trust {
+                retired: None,
+                ca_crt: with_newline(&cert.pair.cert_pem),
+                wake: None,
+            },
+        };
+        Ok(ready_plan(dsc, namespace, current_secret, cert, trust, now))
+    };
+    ready().unwrap_or_else(|not_ready| not_ready.into_plan(dsc, now))
+}
+
+/// Why a pass ends without a valid certificate: the `Ready=False` condition it reports.
+struct NotReady {
+    reason: &'static str,
+    message: String,
+    /// When to look again (`None`: when the DSC or a Secret changes).
+    requeue: Option<Duration>,
+    /// The validity of an expired certificate, kept in the status.
+    expired: Option<(SystemTime, SystemTime)>,
+}
+
+impl NotReady {
+    fn new(reason: &'static str, message: impl Into<String>, requeue: Option<Duration>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+            requeue,
+            expired: None,
+        }
+    }
+
+    /// The plan: no Secret change, the previous status with `ready: false` and the
+    /// condition.
+    fn into_plan(self, dsc: &DiscoveryServiceCertificate, now: SystemTime) -> Plan {
+        let previous = dsc.status.clone().unwrap_or_default();
+        let generation = dsc.metadata.generation;
+        let mut status = DiscoveryServiceCertificateStatus {
             ready: Some(false),
             conditions: vec![condition(
-                &previous, false, reason, message, generation, now,
+                &previous,
+                false,
+                self.reason,
+                self.message,
+                generation,
+                now,
             )],
             ..previous.clone()
-        },
-        requeue,
-        reissued: None,
-    };
-    if let Err(e) = dsc.spec.validate() {
-        return not_ready(REASON_INVALID_SPEC, e.to_string(), None);
-    }
-    let Some(profile) = profile(dsc) else {
-        return not_ready(
-            REASON_INVALID_SPEC,
-            "spec.validFor must be positive".into(),
-            None,
-        );
-    };
-    // The signer: `None` self-signed, else the CA's certificate and key.
-    let signer = match dsc.spec.issuer(namespace) {
-        None => {
-            return not_ready(
-                REASON_INVALID_SPEC,
-                "spec.signer: exactly one of 'selfSigned' or 'caSigned' must be set".into(),
-                None,
-            );
+        };
+        if let Some((not_before, not_after)) = self.expired {
+            status.not_before = Some(time(not_before));
+            status.not_after = Some(time(not_after));
         }
-        Some(Issuer::SelfSigned) => None,
+        Plan {
+            secret: None,
+            status,
+            requeue: self.requeue,
+            reissued: None,
+        }
+    }
+}
+
+/// The profile of a spec that validates, with a positive `validFor`.
+fn checked_profile(dsc: &DiscoveryServiceCertificate) -> Result<Profile, NotReady> {
+    dsc.spec
+        .validate()
+        .map_err(|e| NotReady::new(REASON_INVALID_SPEC, e.to_string(), None))?;
+    profile(dsc)
+        .ok_or_else(|| NotReady::new(REASON_INVALID_SPEC, "spec.validFor must be positive", None))
+}
+
+/// The signer: `None` when self-signed, else the CA Secret and its certificate and key.
+/// A signer in another namespace is refused; a missing or incomplete CA Secret is waited
+/// for.
+fn signer<'s>(
+    dsc: &DiscoveryServiceCertificate,
+    namespace: &str,
+    signer_secret: Option<&'s Secret>,
+) -> Result<Option<(&'s Secret, CertKeyPem)>, NotReady> {
+    match dsc.spec.issuer(namespace) {
+        None => Err(NotReady::new(
+            REASON_INVALID_SPEC,
+            "spec.signer: exactly one of 'selfSigned' or 'caSigned' must be set",
+            None,
+        )),
+        Some(Issuer::SelfSigned) => Ok(None),
         Some(Issuer::CaSigned {
             name,
             namespace: ns,
-        }) if ns != namespace => {
-            return not_ready(
-                REASON_CROSS_NAMESPACE_SIGNER,
-                format!(
-                    "the CA Secret {ns}/{name} is in another namespace; only CA Secrets in \
-                     {namespace} can sign its certificates"
-                ),
-                None,
-            );
-        }
-        Some(Issuer::CaSigned { name, .. }) => {
-            let usable = signer_secret.and_then(|s| {
-                Some(CertKeyPem {
-                    cert_pem: text(s, TLS_CRT)?,
-                    key_pem: text(s, TLS_KEY)?,
-                })
-            });
-            match (signer_secret, usable) {
-                (Some(secret), Some(pair)) => Some((secret, pair)),
-                (None, _) => {
-                    return not_ready(
-                        REASON_SIGNER_NOT_READY,
-                        format!("waiting for the CA Secret {namespace}/{name}"),
-                        Some(SIGNER_RETRY),
-                    );
-                }
-                (Some(_), None) => {
-                    return not_ready(
-                        REASON_SIGNER_NOT_READY,
-                        format!("the CA Secret {namespace}/{name} has no {TLS_CRT} and {TLS_KEY}"),
-                        Some(SIGNER_RETRY),
-                    );
-                }
-            }
-        }
-    };
-    let signer_cert = signer.as_ref().map(|(_, pair)| pair.cert_pem.as_str());
-
-    let current = current_secret.and_then(|s| {
-        Some(CertKeyPem {
-            cert_pem: text(s, TLS_CRT)?,
-            key_pem: text(s, TLS_KEY)?,
-        })
-    });
-    let renewal = dsc.spec.renewal_enabled();
-    let mut verdict = lifecycle::check(&profile, current.as_ref(), signer_cert, renewal, now);
-    // The propagation phase of a CA rotation: a leaf still signed by the retired CA is
-    // kept (with the new bundle as `ca.crt`) until every peer has the bundle.
-    let mut hold_until = None;
-    if let (Verdict::Reissue(_), Some((signer_secret, _)), Some(cur)) =
-        (&verdict, &signer, &current)
-        && let Some(retired) = live_retired(Some(signer_secret), now)
-        && let Some(switch_at) = retired.since.checked_add(PROPAGATION)
-        && now < switch_at
-    {
-        for old_ca in split_certificates(&retired.ca.cert_pem) {
-            let old = lifecycle::check(&profile, Some(cur), Some(&old_ca), renewal, now);
-            if matches!(old, Verdict::Ready { .. }) {
-                verdict = old;
-                hold_until = Some(switch_at);
-                break;
-            }
-        }
+        }) if ns != namespace => Err(NotReady::new(
+            REASON_CROSS_NAMESPACE_SIGNER,
+            format!(
+                "the CA Secret {ns}/{name} is in another namespace; only CA Secrets in \
+                 {namespace} can sign its certificates"
+            ),
+            None,
+        )),
+        Some(Issuer::CaSigned { name, .. }) => match signer_secret {
+            None => Err(NotReady::new(
+                REASON_SIGNER_NOT_READY,
+                format!("waiting for the CA Secret {namespace}/{name}"),
+                Some(SIGNER_RETRY),
+            )),
+            Some(secret) => match key_pair(secret) {
+                Some(pair) => Ok(Some((secret, pair))),
+                None => Err(NotReady::new(
+                    REASON_SIGNER_NOT_READY,
+                    format!("the CA Secret {namespace}/{name} has no {TLS_CRT} and {TLS_KEY}"),
+                    Some(SIGNER_RETRY),
+                )),
+            },
+        },
     }
-    let (cert, window, reissued) = match verdict {
+}
+
+/// The `tls.crt` and `tls.key` of a Secret, when it has both.
+fn key_pair(secret: &Secret) -> Option<CertKeyPem> {
+    Some(CertKeyPem {
+        cert_pem: text(secret, TLS_CRT)?,
+        key_pem: text(secret, TLS_KEY)?,
+    })
+}
+
+/// The certificate the Secret is to hold and its validity.
+struct Certificate {
+    pair: CertKeyPem,
+    not_before: SystemTime,
+    not_after: SystemTime,
+    /// When to check it again.
+    next_check: SystemTime,
+    /// Why it was issued this pass (`None`: the current one is kept).
+    reissued: Option<String>,
+    /// Until when a leaf of a rotating CA is held on the retired CA.
+    hold_until: Option<SystemTime>,
+}
+
+/// The current certificate while it checks (against the retired CA too during a CA
+/// rotation's propagation phase), else a new one; an expired one with renewal off is
+/// reported, not replaced.
+fn certificate(
+    dsc: &DiscoveryServiceCertificate,
+    profile: &Profile,
+    signer: Option<&(&Secret, CertKeyPem)>,
+    current: Option<&CertKeyPem>,
+    now: SystemTime,
+) -> Result<Certificate, NotReady> {
+    let renewal = dsc.spec.renewal_enabled();
+    let signer_cert = signer.map(|(_, pair)| pair.cert_pem.as_str());
+    let verdict = lifecycle::check(profile, current, signer_cert, renewal, now);
+    let (verdict, hold_until) =
+        held_for_propagation(verdict, profile, signer, current, renewal, now);
+    match verdict {
         Verdict::Ready {
             not_before,
             not_after,
             next_check,
-        } => match &current {
-            Some(cert) => (cert.clone(), (not_before, not_after, next_check), None),
-            None => {
-                return not_ready(REASON_ISSUE_FAILED, "no certificate".into(), None);
-            }
+        } => match current {
+            Some(pair) => Ok(Certificate {
+                pair: pair.clone(),
+                not_before,
+                not_after,
+                next_check,
+                reissued: None,
+                hold_until,
+            }),
+            None => Err(NotReady::new(REASON_ISSUE_FAILED, "no certificate", None)),
         },
         Verdict::Expired {
             not_before,
             not_after,
-        } => {
-            let mut plan = not_ready(
+        } => Err(NotReady {
+            expired: Some((not_before, not_after)),
+            ..NotReady::new(
                 REASON_EXPIRED,
                 format!(
                     "the certificate expired at {} and renewal is disabled",
                     marin3r_kube::time::rfc3339(not_after)
                 ),
                 None,
-            );
-            plan.status.not_before = Some(time(not_before));
-            plan.status.not_after = Some(time(not_after));
-            return plan;
-        }
-        Verdict::Reissue(reason) => {
-            let issued =
-                match lifecycle::issue_cert(&profile, signer.as_ref().map(|(_, pair)| pair), now) {
-                    Ok(issued) => issued,
-                    Err(e) => {
-                        let message = marin3r_wire::error_chain(&e);
-                        return match &e {
-                            marin3r_certs::CertsError::Generate { what, .. }
-                                if what.contains("signer") =>
-                            {
-                                not_ready(
-                                    REASON_SIGNER_NOT_READY,
-                                    format!("the CA Secret is unusable: {message}"),
-                                    Some(SIGNER_RETRY),
-                                )
-                            }
-                            _ => not_ready(REASON_ISSUE_FAILED, message, None),
-                        };
-                    }
-                };
-            match lifecycle::check(&profile, Some(&issued), signer_cert, renewal, now) {
-                Verdict::Ready {
-                    not_before,
-                    not_after,
-                    next_check,
-                } => (issued, (not_before, not_after, next_check), Some(reason)),
-                other => {
-                    return not_ready(
-                        REASON_ISSUE_FAILED,
-                        format!("the issued certificate does not check: {other:?}"),
-                        Some(SIGNER_RETRY),
-                    );
-                }
-            }
-        }
-    };
-    let (not_before, not_after, next_check) = window;
+            )
+        }),
+        Verdict::Reissue(reason) => Ok(Certificate {
+            reissued: Some(reason),
+            hold_until,
+            ..reissue(profile, signer, renewal, now)?
+        }),
+    }
+}
 
-    // Retired CAs and the trust bundle.
-    let mut wake = vec![next_check];
-    wake.extend(hold_until);
-    let (retired, ca_crt) = match (&profile.usage, &signer) {
-        (Usage::Ca, _) => {
-            let mut kept = live_retired(current_secret, now);
-            if reissued.is_some() {
-                let longest = signed_by_this_ca
-                    .iter()
-                    .filter_map(|s| u64::try_from(*s).ok())
-                    .max()
-                    .unwrap_or(0);
-                // The leaves switch to the new CA after the propagation phase; from then
-                // on the old CA stays trusted for the overlap.
-                let until = now
-                    + PROPAGATION
-                    + lifecycle::overlap(Duration::from_secs(longest), KUBELET_SYNC);
-                let mut olds: Vec<String> = Vec::new();
-                let previous_cert = current_secret.and_then(|s| text(s, TLS_CRT));
-                if needs_recovery(current_secret) {
-                    olds.extend(recovered.iter().cloned());
-                } else {
-                    olds.extend(previous_cert);
-                }
-                if let Some(r) = &kept {
-                    olds.extend(split_certificates(&r.ca.cert_pem));
-                }
-                let mut pem = String::new();
-                let mut seen = vec![cert.cert_pem.trim().to_string()];
-                for old in olds {
-                    let usable = lifecycle::validity(&old).is_ok_and(|(_, end)| end > now);
-                    if usable && !seen.contains(&old.trim().to_string()) {
-                        seen.push(old.trim().to_string());
-                        pem.push_str(&with_newline(&old));
-                    }
-                }
-                kept = (!pem.is_empty()).then_some(Retired {
-                    ca: RetiredCa {
-                        cert_pem: pem,
-                        until,
-                    },
-                    since: now,
-                });
+/// The propagation phase of a CA rotation: a leaf that would be re-issued but still
+/// checks against the retired CA is kept (with the new bundle as `ca.crt`) until every
+/// peer has the bundle. The verdict to act on and, when held, until when.
+fn held_for_propagation(
+    verdict: Verdict,
+    profile: &Profile,
+    signer: Option<&(&Secret, CertKeyPem)>,
+    current: Option<&CertKeyPem>,
+    renewal: bool,
+    now: SystemTime,
+) -> (Verdict, Option<SystemTime>) {
+    if let (Verdict::Reissue(_), Some((signer_secret, _)), Some(cur)) = (&verdict, signer, current)
+        && let Some(retired) = live_retired(Some(signer_secret), now)
+        && let Some(switch_at) = retired.since.checked_add(PROPAGATION)
+        && now < switch_at
+    {
+        for old_ca in split_certificates(&retired.ca.cert_pem) {
+            let old = lifecycle::check(profile, Some(cur), Some(&old_ca), renewal, now);
+            if matches!(old, Verdict::Ready { .. }) {
+                return (old, Some(switch_at));
             }
-            if let Some(r) = &kept {
-                wake.push(r.ca.until);
-            }
-            let bundle = lifecycle::trust_bundle(
-                &cert.cert_pem,
-                kept.as_ref()
-                    .map(|r| std::slice::from_ref(&r.ca))
-                    .unwrap_or_default(),
-                now,
-            );
-            (kept, bundle)
         }
-        (_, Some((secret, pair))) => match live_retired(Some(secret), now) {
-            Some(r) => {
-                wake.push(r.ca.until);
-                (None, lifecycle::trust_bundle(&pair.cert_pem, &[r.ca], now))
-            }
-            None if retired_annotation(secret).is_some() => {
-                (None, lifecycle::trust_bundle(&pair.cert_pem, &[], now))
-            }
-            None => (
-                None,
-                text(secret, CA_CRT)
-                    .filter(|c| !c.trim().is_empty())
-                    .unwrap_or_else(|| pair.cert_pem.clone()),
-            ),
+    }
+    (verdict, None)
+}
+
+/// A new certificate and key for `profile`, checked like the current one would be.
+fn reissue(
+    profile: &Profile,
+    signer: Option<&(&Secret, CertKeyPem)>,
+    renewal: bool,
+    now: SystemTime,
+) -> Result<Certificate, NotReady> {
+    let issued = lifecycle::issue_cert(profile, signer.map(|(_, pair)| pair), now)
+        .map_err(|e| issue_failure(&e))?;
+    let signer_cert = signer.map(|(_, pair)| pair.cert_pem.as_str());
+    match lifecycle::check(profile, Some(&issued), signer_cert, renewal, now) {
+        Verdict::Ready {
+            not_before,
+            not_after,
+            next_check,
+        } => Ok(Certificate {
+            pair: issued,
+            not_before,
+            not_after,
+            next_check,
+            reissued: None,
+            hold_until: None,
+        }),
+        other => Err(NotReady::new(
+            REASON_ISSUE_FAILED,
+            format!("the issued certificate does not check: {other:?}"),
+            Some(SIGNER_RETRY),
+        )),
+    }
+}
+
+/// Why issuing failed: an unusable CA Secret is waited for, anything else reported.
+fn issue_failure(e: &marin3r_certs::CertsError) -> NotReady {
+    let message = marin3r_wire::error_chain(e);
+    match e {
+        marin3r_certs::CertsError::Generate { what, .. } if what.contains("signer") => {
+            NotReady::new(
+                REASON_SIGNER_NOT_READY,
+                format!("the CA Secret is unusable: {message}"),
+                Some(SIGNER_RETRY),
+            )
+        }
+        _ => NotReady::new(REASON_ISSUE_FAILED, message, None),
+    }
+}
+
+/// What the Secret's peers trust: its `ca.crt`, the retired CAs it carries (a CA's) and
+/// when that trust next changes.
+struct Trust {
+    retired: Option<Retired>,
+    ca_crt: String,
+    wake: Option<SystemTime>,
+}
+
+/// A CA's trust: the retired CAs it keeps (on a re-issue, the ones it replaces) and the
+/// bundle of its certificate and those.
+fn ca_trust(
+    cert: &Certificate,
+    current_secret: Option<&Secret>,
+    signed_by_this_ca: &[i64],
+    recovered: &[String],
+    now: SystemTime,
+) -> Trust {
+    let mut retired = live_retired(current_secret, now);
+    if cert.reissued.is_some() {
+        retired = retire_replaced(
+            &cert.pair,
+            current_secret,
+            retired.as_ref(),
+            signed_by_this_ca,
+            recovered,
+            now,
+        );
+    }
+    let ca_crt = lifecycle::trust_bundle(
+        &cert.pair.cert_pem,
+        retired
+            .as_ref()
+            .map(|r| std::slice::from_ref(&r.ca))
+            .unwrap_or_default(),
+        now,
+    );
+    Trust {
+        wake: retired.as_ref().map(|r| r.ca.until),
+        retired,
+        ca_crt,
+    }
+}
+
+/// What a re-issued CA retires: the CA(s) it replaces (its previous certificate, or the
+/// ones `recovered` from its leaves) and those it already kept, still valid and not the
+/// new one, trusted from `now` until the leaves switched and the overlap passed.
+fn retire_replaced(
+    new: &CertKeyPem,
+    current_secret: Option<&Secret>,
+    kept: Option<&Retired>,
+    signed_by_this_ca: &[i64],
+    recovered: &[String],
+    now: SystemTime,
+) -> Option<Retired> {
+    let mut olds: Vec<String> = Vec::new();
+    if needs_recovery(current_secret) {
+        olds.extend(recovered.iter().cloned());
+    } else {
+        olds.extend(current_secret.and_then(|s| text(s, TLS_CRT)));
+    }
+    if let Some(r) = kept {
+        olds.extend(split_certificates(&r.ca.cert_pem));
+    }
+    let pem = still_valid_others(new, olds, now);
+    (!pem.is_empty()).then_some(Retired {
+        ca: RetiredCa {
+            cert_pem: pem,
+            until: retired_until(signed_by_this_ca, now),
         },
-        (_, None) => (None, with_newline(&cert.cert_pem)),
-    };
+        since: now,
+    })
+}
 
-    // A Secret's type is immutable: one that exists with another type (made by hand) keeps
-    // it rather than failing every apply.
-    let type_ = current_secret
+/// Until when a CA replaced at `now` stays trusted: the leaves switch to the new CA after
+/// the propagation phase; from then on the old CA stays trusted for the overlap of the
+/// longest-lived certificate it signs.
+fn retired_until(signed_by_this_ca: &[i64], now: SystemTime) -> SystemTime {
+    let longest = signed_by_this_ca
+        .iter()
+        .filter_map(|s| u64::try_from(*s).ok())
+        .max()
+        .unwrap_or(0);
+    now + PROPAGATION + lifecycle::overlap(Duration::from_secs(longest), KUBELET_SYNC)
+}
+
+/// The PEM of the certificates of `olds` still valid after `now`, each once and none
+/// the `new` one.
+fn still_valid_others(new: &CertKeyPem, olds: Vec<String>, now: SystemTime) -> String {
+    let mut pem = String::new();
+    let mut seen = vec![new.cert_pem.trim().to_string()];
+    for old in olds {
+        let usable = lifecycle::validity(&old).is_ok_and(|(_, end)| end > now);
+        if usable && !seen.contains(&old.trim().to_string()) {
+            seen.push(old.trim().to_string());
+            pem.push_str(&with_newline(&old));
+        }
+    }
+    pem
+}
+
+/// A CA-signed certificate's trust: during its CA's rotation the new CA and the retired
+/// ones, after it the new CA alone, else the CA Secret's `ca.crt` (or its certificate).
+fn signed_trust(secret: &Secret, pair: &CertKeyPem, now: SystemTime) -> Trust {
+    let (ca_crt, wake) = match live_retired(Some(secret), now) {
+        Some(r) => {
+            let until = r.ca.until;
+            (
+                lifecycle::trust_bundle(&pair.cert_pem, &[r.ca], now),
+                Some(until),
+            )
+        }
+        None if retired_annotation(secret).is_some() => {
+            (lifecycle::trust_bundle(&pair.cert_pem, &[], now), None)
+        }
+        None => (
+            text(secret, CA_CRT)
+                .filter(|c| !c.trim().is_empty())
+                .unwrap_or_else(|| pair.cert_pem.clone()),
+            None,
+        ),
+    };
+    Trust {
+        retired: None,
+        ca_crt,
+        wake,
+    }
+}
+
+/// The plan of a valid certificate: its Secret (applied when it must change), a ready
+/// status, and a requeue at the next check, hold or retirement.
+fn ready_plan(
+    dsc: &DiscoveryServiceCertificate,
+    namespace: &str,
+    current_secret: Option<&Secret>,
+    cert: Certificate,
+    trust: Trust,
+    now: SystemTime,
+) -> Plan {
+    let desired = secret(
+        dsc,
+        namespace,
+        &cert.pair,
+        &trust.ca_crt,
+        trust.retired.as_ref(),
+        secret_type(current_secret),
+    );
+    let apply = cert.reissued.is_some() || !up_to_date(current_secret, &desired);
+    let wake = [Some(cert.next_check), cert.hold_until, trust.wake];
+    Plan {
+        secret: apply.then_some(desired),
+        status: ready_status(dsc, &cert, now),
+        requeue: Some(requeue(wake.into_iter().flatten(), now)),
+        reissued: cert.reissued,
+    }
+}
+
+/// A Secret's type is immutable: one that exists with another type (made by hand) keeps
+/// it rather than failing every apply.
+fn secret_type(current_secret: Option<&Secret>) -> &str {
+    current_secret
         .and_then(|s| s.type_.as_deref())
         .filter(|t| !t.is_empty())
-        .unwrap_or(SECRET_TYPE);
-    let desired = secret(dsc, namespace, &cert, &ca_crt, retired.as_ref(), type_);
-    let apply = reissued.is_some() || !up_to_date(current_secret, &desired);
-    let requeue = wake
-        .into_iter()
+        .unwrap_or(SECRET_TYPE)
+}
+
+/// How soon the first of `wake` after `now` comes (at least the minimum check interval
+/// when none does).
+fn requeue(wake: impl IntoIterator<Item = SystemTime>, now: SystemTime) -> Duration {
+    wake.into_iter()
         .filter(|t| *t > now)
         .min()
         .map(|t| lifecycle::requeue_after(t, now))
-        .unwrap_or(lifecycle::MIN_CHECK_INTERVAL);
+        .unwrap_or(lifecycle::MIN_CHECK_INTERVAL)
+}
+
+/// The status of a DSC whose Secret holds `cert`.
+fn ready_status(
+    dsc: &DiscoveryServiceCertificate,
+    cert: &Certificate,
+    now: SystemTime,
+) -> DiscoveryServiceCertificateStatus {
+    let previous = dsc.status.clone().unwrap_or_default();
     let message = format!(
         "valid from {} until {}",
-        marin3r_kube::time::rfc3339(not_before),
-        marin3r_kube::time::rfc3339(not_after)
+        marin3r_kube::time::rfc3339(cert.not_before),
+        marin3r_kube::time::rfc3339(cert.not_after)
     );
-    Plan {
-        secret: apply.then_some(desired),
-        status: DiscoveryServiceCertificateStatus {
-            ready: Some(true),
-            not_before: Some(time(not_before)),
-            not_after: Some(time(not_after)),
-            certificate_hash: Some(certificate_hash(&cert.cert_pem)),
-            conditions: vec![condition(
-                &previous,
-                true,
-                REASON_CERTIFICATE_VALID,
-                message,
-                generation,
-                now,
-            )],
-        },
-        requeue: Some(requeue),
-        reissued,
+    DiscoveryServiceCertificateStatus {
+        ready: Some(true),
+        not_before: Some(time(cert.not_before)),
+        not_after: Some(time(cert.not_after)),
+        certificate_hash: Some(certificate_hash(&cert.pair.cert_pem)),
+        conditions: vec![condition(
+            &previous,
+            true,
+            REASON_CERTIFICATE_VALID,
+            message,
+            dsc.metadata.generation,
+            now,
+        )],
     }
 }
 
@@ -845,10 +1036,10 @@ mod tests {
         assert_eq!(due.status.ready, Some(true));
     }
 
-    // Upstream `TestCertificateReconciler_Reconcile` (OPERATOR.md §4.2) for a certificate
-    // issued at 00:00:00, valid 100 s: every row is upstream's (the backdated notBefore
-    // does not move the renewal time). Upstream re-issues and requeues before writing a
-    // status; here the same pass writes the new certificate's status.
+    // Upstream `TestCertificateReconciler_Reconcile` (operator-design.md §4.2) for a
+    // certificate issued at 00:00:00, valid 100 s: every row is upstream's (the backdated
+    // notBefore does not move the renewal time). Upstream re-issues and requeues before
+    // writing a status; here the same pass writes the new certificate's status.
     #[test]
     fn upstream_worked_examples() {
         let (_, ca_secret) = issued_ca();
