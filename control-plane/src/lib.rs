@@ -2,6 +2,8 @@
 //! process around it.
 //!
 //! - [`revisions`]: the self-healing revision engine (SPEC §4), sans-I/O;
+//! - [`nacks`]: the NACK verdict on a revision (what the statistics say, the taint);
+//! - [`publisher`]: every self-healing rule in one pure function, both modes apply;
 //! - [`local`]: local mode, EnvoyConfig and Secret manifests from a folder;
 //! - [`kubernetes`]: Kubernetes mode, the EnvoyConfig and EnvoyConfigRevision
 //!   controllers;
@@ -12,6 +14,7 @@
 
 pub mod kubernetes;
 pub mod local;
+pub mod nacks;
 pub mod publisher;
 pub mod revisions;
 pub mod status;

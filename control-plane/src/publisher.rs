@@ -7,10 +7,12 @@
 //! the cache holds for the node, a way to resolve a revision's spec
 //! ([`Resolution`]), and the NACK statistics ([`NackView`]). Outputs ([`Decision`]):
 //!
-//! - **NACK verdict**: the served revision, when it is the published one (topmost
-//!   untainted), is tainted once every subscribed Envoy of the node rejected one of the
-//!   versions it provides at least `threshold` times; the reason quotes Envoy's own
-//!   message. Partial rejection never taints.
+//! - **NACK verdict** ([`served_verdict`], over [`crate::nacks::nack_verdict`]): the
+//!   served revision, when it is the published one (topmost untainted), is tainted once
+//!   every subscribed Envoy of the node rejected one of the versions it provides at least
+//!   `threshold` times; the reason quotes Envoy's own message. Partial rejection never
+//!   taints. A caller that already derived it (local mode's evaluate tick) hands it to
+//!   [`decide_given`] instead of having it derived again.
 //! - **Candidate**: the topmost untainted revision is resolved. Resources that do not
 //!   decode (the config's own fault) taint it, and the next one is tried. A Secret or
 //!   EndpointSlice that is missing or unusable is **not** a taint: the revision **waits**
@@ -19,77 +21,31 @@
 //! - **Publish**: a revision that becomes the served one (first publication, rollback,
 //!   retry after its tainted twin was deleted) starts from fresh NACK counts for every
 //!   version it provides; re-publishing the served revision (a Secret rotated) keeps them.
+//!   The snapshot's per-type versions are derived once, here ([`Publish::versions`]).
 //! - Nothing untainted left: nothing is published; the cache keeps the last good
 //!   snapshot (`RollbackFailed`).
 
-use std::collections::BTreeMap;
-
 use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, SecretSource, resolve};
 use marin3r_envoyconfig::{DecodeError, Resource, ResourceType};
-use marin3r_xds::{SharedStats, Snapshot};
+use marin3r_xds::Snapshot;
 
-use crate::revisions::{Revision, Revisions, Taint, TaintCause};
+use crate::nacks::{Taint, TaintCause};
+use crate::revisions::{Revision, Revisions};
+
+/// The NACK statistics as the publisher reads them (defined in [`crate::nacks`], the leaf
+/// both the publisher and the revision engine use).
+pub use crate::nacks::NackView;
 
 /// The RTDS layer every injected Envoy asks for (`init-manager --rtds-resource-name`).
 pub const DEFAULT_RTDS_LAYER: &str = "runtime";
 /// Resolve errors quoted in a taint or wait reason (the rest are counted).
 const MAX_QUOTED_ERRORS: usize = 10;
-/// Characters of Envoy's NACK message quoted in a taint reason.
-const MAX_NACK_MESSAGE: usize = 500;
-
-/// What the NACK statistics tell the publisher.
-pub trait NackView {
-    /// True when every pod currently subscribed for `node_id` NACKed `version` of `t` at
-    /// least `threshold` times (false when no pod is subscribed).
-    fn rejected_by_all_pods(
-        &self,
-        node_id: &str,
-        t: ResourceType,
-        version: &str,
-        threshold: u64,
-    ) -> bool;
-
-    /// The error message of one of those NACKs, if any.
-    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
-        let _ = (node_id, t, version);
-        None
-    }
-
-    /// Pods of the node that never answered anything and so are not counted
-    /// (`marin3r_xds::stats::SILENT_POD_GRACE`).
-    fn silent_pods(&self, node_id: &str) -> Vec<String> {
-        let _ = node_id;
-        Vec::new()
-    }
-}
-
-impl NackView for SharedStats {
-    fn rejected_by_all_pods(
-        &self,
-        node_id: &str,
-        t: ResourceType,
-        version: &str,
-        threshold: u64,
-    ) -> bool {
-        SharedStats::rejected_by_all_pods(self, node_id, t, version, threshold)
-    }
-
-    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
-        self.counts(node_id, t, version)
-            .into_values()
-            .find_map(|c| c.last_nack_message)
-    }
-
-    fn silent_pods(&self, node_id: &str) -> Vec<String> {
-        SharedStats::silent_pods(self, node_id)
-            .into_iter()
-            .collect()
-    }
-}
 
 /// A revision's spec resolved against the Secrets (and EndpointSlices) it reads.
 #[derive(Debug)]
@@ -120,6 +76,15 @@ pub fn is_config_error(e: &DecodeError) -> bool {
     }
 }
 
+/// The empty runtime layer named [`DEFAULT_RTDS_LAYER`], decoded once per process (it
+/// never changes); `None` if it cannot be decoded (logged once).
+static DEFAULT_RUNTIME: LazyLock<Option<Resource>> = LazyLock::new(|| {
+    let empty = serde_json::json!({"name": DEFAULT_RTDS_LAYER, "layer": {}});
+    marin3r_envoyconfig::decode_resource(ResourceType::Runtime, &empty)
+        .inspect_err(|e| tracing::error!(error = %e, "cannot build the default runtime layer"))
+        .ok()
+});
+
 /// Adds an empty runtime layer named [`DEFAULT_RTDS_LAYER`] unless the config has one:
 /// Envoy's RTDS init target waits for that named resource (15 s `initial_fetch_timeout`)
 /// before it even asks for clusters and listeners.
@@ -127,12 +92,8 @@ pub fn with_default_runtime(mut resources: Vec<Resource>) -> Vec<Resource> {
     let has_layer = resources
         .iter()
         .any(|r| r.kind == ResourceType::Runtime && r.name == DEFAULT_RTDS_LAYER);
-    if !has_layer {
-        let empty = serde_json::json!({"name": DEFAULT_RTDS_LAYER, "layer": {}});
-        match marin3r_envoyconfig::decode_resource(ResourceType::Runtime, &empty) {
-            Ok(r) => resources.push(r),
-            Err(e) => tracing::error!(error = %e, "cannot build the default runtime layer"),
-        }
+    if !has_layer && let Some(layer) = DEFAULT_RUNTIME.as_ref() {
+        resources.push(layer.clone());
     }
     resources
 }
@@ -170,42 +131,20 @@ pub fn invalid_reason(errors: &str) -> String {
     format!("resources do not decode: {errors}")
 }
 
-/// The NACK verdict for a revision that provides `versions` to `node_id`: a taint when
-/// every subscribed pod rejected one of them at least `threshold` times, with Envoy's
-/// message (truncated) in the reason.
-pub fn nack_verdict(
-    node_id: &str,
-    revision: &str,
-    versions: &BTreeMap<ResourceType, String>,
+/// The NACK verdict on what the cache serves for the node: the published (topmost
+/// untainted) revision is judged ([`Revision::nack_verdict`]) only while it is the
+/// served one (`served`).
+pub fn served_verdict(
+    revisions: &Revisions,
+    served: Option<&str>,
     nacks: &dyn NackView,
     threshold: u64,
 ) -> Option<Taint> {
-    versions.iter().find_map(|(t, version)| {
-        if !nacks.rejected_by_all_pods(node_id, *t, version, threshold) {
-            return None;
-        }
-        let mut reason = format!(
-            "every Envoy of node {node_id} rejected {t} version {version} at least {threshold} times"
-        );
-        if let Some(message) = nacks.nack_message(node_id, *t, version) {
-            let message: String = message.chars().take(MAX_NACK_MESSAGE).collect();
-            reason.push_str(&format!("; Envoy: {message}"));
-        }
-        let silent = nacks.silent_pods(node_id);
-        if !silent.is_empty() {
-            let shown: Vec<&str> = silent.iter().take(10).map(String::as_str).collect();
-            reason.push_str(&format!(
-                "; not counted, never answered: {}{}",
-                shown.join(", "),
-                if silent.len() > shown.len() { ", …" } else { "" }
-            ));
-        }
-        Some(Taint {
-            version: revision.to_string(),
-            reason,
-            cause: TaintCause::RejectedByEnvoy,
-        })
-    })
+    let published = revisions.published()?;
+    if served != Some(published.version.as_str()) {
+        return None;
+    }
+    published.nack_verdict(&revisions.node_id, nacks, threshold)
 }
 
 /// The revision to serve and its snapshot.
@@ -213,6 +152,9 @@ pub fn nack_verdict(
 pub struct Publish {
     pub version: String,
     pub snapshot: Snapshot,
+    /// `snapshot.versions()`, derived once: what the revision now provides, and the
+    /// versions whose NACK counts `reset_nacks` resets.
+    pub versions: BTreeMap<ResourceType, String>,
     /// It becomes the served revision (or was never published since it was created): the
     /// NACK counts of every version it provides start afresh, so old NACKs (of a deleted
     /// twin, of an earlier push of the same content) do not judge it.
@@ -244,26 +186,29 @@ pub struct Decision {
 pub fn decide(
     revisions: &Revisions,
     served: Option<&str>,
-    mut resolve: impl FnMut(&Revision) -> Resolution,
+    resolve: impl FnMut(&Revision) -> Resolution,
     nacks: &dyn NackView,
     threshold: u64,
 ) -> Decision {
-    let mut decision = Decision::default();
+    let verdict = served_verdict(revisions, served, nacks, threshold);
+    decide_given(revisions, served, verdict, resolve)
+}
+
+/// [`decide`] with the NACK verdict already derived ([`served_verdict`]), for a caller
+/// that needed it to know whether to decide at all (local mode's evaluate tick).
+pub fn decide_given(
+    revisions: &Revisions,
+    served: Option<&str>,
+    verdict: Option<Taint>,
+    mut resolve: impl FnMut(&Revision) -> Resolution,
+) -> Decision {
+    let mut decision = Decision {
+        taints: verdict.into_iter().collect(),
+        ..Decision::default()
+    };
     let tainted = |d: &Decision, r: &Revision| {
         r.tainted.is_some() || d.taints.iter().any(|t| t.version == r.version)
     };
-    if let Some(published) = revisions.published()
-        && served == Some(published.version.as_str())
-        && let Some(taint) = nack_verdict(
-            &revisions.node_id,
-            &published.version,
-            &published.provides_versions,
-            nacks,
-            threshold,
-        )
-    {
-        decision.taints.push(taint);
-    }
     for candidate in revisions.revisions.iter().rev() {
         if tainted(&decision, candidate) {
             continue;
@@ -272,6 +217,7 @@ pub fn decide(
             Resolution::Ready(snapshot) => {
                 decision.publish = Some(Publish {
                     version: candidate.version.clone(),
+                    versions: snapshot.versions(),
                     snapshot: *snapshot,
                     reset_nacks: candidate.last_published_at.is_none()
                         || served != Some(candidate.version.as_str()),
@@ -325,9 +271,15 @@ pub struct Reads {
 }
 
 impl Reads {
+    /// Whether the reads are all the resolution depended on: no EndpointSlices, whose
+    /// changes are not tracked. Complete reads of unchanged Secrets are unchanged.
+    pub fn complete(&self) -> bool {
+        !self.endpoint_slices
+    }
+
     /// Whether `source` would answer every read the same way now.
     pub fn unchanged_in(&self, source: &dyn SecretSource) -> bool {
-        !self.endpoint_slices
+        self.complete()
             && self
                 .secrets
                 .iter()
@@ -743,29 +695,5 @@ mod tests {
         );
         let verdicts: Vec<bool> = errors.iter().map(is_config_error).collect();
         assert_eq!(verdicts, [true, false], "{errors:?}");
-    }
-
-    #[test]
-    fn nack_verdict_uses_the_engine() {
-        struct Rejected(BTreeSet<String>);
-        impl NackView for Rejected {
-            fn rejected_by_all_pods(&self, _: &str, _: ResourceType, v: &str, _: u64) -> bool {
-                self.0.contains(v)
-            }
-        }
-        let versions = BTreeMap::from([(ResourceType::Listener, "L2".to_string())]);
-        assert_eq!(
-            nack_verdict("n", "v2", &versions, &Rejected(BTreeSet::new()), 5),
-            None
-        );
-        let taint = nack_verdict(
-            "n",
-            "v2",
-            &versions,
-            &Rejected(BTreeSet::from(["L2".into()])),
-            5,
-        )
-        .unwrap();
-        assert_eq!(taint.version, "v2");
     }
 }

@@ -32,7 +32,7 @@ pub const MAX_REVISIONS: usize = 10;
 /// Default `--nack-threshold`: NACKs per pod before a version counts as rejected.
 pub const DEFAULT_NACK_THRESHOLD: u64 = 5;
 
-pub use crate::publisher::NackView;
+pub use crate::nacks::{NackView, Taint};
 
 /// One revision of an EnvoyConfig.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,30 +52,22 @@ pub struct Revision {
     pub provides_versions: BTreeMap<ResourceType, String>,
 }
 
-/// What [`Revisions::evaluate`] decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    pub version: String,
-    pub reason: String,
-    pub cause: TaintCause,
-}
-
-/// Why a revision is tainted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaintCause {
-    /// Every subscribed Envoy of the node rejected it.
-    RejectedByEnvoy,
-    /// Its resources do not decode.
-    ResourcesFailedToDecode,
-}
-
-impl TaintCause {
-    /// The reason of the `RevisionTainted` condition.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaintCause::RejectedByEnvoy => "RejectedByEnvoy",
-            TaintCause::ResourcesFailedToDecode => "ResourcesFailedToDecode",
-        }
+impl Revision {
+    /// The NACK verdict on the versions it provides to `node_id`
+    /// ([`crate::nacks::nack_verdict`]).
+    pub fn nack_verdict(
+        &self,
+        node_id: &str,
+        nacks: &dyn NackView,
+        threshold: u64,
+    ) -> Option<Taint> {
+        crate::nacks::nack_verdict(
+            node_id,
+            &self.version,
+            &self.provides_versions,
+            nacks,
+            threshold,
+        )
     }
 }
 
@@ -180,19 +172,25 @@ impl Revisions {
         }
     }
 
-    /// Records that `version` is now served with these per-type versions.
+    /// Records that `version` is now served with these per-type versions. Returns
+    /// whether that is news: its first publication, or a snapshot whose versions differ
+    /// from those it provided (then `lastPublishedAt` is `now`); `false` for an unknown
+    /// version.
     pub fn mark_published(
         &mut self,
         version: &str,
         provides: BTreeMap<ResourceType, String>,
         now: SystemTime,
-    ) {
-        if let Some(r) = self.revisions.iter_mut().find(|r| r.version == version) {
-            if r.last_published_at.is_none() || r.provides_versions != provides {
-                r.last_published_at = Some(now);
-            }
+    ) -> bool {
+        let Some(r) = self.revisions.iter_mut().find(|r| r.version == version) else {
+            return false;
+        };
+        let news = r.last_published_at.is_none() || r.provides_versions != provides;
+        if news {
+            r.last_published_at = Some(now);
             r.provides_versions = provides;
         }
+        news
     }
 
     /// Like [`mark_published`](Self::mark_published) for a revision that has just become
@@ -202,25 +200,19 @@ impl Revisions {
         version: &str,
         provides: BTreeMap<ResourceType, String>,
         now: SystemTime,
-    ) {
+    ) -> bool {
         if let Some(r) = self.revisions.iter_mut().find(|r| r.version == version) {
             r.last_published_at = None;
         }
-        self.mark_published(version, provides, now);
+        self.mark_published(version, provides, now)
     }
 
     /// The taint verdict for the published revision given the NACK statistics
-    /// ([`crate::publisher::nack_verdict`]): tainted when, for one of the versions it
+    /// ([`crate::nacks::nack_verdict`]): tainted when, for one of the versions it
     /// provides, every subscribed pod has at least `threshold` NACKs.
     pub fn evaluate(&self, stats: &dyn NackView, threshold: u64) -> Option<Taint> {
-        let published = self.published()?;
-        crate::publisher::nack_verdict(
-            &self.node_id,
-            &published.version,
-            &published.provides_versions,
-            stats,
-            threshold,
-        )
+        self.published()?
+            .nack_verdict(&self.node_id, stats, threshold)
     }
 }
 

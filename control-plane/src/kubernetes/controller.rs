@@ -12,6 +12,7 @@
 //! (the topmost untainted one) without writing to each other's objects' status. One
 //! malformed object is logged and skipped; it never stops a controller.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ use crate::publisher;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
 use marin3r_kube::Lenient;
+use marin3r_xds::ResourceType;
 use marin3r_xds::snapshot::Snapshot;
 
 /// Field manager of every write (server-side apply of the status subresources).
@@ -422,30 +424,29 @@ async fn publish(
     if ctx.elected_name(namespace, owner_uid).as_deref() != ecr.metadata.name.as_deref() {
         return Outcome::NotElected;
     }
-    let versions = p.snapshot.versions();
     set_snapshot(
         &ctx.xds,
         node_id,
         p.snapshot,
-        p.reset_nacks,
+        p.reset_nacks.then_some(&p.versions),
         &ecr.name_any(),
     );
-    Outcome::Published { versions }
+    Outcome::Published {
+        versions: p.versions,
+    }
 }
 
-/// Stores `snapshot` for the node; with `reset_nacks` (the revision becomes the served
-/// one) the NACK counts of every version it provides start afresh.
+/// Stores `snapshot` for the node; with `reset` (the versions it provides, when the
+/// revision becomes the served one) the NACK counts of those versions start afresh.
 fn set_snapshot(
     xds: &crate::Context,
     node_id: &str,
     snapshot: Snapshot,
-    reset_nacks: bool,
+    reset: Option<&BTreeMap<ResourceType, String>>,
     revision: &str,
 ) {
-    if reset_nacks {
-        for (t, v) in snapshot.versions() {
-            xds.stats.reset_version(node_id, t, &v);
-        }
+    for (t, v) in reset.into_iter().flatten() {
+        xds.stats.reset_version(node_id, *t, v);
     }
     if xds.cache.set(node_id, snapshot) {
         tracing::info!(node_id, revision, "published snapshot");
@@ -485,7 +486,7 @@ pub fn warm_start(ctx: &Shared) -> usize {
                     &ctx.xds,
                     &ecr.spec.node_id,
                     *snapshot,
-                    false,
+                    None,
                     &ecr.name_any(),
                 );
                 loaded += 1;

@@ -432,7 +432,9 @@ async fn evaluate_loop(shared: Arc<Shared>, tx: mpsc::Sender<RevisionRef>, inter
     }
 }
 
-/// The published, untainted revisions whose served versions every pod rejected.
+/// The published, untainted revisions whose served versions every pod rejected: the
+/// verdict alone ([`crate::nacks::rejected`]); the reconcile it triggers derives the
+/// taint and its reason once, in [`crate::publisher::decide`].
 pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
     shared
         .revisions
@@ -445,9 +447,8 @@ pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
                 return None;
             }
             let versions = status.provides_versions.as_ref()?.to_versions();
-            crate::publisher::nack_verdict(
+            crate::nacks::rejected(
                 &r.spec.node_id,
-                &r.spec.version,
                 &versions,
                 &shared.xds.stats,
                 shared.nack_threshold,

@@ -263,10 +263,8 @@ pub fn apply(engine: &mut Engine, effects: Vec<Effect>, ctx: &crate::Context) {
                 snapshot,
                 reset_nacks,
             } => {
-                if reset_nacks {
-                    for (t, v) in snapshot.versions() {
-                        ctx.stats.reset_version(&node_id, t, &v);
-                    }
+                for (t, v) in reset_nacks.iter().flatten() {
+                    ctx.stats.reset_version(&node_id, *t, v);
                 }
                 if ctx.cache.set(&node_id, *snapshot) {
                     tracing::info!(envoyconfig = %envoyconfig, node_id = %node_id, version = %version, "published new snapshot");

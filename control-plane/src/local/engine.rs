@@ -3,6 +3,13 @@
 //! cache, the NACK statistics or the disk: every method returns the [`Effect`]s for the
 //! shell ([`super::backend`]) to carry out, and reads the NACK statistics through
 //! [`NackView`].
+//!
+//! "Did it change?" is answered once per fact: whether the folder's Secrets changed, by
+//! [`Engine::reconcile`] (once per reconcile); whether an EnvoyConfig has anything new
+//! (its spec, namespace or the Secrets its last resolution read), by
+//! [`Tracked::changed`]; whether the snapshot to serve is new, by
+//! [`Revisions::mark_published`] in [`sync`] — an unchanged one is not published at all.
+//! A file's documents are the folder's ([`super::folder`]: its digest).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -11,26 +18,29 @@ use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::folder::{Key, Manifests};
+use super::folder::{Key, Manifests, key_of};
 use super::state::{StateFile, StateFileRef};
+use crate::nacks::Taint;
 use crate::publisher::{self, NackView};
 use crate::revisions::{DEFAULT_NACK_THRESHOLD, Revisions};
 use crate::status::{EnvoyConfigReport, FileReport, StatusReport, conditions, envoy_config_report};
 use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfig, EnvoyConfigSpec};
 use marin3r_envoyconfig::manifest::ManifestSecrets;
-use marin3r_xds::Snapshot;
+use marin3r_xds::{ResourceType, Snapshot};
 
 /// What the engine asks its shell to do.
 #[derive(Debug)]
 pub enum Effect {
-    /// Serve `snapshot` to `node_id` (revision `version` of `envoyconfig`); with
-    /// `reset_nacks` first forget the NACK counts of every version it provides.
+    /// Serve `snapshot` to `node_id` (revision `version` of `envoyconfig`): only a new
+    /// snapshot, or a revision that becomes the served one. With `reset_nacks` (the
+    /// versions the snapshot provides, when the revision becomes the served one) first
+    /// forget the NACK counts of those versions.
     Publish {
         envoyconfig: String,
         version: String,
         node_id: String,
         snapshot: Box<Snapshot>,
-        reset_nacks: bool,
+        reset_nacks: Option<BTreeMap<ResourceType, String>>,
     },
     /// No EnvoyConfig configures `node_id` any more: drop its snapshot (connected Envoys
     /// keep their config) and its NACK counts.
@@ -84,7 +94,9 @@ struct Tracked {
     conditions: Vec<Condition>,
     /// The JSON last written to the state dir.
     saved: Option<String>,
-    /// The parsed EnvoyConfig `spec` and `namespace` come from.
+    /// The folder's latest parse of this EnvoyConfig (its `spec` and `namespace` are
+    /// `spec` and `namespace`): the same parse again is "unchanged" at the cost of a
+    /// pointer comparison.
     parsed: Option<Arc<EnvoyConfig>>,
     /// What the last [`sync`] read from the folder's Secrets: while the spec, its
     /// namespace and these are unchanged, a folder change elsewhere skips this
@@ -111,6 +123,33 @@ impl Tracked {
             reads: None,
         }
     }
+
+    /// Whether `ec` gives this EnvoyConfig anything to sync: the one place the engine
+    /// decides "did it change?" for an EnvoyConfig. Unchanged: the same parse, or the same
+    /// spec and namespace, and every Secret its last [`sync`] read the same. `secrets`:
+    /// the folder's Secrets when they may differ from those of its last sync; `None` when
+    /// they are known not to (reconcile's quick path compared them once for every
+    /// EnvoyConfig).
+    fn changed(&self, ec: &Arc<EnvoyConfig>, secrets: Option<&ManifestSecrets>) -> bool {
+        // The folder parses a file only when its documents change: the same parse is the
+        // same spec.
+        let same_config = self.parsed.as_ref().is_some_and(|p| Arc::ptr_eq(p, ec))
+            || (*self.spec == ec.spec && self.namespace == ec.metadata.namespace);
+        let same_reads = self.reads.as_ref().is_some_and(|reads| match secrets {
+            None => reads.complete(),
+            Some(secrets) => reads.unchanged_in(&secrets.for_namespace(self.namespace.as_deref())),
+        });
+        !(same_config && same_reads)
+    }
+}
+
+/// What [`Engine::follow`] knows of the folder's Secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Secrets {
+    /// The same as at every EnvoyConfig's last sync (reconcile's quick path).
+    AsLastSynced,
+    /// Maybe not: the Secrets an EnvoyConfig's last sync read are compared.
+    MayDiffer,
 }
 
 /// Errors of [`Engine::remove_revision`].
@@ -147,13 +186,6 @@ pub struct Engine {
     /// file, no error): then a change of specs only takes [`Engine::reconcile`]'s
     /// quick path.
     last_clean: bool,
-}
-
-fn key_of(ec: &EnvoyConfig) -> Key {
-    (
-        marin3r_wire::namespace_or_default(ec.metadata.namespace.as_deref()).to_string(),
-        ec.metadata.name.clone().unwrap_or_default(),
-    )
 }
 
 fn source(key: &Key) -> String {
@@ -201,12 +233,15 @@ impl Engine {
         now: SystemTime,
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
-        if let Some(changed) = self.only_specs_changed(manifests) {
+        // Whether the folder's Secrets changed: asked here, once per reconcile.
+        let secrets_changed = manifests.secrets != self.secrets;
+        if let Some(changed) = self.only_specs_changed(manifests, secrets_changed) {
             // The same EnvoyConfigs, node ids and Secrets as last time, in the same
             // order, and no problem then or now: who wins each node is unchanged, so only
-            // the changed specs are looked at, whatever the size of the folder.
-            for ec in changed {
-                self.follow(key_of(ec), ec, nacks, now, &mut effects);
+            // the changed specs are looked at, whatever the size of the folder; every
+            // EnvoyConfig's last sync read these very Secrets.
+            for (key, ec) in changed {
+                self.follow(key, ec, Secrets::AsLastSynced, nacks, now, &mut effects);
             }
             self.last.clone_from(&manifests.configs);
             self.persist(&mut effects);
@@ -215,7 +250,9 @@ impl Engine {
         for e in &manifests.errors {
             tracing::error!(error = %e, "invalid manifest; ignored");
         }
-        self.secrets = manifests.secrets.clone();
+        if secrets_changed {
+            self.secrets = manifests.secrets.clone();
+        }
         self.file_errors = manifests.file_errors.clone();
 
         // An invalid EnvoyConfig document keeps its last good state and its node id.
@@ -286,7 +323,7 @@ impl Engine {
         }
 
         for (key, ec) in winners {
-            self.follow(key, ec, nacks, now, &mut effects);
+            self.follow(key, ec, Secrets::MayDiffer, nacks, now, &mut effects);
         }
         // What keeps each EnvoyConfig from following its file, shown in the status.
         for (key, t) in &mut self.configs {
@@ -313,57 +350,63 @@ impl Engine {
         effects
     }
 
-    /// The EnvoyConfigs whose parse changed, when that is all that changed since the last
-    /// reconcile: the same EnvoyConfigs (key and node id) in the same order, each of the
-    /// changed ones the winner of its node, the same Secrets, and no problem then or now.
-    /// `None` otherwise (the full reconcile decides).
+    /// The EnvoyConfigs the folder parsed again (with their keys), when that is all that
+    /// changed since the last reconcile: the same EnvoyConfigs (key and node id) in the
+    /// same order, each of them tracked (the winner of its node), the same Secrets
+    /// (`secrets_changed` is false), and no problem then or now. `None` otherwise (the
+    /// full reconcile decides). Whether each one changed is [`Tracked::changed`]'s to say.
     fn only_specs_changed<'m>(
         &self,
         manifests: &'m Manifests,
-    ) -> Option<Vec<&'m Arc<EnvoyConfig>>> {
+        secrets_changed: bool,
+    ) -> Option<Vec<(Key, &'m Arc<EnvoyConfig>)>> {
         if !self.last_clean
+            || secrets_changed
             || !manifests.errors.is_empty()
             || !manifests.invalid_configs.is_empty()
             || !manifests.file_errors.is_empty()
             || manifests.configs.len() != self.last.len()
-            || manifests.secrets != self.secrets
         {
             return None;
         }
-        let mut changed = Vec::new();
+        let mut reparsed = Vec::new();
         for (old, new) in self.last.iter().zip(&manifests.configs) {
+            // Not parsed again: nothing to look at (after a clean reconcile every
+            // EnvoyConfig's `parsed` is its entry of `last`).
             if Arc::ptr_eq(old, new) {
                 continue;
             }
             let same_identity = old.metadata.namespace == new.metadata.namespace
                 && old.metadata.name == new.metadata.name
                 && old.spec.node_id == new.spec.node_id;
-            let tracked = self.configs.get(&key_of(new))?;
-            if !same_identity || !tracked.parsed.as_ref().is_some_and(|p| Arc::ptr_eq(p, old)) {
+            let key = key_of(new);
+            if !same_identity || !self.configs.contains_key(&key) {
                 return None;
             }
-            changed.push(new);
+            reparsed.push((key, new));
         }
-        Some(changed)
+        Some(reparsed)
     }
 
     /// Makes the EnvoyConfig `key` (the winner of its node id) follow `ec`: a new or
     /// changed spec becomes its desired revision and the cache is brought in line, unless
-    /// nothing it depends on changed ([`unchanged`]).
+    /// nothing it depends on changed ([`Tracked::changed`]).
     fn follow(
         &mut self,
         key: Key,
         ec: &Arc<EnvoyConfig>,
+        secrets: Secrets,
         nacks: &dyn NackView,
         now: SystemTime,
         effects: &mut Vec<Effect>,
     ) {
-        if self
-            .configs
-            .get(&key)
-            .is_some_and(|t| unchanged(t, ec, &self.secrets))
-        {
-            return;
+        if let Some(t) = self.configs.get_mut(&key) {
+            let may_differ = (secrets == Secrets::MayDiffer).then_some(&self.secrets);
+            if !t.changed(ec, may_differ) {
+                // Keep the latest parse: the next look at it is a pointer comparison.
+                t.parsed = Some(Arc::clone(ec));
+                return;
+            }
         }
         // One copy of the spec for the EnvoyConfig, its revision and the served one.
         let spec = Arc::new(ec.spec.clone());
@@ -388,34 +431,30 @@ impl Engine {
         t.revisions.apply(&spec, now);
         t.spec = spec;
         self.unsaved.insert(key.clone());
-        sync(
-            t,
-            &key,
-            &self.secrets,
-            self.options.nack_threshold,
+        let verdict = publisher::served_verdict(
+            &t.revisions,
+            t.served.as_deref(),
             nacks,
-            now,
-            effects,
+            self.options.nack_threshold,
         );
+        sync(t, &key, &self.secrets, verdict, now, effects);
     }
 
     /// Checks the NACK statistics of every served revision
-    /// ([`publisher::nack_verdict`]): a revision every subscribed Envoy rejected is
-    /// tainted and the next untainted one published.
+    /// ([`publisher::served_verdict`]): a revision every subscribed Envoy rejected is
+    /// tainted and the next untainted one published. The verdict is derived once and
+    /// handed to [`sync`].
     pub fn evaluate(&mut self, nacks: &dyn NackView, now: SystemTime) -> Vec<Effect> {
         let threshold = self.options.nack_threshold;
         let mut effects = Vec::new();
         for (key, t) in &mut self.configs {
-            let Some(published) = t.revisions.published() else {
+            let Some(taint) =
+                publisher::served_verdict(&t.revisions, t.served.as_deref(), nacks, threshold)
+            else {
                 continue;
             };
-            if t.served.as_deref() != Some(published.version.as_str())
-                || t.revisions.evaluate(nacks, threshold).is_none()
-            {
-                continue;
-            }
             self.unsaved.insert(key.clone());
-            sync(t, key, &self.secrets, threshold, nacks, now, &mut effects);
+            sync(t, key, &self.secrets, Some(taint), now, &mut effects);
         }
         if !effects.is_empty() {
             self.persist(&mut effects);
@@ -454,15 +493,13 @@ impl Engine {
         t.revisions.apply(&spec, now);
         self.unsaved.insert(key.clone());
         let mut effects = Vec::new();
-        sync(
-            t,
-            &key,
-            &self.secrets,
-            self.options.nack_threshold,
+        let verdict = publisher::served_verdict(
+            &t.revisions,
+            t.served.as_deref(),
             nacks,
-            now,
-            &mut effects,
+            self.options.nack_threshold,
         );
+        sync(t, &key, &self.secrets, verdict, now, &mut effects);
         let report = report_of(&key, t);
         self.persist(&mut effects);
         Ok((report, effects))
@@ -553,31 +590,17 @@ fn report_of(key: &Key, t: &Tracked) -> EnvoyConfigReport {
     }
 }
 
-/// Whether nothing `t`'s last [`sync`] depended on changed with `ec` and the folder's
-/// `secrets`: same spec, same namespace, every Secret it read unchanged. Such an
-/// EnvoyConfig is not synced again (its NACKs are [`Engine::evaluate`]'s).
-fn unchanged(t: &Tracked, ec: &Arc<EnvoyConfig>, secrets: &ManifestSecrets) -> bool {
-    // The folder parses a file only when it changes: the same parse is the same spec.
-    let same = match &t.parsed {
-        Some(parsed) => Arc::ptr_eq(parsed, ec),
-        None => false,
-    };
-    (same || (*t.spec == ec.spec && t.namespace == ec.metadata.namespace))
-        && t.reads
-            .as_ref()
-            .is_some_and(|reads| reads.unchanged_in(&secrets.for_namespace(t.namespace.as_deref())))
-}
-
 /// Brings the cache in line with one EnvoyConfig's revisions: applies what
-/// [`publisher::decide`] decides (taints, publish with NACK counts reset for a newly
-/// served revision, or keep the last good snapshot while waiting or with nothing
-/// untainted), logs state transitions and updates the conditions.
+/// [`publisher::decide_given`] decides with the NACK verdict on the served revision
+/// (`verdict`, [`publisher::served_verdict`]): taints, publish with NACK counts reset for
+/// a newly served revision, or keep the last good snapshot while waiting or with nothing
+/// untainted. Logs state transitions and updates the conditions. A snapshot that is
+/// neither new nor of a newly served revision is not published (the node already has it).
 fn sync(
     t: &mut Tracked,
     key: &Key,
     secrets: &ManifestSecrets,
-    threshold: u64,
-    nacks: &dyn NackView,
+    verdict: Option<Taint>,
     now: SystemTime,
     effects: &mut Vec<Effect>,
 ) {
@@ -585,13 +608,9 @@ fn sync(
     let node_id = t.revisions.node_id.clone();
     let namespaced = secrets.for_namespace(t.namespace.as_deref());
     let folder = publisher::Recording::new(&namespaced);
-    let decision = publisher::decide(
-        &t.revisions,
-        t.served.as_deref(),
-        |rev| publisher::resolution(&rev.spec, &folder),
-        nacks,
-        threshold,
-    );
+    let decision = publisher::decide_given(&t.revisions, t.served.as_deref(), verdict, |rev| {
+        publisher::resolution(&rev.spec, &folder)
+    });
     for taint in &decision.taints {
         tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %taint.version, reason = %taint.reason, "revision tainted");
         t.revisions.taint(&taint.version, taint.reason.clone());
@@ -611,6 +630,7 @@ fn sync(
             tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %version, "every revision is tainted; serving the snapshot served before the restart");
             publish = Some(publisher::Publish {
                 version,
+                versions: snapshot.versions(),
                 snapshot: *snapshot,
                 reset_nacks: false,
             });
@@ -619,29 +639,36 @@ fn sync(
     }
     t.restore = None;
     t.reads = Some(folder.into_reads());
-    if let Some(p) = publish {
-        let versions = p.snapshot.versions();
-        if p.reset_nacks {
-            t.revisions.mark_newly_published(&p.version, versions, now);
+    if let Some(publisher::Publish {
+        version,
+        snapshot,
+        versions,
+        reset_nacks,
+    }) = publish
+    {
+        // Whether the node gets anything new: a revision that becomes the served one, or
+        // a snapshot whose versions differ from what the revision provided.
+        let (news, reset_nacks) = if reset_nacks {
+            let news = t
+                .revisions
+                .mark_newly_published(&version, versions.clone(), now);
+            (news, Some(versions))
         } else {
-            t.revisions.mark_published(&p.version, versions, now);
-        }
-        if let Some(rev) = t
-            .revisions
-            .revisions
-            .iter()
-            .find(|r| r.version == p.version)
-        {
+            (t.revisions.mark_published(&version, versions, now), None)
+        };
+        if let Some(rev) = t.revisions.revisions.iter().find(|r| r.version == version) {
             t.served_spec = Some(rev.spec.clone());
         }
-        effects.push(Effect::Publish {
-            envoyconfig: envoyconfig.clone(),
-            version: p.version.clone(),
-            node_id: node_id.clone(),
-            snapshot: Box::new(p.snapshot),
-            reset_nacks: p.reset_nacks,
-        });
-        t.served = Some(p.version);
+        if news || reset_nacks.is_some() || t.served.as_deref() != Some(version.as_str()) {
+            effects.push(Effect::Publish {
+                envoyconfig: envoyconfig.clone(),
+                version: version.clone(),
+                node_id: node_id.clone(),
+                snapshot: Box::new(snapshot),
+                reset_nacks,
+            });
+        }
+        t.served = Some(version);
     }
     let state = t.revisions.cache_state();
     let desired = t.revisions.desired().map(|r| r.version.clone());
@@ -1150,7 +1177,9 @@ mod tests {
         for (i, (step, m, takes_quick_path)) in steps.iter().enumerate() {
             let now = t(i as u64 + 1);
             assert_eq!(
-                quick.only_specs_changed(m).is_some(),
+                quick
+                    .only_specs_changed(m, m.secrets != quick.secrets)
+                    .is_some(),
                 *takes_quick_path,
                 "{step}"
             );
@@ -1170,6 +1199,52 @@ mod tests {
                 .any(|c| c.name == "b" && c.revisions.len() > 1),
             "b went through revisions"
         );
+    }
+
+    /// Something an EnvoyConfig depends on changed but what it resolves to did not: it is
+    /// resolved again and nothing is published (the node already has that snapshot), and
+    /// its revision keeps its `lastPublishedAt`.
+    #[test]
+    fn a_resolution_to_the_same_snapshot_publishes_nothing() {
+        let ctx = ctx();
+        let mut e = Engine::new(Options::default());
+        let tls = Arc::new(envoy_config("kuard", "kuard", vec![tls_secret_resource()]));
+        let folder = |ec: &Arc<EnvoyConfig>, extra: &str| {
+            let mut secret = tls_secret("one");
+            secret
+                .2
+                .data
+                .insert("extra".to_string(), extra.as_bytes().to_vec());
+            Manifests {
+                configs: vec![ec.clone()],
+                secrets: ManifestSecrets(vec![secret]),
+                ..Manifests::default()
+            }
+        };
+        let first = e.reconcile(&folder(&tls, "a"), &ctx.stats, t(1));
+        assert_eq!(published_nodes(&first), ["kuard"]);
+        super::super::backend::apply(&mut e, first, &ctx);
+        let served = ctx.cache.get("kuard").unwrap().versions();
+
+        // The Secret changed in a key the config does not use.
+        let same = e.reconcile(&folder(&tls, "b"), &ctx.stats, t(2));
+        assert_eq!(published_nodes(&same), Vec::<&str>::new());
+        assert_eq!(
+            report(&e).revisions[0].last_published_at.as_deref(),
+            Some("1970-01-01T00:00:01Z")
+        );
+
+        // A revision that is not served is deleted: the served one is decided again, to
+        // the same snapshot.
+        let plain = Arc::new(envoy_config("kuard", "kuard", vec![cluster("a")]));
+        reconcile(&mut e, &folder(&plain, "b"), &ctx, t(3));
+        let old = report(&e).revisions[0].version.clone();
+        let (_, effects) = e
+            .remove_revision("default", "kuard", &old, &ctx.stats, t(4))
+            .unwrap();
+        assert_eq!(published_nodes(&effects), Vec::<&str>::new());
+        assert_ne!(ctx.cache.get("kuard").unwrap().versions(), served);
+        assert_eq!(report(&e).cache_state, Some(CacheState::InSync));
     }
 
     #[test]

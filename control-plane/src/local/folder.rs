@@ -16,6 +16,23 @@ use super::settle::{Event, Settling, Verdict, Watch};
 /// Identity of an EnvoyConfig: `(namespace, name)`.
 pub type Key = (String, String);
 
+/// The key of an EnvoyConfig named `name` in `namespace` (empty or missing: the default
+/// namespace): the one rule keys are derived with, from a document or a parse.
+fn key(namespace: Option<&str>, name: &str) -> Key {
+    (
+        marin3r_wire::namespace_or_default(namespace).to_string(),
+        name.to_string(),
+    )
+}
+
+/// The key of a parsed EnvoyConfig.
+pub fn key_of(ec: &EnvoyConfig) -> Key {
+    key(
+        ec.metadata.namespace.as_deref(),
+        ec.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
 /// Largest manifest file that is read, like the API server's ~1.5 MiB object limit (an
 /// EnvoyConfig larger than that could not exist in a cluster either). A larger file is
 /// reported and its last good content kept; it is never read into memory.
@@ -69,11 +86,14 @@ struct FileState {
 /// What one document defines.
 #[derive(Debug)]
 enum Parsed {
-    /// A `kind: EnvoyConfig` document: its key (when it has a name) and the EnvoyConfig
-    /// or why it is not a valid one.
-    Config {
+    /// A valid `kind: EnvoyConfig` document (its key is derived by who needs it,
+    /// [`key_of`]).
+    Config(Arc<EnvoyConfig>),
+    /// A `kind: EnvoyConfig` document that is not a valid EnvoyConfig: its key (when it
+    /// has a name) and why.
+    InvalidConfig {
         key: Option<Key>,
-        config: Result<Arc<EnvoyConfig>, String>,
+        error: String,
     },
     Secret(Result<(Option<String>, String, SecretData), String>),
     /// Any other kind: ignored.
@@ -82,19 +102,15 @@ enum Parsed {
 
 fn parse(doc: &Value) -> Parsed {
     match doc.get("kind").and_then(Value::as_str) {
-        Some("EnvoyConfig") => {
-            let key = doc["metadata"]["name"].as_str().map(|name| {
-                let namespace =
-                    marin3r_wire::namespace_or_default(doc["metadata"]["namespace"].as_str());
-                (namespace.to_string(), name.to_string())
-            });
-            Parsed::Config {
-                key,
-                config: parse_envoy_config(doc)
-                    .map(Arc::new)
-                    .map_err(|e| e.to_string()),
-            }
-        }
+        Some("EnvoyConfig") => match parse_envoy_config(doc) {
+            Ok(ec) => Parsed::Config(Arc::new(ec)),
+            Err(e) => Parsed::InvalidConfig {
+                key: doc["metadata"]["name"]
+                    .as_str()
+                    .map(|name| key(doc["metadata"]["namespace"].as_str(), name)),
+                error: e.to_string(),
+            },
+        },
         Some("Secret") => Parsed::Secret(parse_secret(doc)),
         _ => Parsed::Other,
     }
@@ -436,25 +452,26 @@ impl LocalSource {
             .flat_map(|(p, f)| f.parsed.iter().map(move |d| (p.as_path(), d)));
         for (path, doc) in parsed {
             match doc {
-                Parsed::Config { key, config } => {
-                    if let Some(key) = key
-                        && out.file_errors.contains_key(path)
-                    {
+                Parsed::Config(ec) => {
+                    if out.file_errors.contains_key(path) {
                         out.files
-                            .entry(key.clone())
+                            .entry(key_of(ec))
                             .or_insert_with(|| path.to_path_buf());
                     }
-                    match config {
-                        Ok(ec) => out.configs.push(ec.clone()),
-                        Err(e) => {
-                            out.errors
-                                .push(format!("{}: EnvoyConfig: {e}", path.display()));
-                            if let Some(key) = key {
-                                out.invalid_configs
-                                    .entry(key.clone())
-                                    .or_insert_with(|| format!("invalid EnvoyConfig: {e}"));
-                            }
+                    out.configs.push(ec.clone());
+                }
+                Parsed::InvalidConfig { key, error } => {
+                    out.errors
+                        .push(format!("{}: EnvoyConfig: {error}", path.display()));
+                    if let Some(key) = key {
+                        if out.file_errors.contains_key(path) {
+                            out.files
+                                .entry(key.clone())
+                                .or_insert_with(|| path.to_path_buf());
                         }
+                        out.invalid_configs
+                            .entry(key.clone())
+                            .or_insert_with(|| format!("invalid EnvoyConfig: {error}"));
                     }
                 }
                 Parsed::Secret(Ok(secret)) => out.secrets.0.push(secret.clone()),

@@ -17,10 +17,12 @@
 //!   revision whose resources resolve with the folder's Secrets
 //!   ([`crate::publisher::decide`]); a revision whose resources do not decode is tainted
 //!   on the way, one waiting for a missing Secret is kept and published once the Secret
-//!   is there. The cost follows the change, not the folder: a file is parsed only when
-//!   its fingerprint changes, and an EnvoyConfig whose spec, namespace and the Secrets
-//!   its last resolution read ([`crate::publisher::Reads`]) are unchanged is not
-//!   resolved again;
+//!   is there. The cost follows the change, not the folder: a file is read only when
+//!   its fingerprint changes and parsed only when its documents do, an EnvoyConfig whose
+//!   spec, namespace and the Secrets its last resolution read
+//!   ([`crate::publisher::Reads`]) are unchanged is not resolved again, and a snapshot
+//!   that resolves the same as the one served is not published again (each of these
+//!   asked in one place, see [`engine`]);
 //! - every [`EVALUATE_INTERVAL`] the NACK statistics are checked: when every subscribed
 //!   Envoy of the node rejected a version of the published revision `--nack-threshold`
 //!   times, that revision is tainted and the next untainted one is published (rollback);
