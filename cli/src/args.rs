@@ -379,11 +379,23 @@ pub struct DiscoveryServiceArgs {
     /// file each, replaced atomically) so taints and rollbacks survive restarts.
     #[arg(long, env = "MARIN3R_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// On SIGTERM, close the open ADS streams spread evenly over this window so the
-    /// Envoys reconnect to another replica a few at a time (0s: all at once). Keep it
-    /// well below the pod's termination grace period (30s by default).
+    /// On SIGTERM, after --drain-delay, close the open connections (GOAWAY; their ADS
+    /// streams end with UNAVAILABLE) spread evenly over this window so the Envoys
+    /// reconnect to another replica a few at a time (0s: all at once). Keep
+    /// --drain-delay + --drain-time + 12s below the pod's termination grace period (30s
+    /// by default).
     #[arg(long, env = "MARIN3R_DRAIN_TIME", default_value = "5s", value_parser = duration)]
     pub drain_time: std::time::Duration,
+    /// On SIGTERM, keep serving fully (new connections and streams) this long while
+    /// Kubernetes removes the pod's endpoint, then start the drain (--drain-time).
+    /// Skipped when no Envoy is connected.
+    #[arg(long, env = "MARIN3R_DRAIN_DELAY", default_value = "5s", value_parser = duration)]
+    pub drain_delay: std::time::Duration,
+    /// Close each connection (GOAWAY; its ADS streams end with UNAVAILABLE, the Envoy
+    /// reconnects, possibly to another replica) once it is this old, ± 10 % jitter per
+    /// connection, so the streams rebalance over the replicas after a rollout (0: never).
+    #[arg(long, env = "MARIN3R_MAX_CONNECTION_AGE", default_value = "30m", value_parser = duration)]
+    pub max_connection_age: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -462,19 +474,41 @@ mod tests {
     }
 
     #[test]
-    fn discovery_service_drain_time_defaults_to_the_library_default() {
+    fn discovery_service_drain_and_max_age_flags_default_to_the_library_defaults() {
         use clap::Parser as _;
-        let cli = Cli::try_parse_from(["marin3r", "discovery-service"]).unwrap();
-        let Command::DiscoveryService(a) = cli.command else {
-            panic!("not the discovery service");
+        use std::time::Duration;
+        let parse = |args: &[&str]| {
+            let args = [&["marin3r", "discovery-service"], args].concat();
+            Cli::try_parse_from(args).map(|cli| {
+                let Command::DiscoveryService(a) = cli.command else {
+                    panic!("not the discovery service");
+                };
+                (a.drain_delay, a.drain_time, a.max_connection_age)
+            })
         };
-        assert_eq!(a.drain_time, marin3r_xds::AdsConfig::default().drain_time);
-        let cli =
-            Cli::try_parse_from(["marin3r", "discovery-service", "--drain-time", "0s"]).unwrap();
-        let Command::DiscoveryService(a) = cli.command else {
-            panic!("not the discovery service");
-        };
-        assert_eq!(a.drain_time, std::time::Duration::ZERO);
+        let library = marin3r_xds::AdsConfig::default();
+        assert_eq!(
+            parse(&[]).unwrap(),
+            (
+                library.drain_delay,
+                library.drain_time,
+                library.max_connection_age
+            )
+        );
+        assert_eq!(library.max_connection_age, Duration::from_secs(30 * 60));
+        let set = [
+            "--drain-delay",
+            "1.5s",
+            "--drain-time",
+            "0s",
+            "--max-connection-age",
+            "0",
+        ];
+        assert_eq!(
+            parse(&set).unwrap(),
+            (Duration::from_millis(1500), Duration::ZERO, Duration::ZERO)
+        );
+        assert!(parse(&["--max-connection-age", "-1m"]).is_err());
     }
 
     #[test]

@@ -50,6 +50,8 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
         health_addr: a.health_probe_bind_address,
         ads: marin3r_xds::AdsConfig {
             drain_time: a.drain_time,
+            drain_delay: a.drain_delay,
+            max_connection_age: a.max_connection_age,
             ..marin3r_xds::AdsConfig::default()
         },
     };

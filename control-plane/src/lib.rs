@@ -50,8 +50,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("gRPC server failed")]
-    Grpc(#[source] tonic::transport::Error),
 }
 
 /// Discovery service settings (from the CLI flags, or built directly in tests).
@@ -68,7 +66,8 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     /// `/healthz` and `/readyz` (`--health-probe-bind-address`).
     pub health_addr: SocketAddr,
-    /// NACK backoff and control plane id.
+    /// NACK backoff, control plane id, the connections' max age and the shutdown
+    /// drain (`--max-connection-age`, `--drain-delay`, `--drain-time`).
     pub ads: AdsConfig,
 }
 
@@ -144,23 +143,29 @@ pub trait Backend: Send + 'static {
     fn run(self, ctx: Context, shutdown: Shutdown) -> impl Future<Output = ()> + Send;
 }
 
-/// How much longer than its ADS server may take (the drain, then the wait for
-/// connections to close: [`shutdown_grace`]) the discovery service may take to stop.
+/// How much longer than its ADS server may take (the drain delay, the drain, then the
+/// wait for connections to close: [`shutdown_grace`]) the discovery service may take to
+/// stop.
 pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(2);
 
-/// The discovery service's grace after its shutdown signal: the ADS streams drain over
-/// `drain_time`, then the server waits up to `shutdown_grace` for connections to close,
-/// plus [`SHUTDOWN_MARGIN`] for the backend to stop. With the defaults, 5 + 10 + 2 =
-/// 17 s, inside Kubernetes' default 30 s termination grace period.
+/// The discovery service's grace after its shutdown signal: the ADS server serves on
+/// for `drain_delay`, closes the connections over `drain_time`, then waits up to
+/// `shutdown_grace` for them to go, plus [`SHUTDOWN_MARGIN`] for the backend to stop.
+/// With the defaults, 5 + 5 + 10 + 2 = 22 s, inside Kubernetes' default 30 s termination
+/// grace period (saturating: a huge flag means no bound, not a panic).
 pub fn shutdown_grace(ads: &AdsConfig) -> Duration {
-    ads.drain_time + ads.shutdown_grace + SHUTDOWN_MARGIN
+    ads.drain_delay
+        .saturating_add(ads.drain_time)
+        .saturating_add(ads.shutdown_grace)
+        .saturating_add(SHUTDOWN_MARGIN)
 }
 
 /// Serves ADS over mTLS, metrics and probes fed by `backend`, until `shutdown` completes.
 ///
 /// Run by [`marin3r_process::Process::serve`]. Everything listens at once; `/readyz` and
 /// gRPC health (which both read [`Context::ready`]) say not ready until the backend has
-/// synced. On `shutdown` they say not ready at once, the ADS server drains its streams
+/// synced. On `shutdown` they say not ready at once, the ADS server serves on for
+/// `AdsConfig::drain_delay` (not when no Envoy is connected), closes its connections
 /// over `AdsConfig::drain_time` and stops, then the backend and the HTTP listeners stop;
 /// all of it within [`shutdown_grace`], even when the sources (the API server) do not
 /// answer. A shutdown while the backend still loads its initial state (Kubernetes mode
@@ -222,7 +227,7 @@ async fn discover<B: Backend>(
     let started = tokio::select! {
         started = backend.start(&ctx) => Some(started),
         () = stopping.wait() => None,
-        served = &mut grpc => return served.map_err(Error::Grpc),
+        () = &mut grpc => return Ok(()),
     };
     // Aborts the backend if this future is dropped (past the grace).
     let mut running = tokio::task::JoinSet::new();
@@ -240,9 +245,41 @@ async fn discover<B: Backend>(
         }
         None => {}
     }
-    let served = grpc.await;
-    // The backend keeps the cache current while the streams drain.
+    grpc.await;
+    // The backend keeps the cache current while the connections drain.
     let _ = stop_backend.send(());
     while running.join_next().await.is_some() {}
-    served.map_err(Error::Grpc)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grace_covers_the_drain_delay_the_drain_and_the_wait_for_connections() {
+        let s = Duration::from_secs;
+        let ads = AdsConfig::default();
+        assert_eq!(
+            (ads.drain_delay, ads.drain_time, ads.shutdown_grace),
+            (s(5), s(5), s(10))
+        );
+        assert_eq!(
+            shutdown_grace(&ads),
+            s(22),
+            "inside Kubernetes' default 30 s"
+        );
+        let custom = AdsConfig {
+            drain_delay: s(1),
+            drain_time: s(3),
+            shutdown_grace: s(4),
+            ..AdsConfig::default()
+        };
+        assert_eq!(shutdown_grace(&custom), s(8) + SHUTDOWN_MARGIN);
+        let huge = AdsConfig {
+            drain_delay: Duration::MAX,
+            ..AdsConfig::default()
+        };
+        assert_eq!(shutdown_grace(&huge), Duration::MAX, "saturates");
+    }
 }

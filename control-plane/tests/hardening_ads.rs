@@ -13,7 +13,8 @@
 //! - shutdown ends the open streams (UNAVAILABLE), frees the port, and a new server on
 //!   the same port serves the reconnecting client;
 //! - not ready (`/readyz`, gRPC health) until the backend's first sync is published;
-//!   on shutdown not ready at once and the streams closed spread over the drain window;
+//!   on shutdown not ready at once, serving on for the drain delay, then the connections
+//!   closed (streams ended with UNAVAILABLE, GOAWAY) spread over the drain window;
 //! - node ids, clusters, pod names and metadata over their limits are refused with
 //!   INVALID_ARGUMENT and leave nothing in `/metrics`; per-node series go with the
 //!   node's last stream.
@@ -588,7 +589,8 @@ async fn garbage_clients_are_cut_off_while_a_good_stream_keeps_updating() {
         "the good stream stalled: {received} versions"
     );
     assert!(!reader.is_finished(), "the good stream ended");
-    server.stop(Duration::from_secs(5)).await.unwrap();
+    // The good stream is still open: the stop serves on for the drain delay (5 s) first.
+    server.stop(Duration::from_secs(15)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -629,7 +631,8 @@ async fn a_client_silent_after_its_tls_handshake_is_cut_off_after_the_preface_ti
     );
     assert!(half_closed.is_some(), "a half preface was not cut off");
     assert!(!reader.is_finished(), "the good stream ended");
-    server.stop(Duration::from_secs(5)).await.unwrap();
+    // The good stream is still open: the stop serves on for the drain delay (5 s) first.
+    server.stop(Duration::from_secs(15)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -695,9 +698,10 @@ async fn a_client_that_never_reads_is_closed_and_stops_counting_as_a_pod() {
         "memory grew by {} MiB",
         (rss_after - rss_before) >> 20
     );
-    // The stuck connection still holds unsent data: the stop returns after the grace.
+    // The stuck connection still holds unsent data: the stop returns after the drain
+    // delay (5 s; the reader is connected), its turn in the drain and the grace.
     let t = Instant::now();
-    server.stop(Duration::from_secs(5)).await.unwrap();
+    server.stop(Duration::from_secs(15)).await.unwrap();
     eprintln!(
         "stopped in {:?} with the stuck client connected",
         t.elapsed()
@@ -825,9 +829,10 @@ async fn shutdown_ends_open_streams_and_a_new_server_on_the_port_is_reached() {
     let first = stream.message().await.unwrap().unwrap();
     tx.send(answer(&first, "", false)).await.unwrap();
 
-    // The stream is open; the graceful stop must not wait for it forever.
+    // The stream is open; the graceful stop must not wait for it forever (it serves on
+    // for the drain delay, 5 s, then closes the connection).
     let t = Instant::now();
-    server.stop(Duration::from_secs(5)).await.unwrap();
+    server.stop(Duration::from_secs(15)).await.unwrap();
     eprintln!("stopped with an open stream in {:?}", t.elapsed());
     let end = tokio::time::timeout(Duration::from_secs(5), stream.message())
         .await
@@ -847,7 +852,8 @@ async fn shutdown_ends_open_streams_and_a_new_server_on_the_port_is_reached() {
     let resp = stream.message().await.unwrap().unwrap();
     assert_eq!(resp.version_info, snapshot(2, 64).version(LISTENER));
     drop(stream);
-    server.stop(Duration::from_secs(5)).await.unwrap();
+    // The request side is still open (`_tx`): the drain delay (5 s) applies.
+    server.stop(Duration::from_secs(15)).await.unwrap();
 }
 
 // ------------------------------------------------ readiness, drain, bounded nodes
@@ -967,9 +973,12 @@ async fn not_ready_and_not_serving_until_the_first_folder_scan_is_published() {
 async fn shutdown_reports_not_ready_at_once_and_closes_streams_spread_over_the_drain() {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki();
-    // Two streams over 6 s: the first closes at once, the second 3 s later.
+    // Three connections (health, drain-a, drain-b, in accept order) closed over 6 s once
+    // the 1 s drain delay is over: the health one at once, drain-a 2 s later, drain-b
+    // 4 s later.
     let ads = AdsConfig {
         drain_time: Duration::from_secs(6),
+        drain_delay: Duration::from_secs(1),
         ..AdsConfig::default()
     };
     let server = start(dir.path(), &pki, ads).await;
@@ -995,7 +1004,7 @@ async fn shutdown_reports_not_ready_at_once_and_closes_streams_spread_over_the_d
         let _ = stop_result_tx.send(server.stop(Duration::from_secs(60)).await);
     });
 
-    // One stream ends at once, cleanly, with the shutdown status.
+    // One stream (drain-a's) ends first, cleanly, with the shutdown status.
     let ends = futures::future::select_all(streams.iter_mut().map(|(_, s)| Box::pin(s.message())));
     let (first_end, index, _) = tokio::time::timeout(LONG, ends).await.unwrap();
     let status = first_end.unwrap_err();
@@ -1006,7 +1015,7 @@ async fn shutdown_reports_not_ready_at_once_and_closes_streams_spread_over_the_d
 
     // Meanwhile: not ready, while the other stream is still served (a new version
     // reaches it). gRPC health went NOT_SERVING too, but cannot be asked any more: the
-    // listener is closed and the open connections got a GOAWAY.
+    // listener is closed and the health connection got its GOAWAY.
     let readyz = marin3r_testkit::http::get(health, "/readyz").await.unwrap();
     assert_eq!((readyz.status, readyz.body.as_str()), (503, "not ready"));
     assert!(health_of(ch.clone(), "").await.is_err());

@@ -6,9 +6,10 @@
 //!   so its stream is held, and Envoy keeps serving what it had;
 //! - a Secret that disappears for a second, or is written after its EnvoyConfig, is a
 //!   wait, never a taint: certificate rotation goes on, and new Envoys get the secret;
-//! - SIGTERM to the `marin3r discovery-service` process: not ready at once, the ADS
-//!   streams are closed over `--drain-time`, the process exits by itself, and the
-//!   Envoys keep serving throughout.
+//! - SIGTERM to the `marin3r discovery-service` process: not ready at once, serving on
+//!   for `--drain-delay`, then the Envoys' connections are closed (GOAWAY, streams ended
+//!   with UNAVAILABLE) over `--drain-time`, the process exits by itself, and the Envoys
+//!   keep serving throughout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
@@ -225,9 +226,11 @@ async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
         })
         .collect();
     let files: Vec<(&str, String)> = files.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
-    let (xds, mut process, log) = Xds::start_process(&files, &["--drain-time", "3s"])
-        .await
-        .must();
+    let drain_delay = Duration::from_secs(1);
+    let (xds, mut process, log) =
+        Xds::start_process(&files, &["--drain-time", "3s", "--drain-delay", "1s"])
+            .await
+            .must();
     let report = |what: &str| {
         format!(
             "{what}\n---- marin3r log ----\n{}",
@@ -303,6 +306,13 @@ async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
         "{}",
         report(&format!("exit status {status}"))
     );
+    assert!(
+        exited_after >= drain_delay,
+        "{}",
+        report(&format!(
+            "exited {exited_after:?} after SIGTERM, before the drain delay with Envoys connected"
+        ))
+    );
     for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
         envoy.check_running().unwrap();
         assert_eq!(body_at(*port).await.unwrap(), format!("{node} served\n"));
@@ -310,7 +320,7 @@ async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let closed = text.matches("stream closed").count();
     eprintln!(
-        "exited {exited_after:?} after SIGTERM (drain 3 s, 3 streams); {probes} listener probes OK meanwhile; {closed} 'stream closed' lines"
+        "exited {exited_after:?} after SIGTERM (drain delay 1 s, drain 3 s, 3 connections); {probes} listener probes OK meanwhile; {closed} 'stream closed' lines"
     );
     for line in text
         .lines()

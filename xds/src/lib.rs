@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod acknack;
+mod connection;
 pub mod delta;
 pub mod drain;
 pub mod events;

@@ -1,19 +1,32 @@
 //! The transport of the xDS server: [`serve_ads`] serves [`AdsService`] (through the
 //! hand-written routes of [`crate::grpc`]) and `grpc.health.v1` over mTLS from a
-//! reloading rustls config, with bounded handshakes and HTTP/2 prefaces.
+//! reloading rustls config, with bounded handshakes and HTTP/2 prefaces, one HTTP/2
+//! server per connection, so that it can close connections one by one: on shutdown,
+//! spread over the drain window, and at their jittered max age ([`crate::drain`]).
 
 use std::future::Future;
+use std::hash::BuildHasher as _;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tonic::codegen::http;
+use tonic::service::Routes;
+use tower::ServiceExt as _;
 
+#[cfg(doc)]
+use crate::AdsConfig;
+use crate::connection::Registry;
+use crate::drain::{self, CloseReason, DrainPlan};
 pub use crate::grpc::AdsServer;
 pub use crate::service::AdsService;
-use crate::service::shutting_down;
 
 /// TLS handshakes that take longer are dropped (slow or stuck clients).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -107,20 +120,27 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefaced<S> {
     }
 }
 
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Prefaced<S> {
-    type ConnectInfo = S::ConnectInfo;
+/// HTTP/2 keepalive: a PING after this long without frames from the client...
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// ...and the connection is closed when its ACK does not come within this long.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
-/// Serves ADS and gRPC health on `listener` over mTLS until `shutdown` completes.
+/// Serves ADS and gRPC health on `listener` over mTLS until `shutdown` completes and
+/// the connections are drained.
 ///
 /// Handshakes run concurrently (one slow client does not hold up the others) and are
 /// bounded by [`HANDSHAKE_TIMEOUT`], then the HTTP/2 preface by
 /// [`AdsConfig::preface_timeout`]; the rustls config re-reads its certificate and CA
 /// files when they change, so rotation needs no restart and open streams are untouched.
+/// Each connection is served by its own HTTP/2 server (keepalive PINGs every 30 s, 10 s
+/// to answer), so the server can close it by itself ([`crate::drain`]): a GOAWAY (the
+/// client opens no new stream on it and reconnects), and its ADS streams end with
+/// `UNAVAILABLE` ([`CloseReason::message`]; Envoy keeps its config).
+///
+/// A connection is closed once it is [`AdsConfig::max_connection_age`] old ± 10 %
+/// ([`drain::jittered_age`], the jitter drawn per connection when it is accepted). A
+/// connection still open [`AdsConfig::shutdown_grace`] after its close (a client that
+/// does not let its streams end) is dropped.
 ///
 /// gRPC health (`""` and the ADS service) says `SERVING` while `ready` is `true`,
 /// `NOT_SERVING` otherwise (ADS streams are served either way: a node without a
@@ -128,105 +148,279 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 /// (`marin3r_process::Readiness`: synced and not stopping); the caller turns it off
 /// when the shutdown begins.
 ///
-/// On `shutdown` the listener is closed, no new stream is
-/// accepted (`UNAVAILABLE`), and the open streams are closed spread over
-/// [`AdsConfig::drain_time`] ([`crate::drain`]), each with `UNAVAILABLE`
-/// "[`SHUTTING_DOWN`](crate::drain::SHUTTING_DOWN)" (Envoy keeps its config and
-/// reconnects, to another replica). The server returns once the connections are
-/// closed, or [`AdsConfig::shutdown_grace`] after the last stream closed (at the end of
-/// the drain window at the latest).
+/// On `shutdown` the server keeps serving fully (new connections, new streams) for
+/// [`AdsConfig::drain_delay`] — not at all when no ADS stream is open (no Envoy is
+/// connected), and no longer once the last one closed — then closes the listener and
+/// the open connections, spread over
+/// [`AdsConfig::drain_time`] in accept order ([`DrainPlan`]; a handshake that completes
+/// after that is closed at once). It returns once every connection is closed, or
+/// [`AdsConfig::shutdown_grace`] after the last one was told to close (connections
+/// still open then are dropped).
 pub async fn serve_ads(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    mut service: AdsService,
+    service: AdsService,
     ready: watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
-    let (stop_tx, stop_rx) = watch::channel(false);
-    service.stopping = stop_rx.clone();
-    let drain = service.drain.clone();
-    let shutdown = async move {
-        shutdown.await;
-        drain.begin(tokio::time::Instant::now());
-        let _ = stop_tx.send(true);
-    };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let preface_timeout = service.config.preface_timeout;
-    let (conn_tx, conn_rx) = mpsc::channel::<Result<_, std::io::Error>>(64);
-    let mut stopping = stop_rx.clone();
-    let accept_loop = tokio::spawn(async move {
-        loop {
-            // Stop accepting (and free the port) as soon as the shutdown begins.
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = shutting_down(&mut stopping) => break,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let acceptor = acceptor.clone();
-            let tx = conn_tx.clone();
-            tokio::spawn(async move {
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::info!(%peer, error = %e, "TLS handshake refused");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::info!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-                match tokio::time::timeout(preface_timeout, Prefaced::read(tls)).await {
-                    Ok(Ok(conn)) => {
-                        let _ = tx.send(Ok(conn)).await;
-                    }
-                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "not an HTTP/2 client"),
-                    Err(_) => tracing::info!(%peer, ?preface_timeout, "no HTTP/2 preface in time"),
-                }
-            });
-        }
-    });
-
+) {
+    let config = service.config.clone();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, false).await;
     let health_task = tokio::spawn(follow_readiness(health, ready));
+    let (plan_tx, plan) = watch::channel(None);
+    let mut server = Connections {
+        acceptor: tokio_rustls::TlsAcceptor::from(tls),
+        preface_timeout: config.preface_timeout,
+        max_age: config.max_connection_age,
+        close_grace: config.shutdown_grace,
+        routes: Routes::new(health_service)
+            .add_service(AdsServer::new(service))
+            .prepare(),
+        registry: Arc::default(),
+        plan,
+        seeds: std::collections::hash_map::RandomState::new(),
+        next_id: 0,
+        tasks: JoinSet::new(),
+    };
 
-    let grace = service.config.shutdown_grace;
-    let window = service.config.drain_time;
-    let drain = service.drain.clone();
-    let mut stopped = service.stopping.clone();
-    let serve = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(health_service)
-        .add_service(AdsServer::new(service))
-        .serve_with_incoming_shutdown(ReceiverStream::new(conn_rx), shutdown);
-    // Envoys close their connections once their streams ended; a client that does not
-    // (one that stopped reading keeps unsent data in its stream) must not hold the
-    // shutdown forever.
-    let result = tokio::select! {
-        result = serve => result,
-        () = async {
-            shutting_down(&mut stopped).await;
-            // Every stream is closed by the end of the window (earlier if they all are).
-            let _ = tokio::time::timeout(window, drain.all_closed()).await;
-            tokio::time::sleep(grace).await;
-        } => {
-            tracing::warn!(?grace, "connections still open after the drain and the shutdown grace period; leaving them");
-            Ok(())
+    server.accept_until(&listener, shutdown).await;
+    let (open, ads) = server.registry.counts();
+    let delay = drain::drain_delay(ads, config.drain_delay);
+    tracing::info!(
+        connections = open,
+        ads_connections = ads,
+        ?delay,
+        drain_time = ?config.drain_time,
+        "shutting down: serving on for the drain delay, then closing the connections over the drain time"
+    );
+    // Nothing to redirect once the last ADS connection is gone (its Envoy left).
+    let registry = server.registry.clone();
+    let delayed = async move {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = registry.no_ads_connection() => {}
         }
     };
-    accept_loop.abort();
+    server.accept_until(&listener, delayed).await;
+    // Stop accepting (and free the port); the handshakes under way go on.
+    drop(listener);
+
+    let plan = DrainPlan::new(
+        Instant::now(),
+        config.drain_time,
+        server.registry.open_ids(),
+    );
+    let deadline = drain::after(plan.last_close(), config.shutdown_grace);
+    tracing::info!(
+        connections = plan.connections(),
+        drain_time = ?config.drain_time,
+        "closing the connections"
+    );
+    plan_tx.send_replace(Some(Arc::new(plan)));
+    // Envoys close their connections once their streams ended; a client that does not
+    // (one that stopped reading keeps unsent data in its stream, a health watch) must
+    // not hold the shutdown forever.
+    loop {
+        tokio::select! {
+            joined = server.tasks.join_next() => match joined {
+                Some(joined) => log_panic(joined),
+                None => break,
+            },
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(
+                    connections = server.tasks.len(),
+                    grace = ?config.shutdown_grace,
+                    "connections still open after the drain and the shutdown grace period; leaving them"
+                );
+                break;
+            }
+        }
+    }
+    server.tasks.abort_all();
     health_task.abort();
-    result
+}
+
+/// The accept loop's state: what each connection needs, and the connection tasks.
+struct Connections {
+    acceptor: tokio_rustls::TlsAcceptor,
+    preface_timeout: Duration,
+    max_age: Duration,
+    close_grace: Duration,
+    routes: Routes,
+    registry: Arc<Registry>,
+    /// The drain plan, once the drain began.
+    plan: watch::Receiver<Option<Arc<DrainPlan>>>,
+    /// Per-connection seeds of the max-age jitter: `hash(id)` with this server's random
+    /// keys.
+    seeds: std::collections::hash_map::RandomState,
+    next_id: u64,
+    /// One task per accepted connection (handshake, then HTTP/2), aborted when dropped.
+    tasks: JoinSet<()>,
+}
+
+impl Connections {
+    /// Accepts connections until `until` completes.
+    async fn accept_until(&mut self, listener: &TcpListener, until: impl Future<Output = ()>) {
+        let mut until = std::pin::pin!(until);
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                Some(joined) = self.tasks.join_next() => {
+                    log_panic(joined);
+                    continue;
+                }
+                () = &mut until => return,
+            };
+            match accepted {
+                Ok((tcp, peer)) => self.spawn(tcp, peer),
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Serves one accepted connection in a task of its own.
+    fn spawn(&mut self, tcp: TcpStream, peer: SocketAddr) {
+        let id = self.next_id;
+        self.next_id += 1;
+        // Decided at accept time, from a seed of its own.
+        let close_by_age = drain::jittered_age(self.max_age, self.seeds.hash_one(id))
+            .map(|age| drain::after(Instant::now(), age));
+        let conn = Connection {
+            id,
+            peer,
+            acceptor: self.acceptor.clone(),
+            preface_timeout: self.preface_timeout,
+            close_grace: self.close_grace,
+            routes: self.routes.clone(),
+            registry: self.registry.clone(),
+            plan: self.plan.clone(),
+            close_by_age,
+        };
+        self.tasks.spawn(conn.serve(tcp));
+    }
+}
+
+/// Logs a connection task that panicked (an aborted one is not worth a line).
+fn log_panic(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a connection task panicked");
+    }
+}
+
+/// One accepted connection.
+struct Connection {
+    /// Ascending in accept order: the connection's rank in a drain.
+    id: u64,
+    peer: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    preface_timeout: Duration,
+    /// Once closing, how long the client may take to let its streams end
+    /// (`AdsConfig::shutdown_grace`); then the connection is dropped.
+    close_grace: Duration,
+    routes: Routes,
+    registry: Arc<Registry>,
+    plan: watch::Receiver<Option<Arc<DrainPlan>>>,
+    /// When it reaches its max age (`None`: never).
+    close_by_age: Option<Instant>,
+}
+
+impl Connection {
+    /// TLS handshake, HTTP/2 preface, then HTTP/2 until the client leaves or the server
+    /// closes the connection (max age, drain) and its streams end.
+    async fn serve(mut self, tcp: TcpStream) {
+        let peer = self.peer;
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::info!(%peer, error = %e, "TLS handshake refused");
+                return;
+            }
+            Err(_) => {
+                tracing::info!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        let preface_timeout = self.preface_timeout;
+        let io = match tokio::time::timeout(preface_timeout, Prefaced::read(tls)).await {
+            Ok(Ok(io)) => io,
+            Ok(Err(e)) => {
+                tracing::info!(%peer, error = %e, "not an HTTP/2 client");
+                return;
+            }
+            Err(_) => {
+                tracing::info!(%peer, ?preface_timeout, "no HTTP/2 preface in time");
+                return;
+            }
+        };
+
+        let registered = self.registry.register(self.id);
+        let handle = registered.handle().clone();
+        let routes = self.routes.clone();
+        let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+            // The ADS streams of this connection follow its close.
+            request.extensions_mut().insert(handle.clone());
+            routes.clone().oneshot(request)
+        });
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            // As tonic's server: no limit (an Envoy has one ADS stream per connection).
+            .max_concurrent_streams(None);
+        let conn = http2.serve_connection(TokioIo::new(io), service);
+        let mut conn = std::pin::pin!(conn);
+
+        let reason = tokio::select! {
+            served = conn.as_mut() => {
+                log_connection_end(peer, served);
+                return;
+            }
+            () = sleep_until_opt(self.close_by_age) => CloseReason::MaxAge,
+            () = drain_turn(&mut self.plan, self.id) => CloseReason::Shutdown,
+        };
+        tracing::debug!(%peer, reason = reason.as_str(), "closing the connection");
+        // GOAWAY first (queued before any stream's last frames), then the streams end.
+        conn.as_mut().graceful_shutdown();
+        registered.handle().close(reason);
+        // A client that holds a stream open (unsent data it does not take, a health
+        // watch) must not keep the connection forever.
+        match tokio::time::timeout(self.close_grace, conn).await {
+            Ok(served) => log_connection_end(peer, served),
+            Err(_) => {
+                tracing::info!(%peer, grace = ?self.close_grace, reason = reason.as_str(), "connection still open after its close and the grace period; dropped")
+            }
+        }
+    }
+}
+
+fn log_connection_end(peer: SocketAddr, served: Result<(), hyper::Error>) {
+    if let Err(e) = served {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Completes when the connection `id`'s turn in the drain comes (never before the drain
+/// begins).
+async fn drain_turn(plan: &mut watch::Receiver<Option<Arc<DrainPlan>>>, id: u64) {
+    let at = match plan.wait_for(Option::is_some).await {
+        Ok(plan) => plan.as_ref().map(|p| p.close_at(id)),
+        // The server is gone: its tasks are being aborted.
+        Err(_) => None,
+    };
+    sleep_until_opt(at).await;
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Sets gRPC health of `""` and the ADS service.

@@ -2,7 +2,8 @@
 //! `AggregatedDiscoveryService` (SotW and Delta) whose stream tasks only `select!` between
 //! "request arrived", "snapshot changed" and "a NACK backoff expired"; every protocol
 //! decision is in [`crate::sotw`] and [`crate::delta`]. [`crate::grpc`] routes requests to
-//! it and [`crate::server`] serves it over mTLS.
+//! it and [`crate::server`] serves it over mTLS; a stream also ends, with `UNAVAILABLE`,
+//! when the server closes its connection ([`crate::drain`]: shutdown, max age).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,7 +19,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::drain::{Drain, SHUTTING_DOWN};
+use crate::connection::{AdsStream, ConnectionHandle, closed};
+use crate::drain::CloseReason;
 use crate::events::Api;
 use crate::metrics::StreamCounters;
 use crate::node::{NodeInfo, check_node, log_prefix};
@@ -121,12 +123,6 @@ pub struct AdsService {
     cache: SnapshotCache,
     stats: SharedStats,
     pub(crate) config: AdsConfig,
-    /// Becomes `true` when the server shuts down: every stream then ends within the
-    /// drain window ([`crate::drain`]), so the graceful stop does not wait forever for
-    /// streams that never end by themselves.
-    pub(crate) stopping: watch::Receiver<bool>,
-    /// When each stream closes once `stopping` is set.
-    pub(crate) drain: Arc<Drain>,
 }
 
 /// How many bytes of a client-chosen value a log line carries.
@@ -138,34 +134,34 @@ impl AdsService {
             cache,
             stats,
             config,
-            stopping: watch::channel(false).1,
-            drain: Arc::default(),
         }
     }
 
-    /// New streams are refused once the server is shutting down.
-    fn refuse_when_stopping(&self) -> Result<(), Status> {
-        if *self.stopping.borrow() {
-            return Err(Status::unavailable(SHUTTING_DOWN));
+    /// The connection a request came on (`None` outside [`crate::server`], e.g. a test
+    /// calling the service directly); a new stream is refused on a connection the server
+    /// is closing.
+    fn connection_of<T>(request: &Request<T>) -> Result<Option<ConnectionHandle>, Status> {
+        let conn = request.extensions().get::<ConnectionHandle>().cloned();
+        match conn.as_ref().and_then(ConnectionHandle::closing) {
+            Some(reason) => Err(Status::unavailable(reason.message())),
+            None => Ok(conn),
         }
-        Ok(())
     }
 
     fn spawn_stream<P: Protocol>(
         &self,
         mut proto: P,
         mut inbound: Streaming<P::Req>,
+        conn: Option<ConnectionHandle>,
     ) -> BoxStream<P::Resp> {
         let (tx, rx) = mpsc::channel::<Item<P::Resp>>(STREAM_BUFFER);
         let cache = self.cache.clone();
         let stats = self.stats.clone();
         let send_timeout = self.config.stream_send_timeout;
-        let mut stopping = self.stopping.clone();
-        let drain = self.drain.clone();
-        let drain_time = self.config.drain_time;
+        // The stream ends when the server closes its connection; it counts as an open ADS
+        // stream of it from here (while the connection serves this request) to its end.
+        let mut open = conn.as_ref().map(ConnectionHandle::ads_stream);
         tokio::spawn(async move {
-            let _open = drain.opened();
-            let mut close_at: Option<tokio::time::Instant> = None;
             let mut node: Option<NodeInfo> = None;
             let mut counters = StreamCounters::default();
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
@@ -178,8 +174,8 @@ impl AdsService {
             'stream: loop {
                 let timer = proto.next_timer();
                 let outcome = tokio::select! {
-                    () = closing(&mut stopping, &drain, drain_time, &mut close_at) => {
-                        let _ = tx.try_send(Box::new(Err(Status::unavailable(SHUTTING_DOWN))));
+                    reason = closing(&mut open) => {
+                        let _ = tx.try_send(Box::new(Err(Status::unavailable(reason.message()))));
                         break;
                     }
                     msg = inbound.message() => match msg {
@@ -248,8 +244,8 @@ impl AdsService {
                     };
                     let sent = tokio::select! {
                         sent = tx.send_timeout(item, send_timeout) => sent,
-                        () = closing(&mut stopping, &drain, drain_time, &mut close_at) => {
-                            let _ = tx.try_send(Box::new(Err(Status::unavailable(SHUTTING_DOWN))));
+                        reason = closing(&mut open) => {
+                            let _ = tx.try_send(Box::new(Err(Status::unavailable(reason.message()))));
                             break 'stream;
                         }
                     };
@@ -275,35 +271,13 @@ impl AdsService {
     }
 }
 
-/// Completes once `stopping` is `true`; never if its sender is gone before that.
-pub(crate) async fn shutting_down(stopping: &mut watch::Receiver<bool>) {
-    if stopping.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
+/// Completes with the reason once the server closes the stream's connection; never
+/// for a stream without one.
+async fn closing(open: &mut Option<AdsStream>) -> CloseReason {
+    match open.as_mut() {
+        Some(open) => closed(&mut open.close).await,
+        None => std::future::pending().await,
     }
-}
-
-/// Completes when this stream's turn to close comes: once the server is stopping, the
-/// stream takes its close instant from the drain plan (kept in `close_at`, so a
-/// cancelled wait resumes where it was) and sleeps until it.
-async fn closing(
-    stopping: &mut watch::Receiver<bool>,
-    drain: &Drain,
-    window: std::time::Duration,
-    close_at: &mut Option<tokio::time::Instant>,
-) {
-    let at = match *close_at {
-        Some(at) => at,
-        None => {
-            shutting_down(stopping).await;
-            // The plan is set before `stopping`; `now` only if it somehow is not.
-            let at = drain
-                .close_at(window)
-                .unwrap_or_else(tokio::time::Instant::now);
-            *close_at = Some(at);
-            at
-        }
-    };
-    tokio::time::sleep_until(at).await;
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
@@ -324,8 +298,12 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        self.refuse_when_stopping()?;
-        let stream = self.spawn_stream(SotwStream::new(self.config.clone()), request.into_inner());
+        let conn = Self::connection_of(&request)?;
+        let stream = self.spawn_stream(
+            SotwStream::new(self.config.clone()),
+            request.into_inner(),
+            conn,
+        );
         Ok(Response::new(stream))
     }
 
@@ -333,8 +311,12 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        self.refuse_when_stopping()?;
-        let stream = self.spawn_stream(DeltaStream::new(self.config.clone()), request.into_inner());
+        let conn = Self::connection_of(&request)?;
+        let stream = self.spawn_stream(
+            DeltaStream::new(self.config.clone()),
+            request.into_inner(),
+            conn,
+        );
         Ok(Response::new(stream))
     }
 }

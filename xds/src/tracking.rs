@@ -32,19 +32,34 @@ pub struct AdsConfig {
     /// 30 s): a client that stops reading must not pin the stream task, its buffered
     /// responses and its pod's subscription (which self-healing counts) forever.
     pub stream_send_timeout: Duration,
-    /// After the drain (which ends every stream), how long the server waits for clients
-    /// to close their connections before it returns anyway (default 10 s).
+    /// On shutdown, once the last connection was told to close (a GOAWAY, its ADS
+    /// streams ended), how long the server waits for clients to close their connections
+    /// before it returns anyway (default 10 s).
     pub shutdown_grace: Duration,
     /// After its TLS handshake, a client must send the 24-byte HTTP/2 connection preface
     /// within this long (default 10 s), or its connection is closed: the HTTP/2 server
     /// itself waits for it forever, so a client that connects and stays silent would
     /// hold a connection (and its buffers) until it goes away.
     pub preface_timeout: Duration,
-    /// On shutdown, open streams are closed spread evenly over this window
-    /// ([`crate::drain::close_offset`]; default 5 s, `--drain-time`), so the Envoys
-    /// reconnect to another replica a few at a time instead of in one burst; 0 closes
-    /// them all at once.
+    /// On shutdown, after [`drain_delay`](Self::drain_delay), the open connections are
+    /// closed (a GOAWAY, and their ADS streams end with `UNAVAILABLE`) spread evenly over
+    /// this window ([`crate::drain::close_offset`]; default 5 s, `--drain-time`), so the
+    /// Envoys reconnect to another replica a few at a time instead of in one burst; 0
+    /// closes them all at once.
     pub drain_time: Duration,
+    /// On shutdown, how long the server keeps serving fully (accepting connections and
+    /// streams) before the drain window begins (default 5 s, `--drain-delay`): the time
+    /// Kubernetes takes to remove the terminating pod's endpoint, so the Envoys the drain
+    /// sends away reconnect to another replica. Skipped when no ADS stream is open, and
+    /// over when the last one closes (nothing to redirect: a replica without Envoys exits
+    /// at once; [`crate::drain::drain_delay`]).
+    pub drain_delay: Duration,
+    /// Each connection is closed like on shutdown (a GOAWAY, and its ADS streams end
+    /// with `UNAVAILABLE`) once it is this old, ± 10 % jitter drawn per
+    /// connection ([`crate::drain::jittered_age`]; default 30 min, Istio's,
+    /// `--max-connection-age`), so the streams rebalance over the replicas after a
+    /// rollout; zero disables it.
+    pub max_connection_age: Duration,
 }
 
 impl Default for AdsConfig {
@@ -57,6 +72,8 @@ impl Default for AdsConfig {
             shutdown_grace: Duration::from_secs(10),
             preface_timeout: Duration::from_secs(10),
             drain_time: Duration::from_secs(5),
+            drain_delay: Duration::from_secs(5),
+            max_connection_age: Duration::from_secs(30 * 60),
         }
     }
 }
