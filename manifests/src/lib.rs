@@ -1,6 +1,7 @@
 //! Kubernetes manifests of MARIN3R. The CustomResourceDefinitions are generated from the
-//! Rust types: EnvoyConfig and EnvoyConfigRevision from `marin3r-envoyconfig` ([`crds`],
-//! into `manifests/crds/`), and the operator's DiscoveryService,
+//! Rust types: EnvoyConfig, EnvoyConfigRevision and DiscoveryServiceReplica from
+//! `marin3r-envoyconfig` ([`crds`], into `manifests/crds/`, which both
+//! `manifests/default` and `manifests/operator` install), and the operator's DiscoveryService,
 //! DiscoveryServiceCertificate and EnvoyDeployment from `marin3r-operator-api`
 //! ([`operator_crds`], into `manifests/operator/crds/`). Each folder holds one file per
 //! CRD plus a `kustomization.yaml`, kept in sync by this crate's tests.
@@ -17,6 +18,7 @@ pub mod kustomize;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
+use marin3r_envoyconfig::discoveryservicereplica::DiscoveryServiceReplica;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
@@ -39,9 +41,15 @@ pub const GENERATED_HEADER: &str = "# Generated from the Rust types by `marin3r 
 pub const OPERATOR_GENERATED_HEADER: &str = "# Generated from the Rust types by `marin3r crds --operator`; do not edit.\n\
 # Regenerate: UPDATE_CRDS=1 cargo test -p marin3r-manifests\n";
 
-/// The CustomResourceDefinitions of MARIN3R: EnvoyConfig and EnvoyConfigRevision.
+/// The CustomResourceDefinitions of MARIN3R: EnvoyConfig, EnvoyConfigRevision and
+/// DiscoveryServiceReplica (the reports of a discovery service's replicas,
+/// `docs/ha.md`).
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![EnvoyConfig::crd(), EnvoyConfigRevision::crd()]
+    vec![
+        EnvoyConfig::crd(),
+        EnvoyConfigRevision::crd(),
+        DiscoveryServiceReplica::crd(),
+    ]
 }
 
 /// The CustomResourceDefinitions of the operator (`operator.marin3r.3scale.net`):

@@ -9,7 +9,11 @@
 //!   configurations reach the webhook through a Service, a named port and the
 //!   container's `--webhook-port`, with a cert-manager CA matching the Service name;
 //! - the Deployments are hardened, their probes, ports and volumes agree with their
-//!   flags; the discovery-service Role grants exactly `marin3r_kube::rbac::DISCOVERY_SERVICE`;
+//!   flags; the discovery-service Role grants exactly `marin3r_kube::rbac::DISCOVERY_SERVICE`
+//!   and `DISCOVERY_SERVICE_HA` (the Lease by `resourceNames`);
+//! - the discovery service runs as docs/ha.md §6 says (replicas, rollout, spread,
+//!   downward API, probe, grace, PriorityClass, PodDisruptionBudget, memory), checked by
+//!   one function over `manifests/discovery-service` and over what the operator renders;
 //! - the example Deployments get the expected sidecar from `inject_workload`, and their
 //!   EnvoyConfigs match their annotations.
 //!
@@ -28,8 +32,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use marin3r_kube::rbac::{NamedAccess, named_grants};
 use marin3r_manifests::kustomize::{self, containers, describe};
 use marin3r_sidecar::annotations::DEFAULT_DISCOVERY_SERVICE;
 use marin3r_wire::images::{ENVOY as DEFAULT_ENVOY_IMAGE, MARIN3R as DEFAULT_MARIN3R_IMAGE};
@@ -397,6 +403,7 @@ fn check_object(obj: &Value) -> Result<(), String> {
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             checked::<CustomResourceDefinition>(obj)
         }
+        ("scheduling.k8s.io/v1", "PriorityClass") => checked::<PriorityClass>(obj),
         ("cert-manager.io/v1", _) => check_cert_manager(obj),
         ("marin3r.3scale.net/v1alpha1", "EnvoyConfig") => {
             strict::<marin3r_envoyconfig::envoyconfig::EnvoyConfig>(obj)?;
@@ -488,9 +495,15 @@ fn default_installs_the_crds_and_the_webhook_in_marin3r_system() {
         .collect();
     assert_eq!(crds, generated);
     find(objs, "Namespace", SYSTEM_NAMESPACE);
+    find(
+        objs,
+        "PriorityClass",
+        object_names::DISCOVERY_SERVICE_PRIORITY_CLASS,
+    );
     let cluster_scoped = [
         "Namespace",
         "CustomResourceDefinition",
+        "PriorityClass",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ];
@@ -927,16 +940,32 @@ fn the_webhook_deployment_is_highly_available_hardened_and_probed() {
 // ---------------------------------------------------------------------------------------
 // The discovery service
 
-/// (API group, resource, verb) of every rule.
-fn role_access(role: &Value) -> BTreeSet<(String, String, String)> {
+/// (API group, resource, verb, object name) of every rule: one per `resourceNames`
+/// entry, or `None` for a rule on every object.
+fn role_access(role: &Value) -> BTreeSet<NamedAccess> {
     let mut out = BTreeSet::new();
     for rule in role["rules"].as_array().unwrap() {
-        assert!(rule["resourceNames"].is_null() && rule["nonResourceURLs"].is_null());
+        assert!(rule["nonResourceURLs"].is_null());
+        let names: Vec<Option<String>> = match rule["resourceNames"].as_array() {
+            None => vec![None],
+            Some(names) => {
+                assert!(
+                    !names.is_empty(),
+                    "empty resourceNames: every object: {rule}"
+                );
+                names
+                    .iter()
+                    .map(|n| Some(n.as_str().unwrap().to_string()))
+                    .collect()
+            }
+        };
         for g in strs(&rule["apiGroups"]) {
             for r in strs(&rule["resources"]) {
                 for v in strs(&rule["verbs"]) {
                     assert!(![g, r, v].contains(&"*"), "no wildcards: {rule}");
-                    out.insert((g.to_string(), r.to_string(), v.to_string()));
+                    for n in &names {
+                        out.insert((g.to_string(), r.to_string(), v.to_string(), n.clone()));
+                    }
                 }
             }
         }
@@ -944,16 +973,32 @@ fn role_access(role: &Value) -> BTreeSet<(String, String, String)> {
     out
 }
 
+/// (API group, resource, verb) of every rule of a role without `resourceNames` (a
+/// ClusterRole that must hold grants whatever their names).
+fn cluster_role_access(role: &Value) -> BTreeSet<(String, String, String)> {
+    role_access(role)
+        .into_iter()
+        .map(|(g, r, v, name)| {
+            assert!(name.is_none(), "{}: resourceNames", describe(role));
+            (g, r, v)
+        })
+        .collect()
+}
+
 #[test]
 fn the_discovery_service_role_grants_exactly_what_the_controllers_use() {
     let objs = objects("discovery-service");
     let granted = role_access(find(objs, "Role", "marin3r-discoveryservice"));
-    let needed = marin3r_kube::grants(marin3r_kube::rbac::DISCOVERY_SERVICE);
+    // Several replicas (the base runs 3): the Lease rule names its leader Lease.
+    let needed = named_grants(
+        marin3r_kube::rbac::discovery_service(true),
+        DEFAULT_DISCOVERY_SERVICE,
+    );
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "Role vs marin3r_kube::rbac::DISCOVERY_SERVICE\nmissing: {missing:?}\nextra: {extra:?}"
+        "Role vs marin3r_kube::rbac::DISCOVERY_SERVICE{{,_HA}}\nmissing: {missing:?}\nextra: {extra:?}"
     );
     for kind in ["ClusterRole", "ClusterRoleBinding"] {
         assert_eq!(of_kind(objs, kind).count(), 0, "namespace-scoped only");
@@ -1065,6 +1110,221 @@ fn the_discovery_service_certificates_form_one_ca_per_namespace() {
     assert_eq!(client["spec"]["secretName"], "envoy-sidecar-client-cert");
     assert_eq!(client["spec"]["issuerRef"]["name"], ca_issuer);
     assert!(strs(&client["spec"]["usages"]).contains(&"client auth"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Several replicas (docs/ha.md §6): the manifests and what the operator renders
+
+/// RSS of one idle ADS stream (BENCHMARKS.md "xDS scaling": 39.9 KiB from 1,000 to
+/// 10,000 streams).
+const KIB_PER_STREAM: u64 = 40;
+/// The Envoys a namespace's discovery service is sized for (docs/install.md "Sizing").
+const SIZED_FOR_ENVOYS: u64 = 10_000;
+/// The process before any stream, with room for the namespace's EnvoyConfigs
+/// (BENCHMARKS.md: 35 MiB idle, 64 MiB with 100 EnvoyConfigs).
+const BASE_MIB: u64 = 64;
+/// How uneven the Service may spread the streams over the replicas left.
+const UNEVEN: u64 = 2;
+
+/// The discovery service `name` among `objs`, with `replicas` replicas, as docs/ha.md
+/// §6 wants it: one function for `manifests/discovery-service` and for what the
+/// operator renders for a DiscoveryService. Returns its Deployment.
+fn check_replicas<'a>(objs: &'a [Value], name: &str, replicas: i64) -> &'a Value {
+    let resource = object_names::discovery_service(name);
+    let d = find(objs, "Deployment", &resource);
+    strict::<Deployment>(d).unwrap();
+    let what = describe(d);
+    assert_eq!(d["spec"]["replicas"], replicas, "{what}");
+    let labels = pod_labels(d);
+    let pod = &d["spec"]["template"]["spec"];
+    let c = container(d, "discovery-service");
+    let a = args(c);
+
+    // Whatever the replica count: who the replica is (downward API), a fast readiness
+    // probe, a grace that covers the drain, the spread, the priority.
+    for (var, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_UID", "metadata.uid"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        assert_eq!(
+            env(c, var).map(|e| &e["valueFrom"]["fieldRef"]["fieldPath"]),
+            Some(&json!(field)),
+            "{what}: {var} from the downward API"
+        );
+    }
+    assert_eq!(c["readinessProbe"]["periodSeconds"], 2, "{what}");
+    for drain in ["--drain-delay", "--drain-time", "--shutdown-grace"] {
+        assert!(
+            flag(&a, drain).is_none(),
+            "{what}: {drain}: the grace below assumes the defaults"
+        );
+    }
+    let process = marin3r_control_plane::shutdown_grace(&marin3r_xds::AdsConfig::default());
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+    assert_eq!(grace, 30, "{what}");
+    assert!(
+        grace >= process.as_secs() + 5,
+        "{what}: a termination grace of {grace} s must cover the discovery service's own {process:?} with a margin"
+    );
+    let spread = pod["topologySpreadConstraints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no topologySpreadConstraints"));
+    let over = |key: &str| {
+        spread
+            .iter()
+            .find(|t| t["topologyKey"] == key)
+            .unwrap_or_else(|| panic!("{what}: not spread over {key}"))
+    };
+    for (key, when) in [
+        ("kubernetes.io/hostname", "DoNotSchedule"),
+        ("topology.kubernetes.io/zone", "ScheduleAnyway"),
+    ] {
+        let t = over(key);
+        assert_eq!(
+            (&t["maxSkew"], &t["whenUnsatisfiable"]),
+            (&json!(1), &json!(when)),
+            "{what}: {key}"
+        );
+        assert!(
+            selects(&t["labelSelector"], &labels),
+            "{what}: {key} selects the pods"
+        );
+    }
+    assert_eq!(
+        over("kubernetes.io/hostname")["nodeTaintsPolicy"],
+        "Honor",
+        "{what}: tainted nodes (a control plane) must not count as empty domains"
+    );
+    assert_eq!(
+        pod["priorityClassName"],
+        object_names::DISCOVERY_SERVICE_PRIORITY_CLASS,
+        "{what}"
+    );
+
+    // What depends on the replica count: rollout, Lease, budget, Role.
+    let ha = replicas > 1;
+    let budget =
+        of_kind(objs, "PodDisruptionBudget").find(|p| p["metadata"]["name"] == resource.as_str());
+    let role = role_access(find(objs, "Role", &resource));
+    let lease = object_names::discovery_service_lease(name);
+    assert_eq!(
+        role,
+        named_grants(marin3r_kube::rbac::discovery_service(ha), name),
+        "{what}: the Role"
+    );
+    if ha {
+        assert_eq!(d["spec"]["minReadySeconds"], 10, "{what}");
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+            "{what}"
+        );
+        assert!(a.contains(&"--leader-elect"), "{what}: {a:?}");
+        assert_eq!(flag(&a, "--discovery-service-name"), Some(name), "{what}");
+        assert!(
+            role.contains(&(
+                "coordination.k8s.io".to_string(),
+                "leases".to_string(),
+                "patch".to_string(),
+                Some(lease)
+            )),
+            "{what}: the Lease rule is restricted to marin3r-{name}-leader"
+        );
+        let budget = budget.unwrap_or_else(|| panic!("{what}: no PodDisruptionBudget {resource}"));
+        let spec = strict::<PodDisruptionBudget>(budget).unwrap().spec.unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)), "{what}");
+        assert!(spec.min_available.is_none(), "{what}");
+        assert_eq!(
+            spec.unhealthy_pod_eviction_policy.as_deref(),
+            Some("AlwaysAllow"),
+            "{what}"
+        );
+        let selector = serde_json::to_value(spec.selector.unwrap()).unwrap();
+        assert!(
+            selects(&selector, &labels),
+            "{what}: the budget selects the pods"
+        );
+    } else {
+        assert_eq!(d["spec"]["strategy"], json!({"type": "Recreate"}), "{what}");
+        assert!(d["spec"]["minReadySeconds"].is_null(), "{what}");
+        assert!(
+            !a.contains(&"--leader-elect"),
+            "{what}: one replica, no Lease"
+        );
+        assert!(flag(&a, "--discovery-service-name").is_none(), "{what}");
+        assert!(
+            budget.is_none(),
+            "{what}: no PodDisruptionBudget for one replica"
+        );
+    }
+    d
+}
+
+/// Mebibytes of a Kubernetes memory quantity (`512Mi`, `1Gi`).
+fn mebibytes(quantity: &str) -> u64 {
+    let (n, unit) = quantity.split_at(
+        quantity
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(quantity.len()),
+    );
+    let n: u64 = n.parse().unwrap();
+    match unit {
+        "Mi" => n,
+        "Gi" => n * 1024,
+        other => panic!("memory in Mi or Gi, not {other:?}"),
+    }
+}
+
+#[test]
+fn the_discovery_service_base_runs_three_replicas_as_ha_md_6_says() {
+    let objs = objects("discovery-service");
+    let d = check_replicas(objs, DEFAULT_DISCOVERY_SERVICE, 3);
+    // Its PriorityClass comes with the CRDs (manifests/default).
+    find(
+        objects("default"),
+        "PriorityClass",
+        object_names::DISCOVERY_SERVICE_PRIORITY_CLASS,
+    );
+    // Memory for N − 1 replicas taking every stream, unevenly.
+    let replicas = d["spec"]["replicas"].as_u64().unwrap();
+    let limit = container(d, "discovery-service")["resources"]["limits"]["memory"]
+        .as_str()
+        .map(mebibytes)
+        .unwrap();
+    let per_replica = SIZED_FOR_ENVOYS.div_ceil(replicas - 1) * UNEVEN;
+    let needed = BASE_MIB + (per_replica * KIB_PER_STREAM).div_ceil(1024);
+    assert!(
+        limit >= needed,
+        "memory limit {limit} MiB: {SIZED_FOR_ENVOYS} Envoys on {} replicas ({per_replica} streams each with an uneven spread) need {needed} MiB",
+        replicas - 1
+    );
+}
+
+/// What the operator renders for the DiscoveryService `name` in `apps` with `spec`.
+fn operator_render(name: &str, spec: Value) -> Vec<Value> {
+    let doc = json!({
+        "apiVersion": "operator.marin3r.3scale.net/v1alpha1", "kind": "DiscoveryService",
+        "metadata": {"name": name, "namespace": "apps"}, "spec": spec,
+    });
+    let rendered = marin3r_operator::render::render(&[doc], &marin3r_operator::Images::default());
+    assert!(rendered.problems.is_empty(), "{:?}", rendered.problems);
+    rendered.objects
+}
+
+#[test]
+fn the_operator_renders_ha_md_6_for_a_discoveryservice() {
+    // Default: 3, like the base.
+    check_replicas(&operator_render("instance", json!({})), "instance", 3);
+    check_replicas(&operator_render("edge", json!({"replicas": 5})), "edge", 5);
+    // One replica: the single process it always was.
+    check_replicas(&operator_render("solo", json!({"replicas": 1})), "solo", 1);
+    // The PriorityClass it defaults to comes with the operator.
+    find(
+        objects("operator"),
+        "PriorityClass",
+        object_names::DISCOVERY_SERVICE_PRIORITY_CLASS,
+    );
 }
 
 #[test]
@@ -1362,6 +1622,33 @@ patches:
     ));
 }
 
+/// The first YAML block after `heading` in `docs/install.md`, its path to
+/// `manifests/` replaced by `MANIFESTS`.
+fn install_md_overlay(heading: &str) -> String {
+    let doc =
+        std::fs::read_to_string(kustomize::manifests_dir().join("../docs/install.md")).unwrap();
+    let section = doc
+        .split_once(heading)
+        .unwrap_or_else(|| panic!("docs/install.md has no {heading}"))
+        .1;
+    let block = section.split("```yaml\n").nth(1).unwrap();
+    block
+        .split("```")
+        .next()
+        .unwrap()
+        .replace("../marin3r-rs/manifests", "MANIFESTS")
+}
+
+#[test]
+fn the_single_replica_overlay_of_install_md_is_the_single_process() {
+    let objs = render_overlay(&install_md_overlay("### Replicas"));
+    for obj in &objs {
+        assert_eq!(obj["metadata"]["namespace"], "my-app", "{}", describe(obj));
+        check_object(obj).unwrap();
+    }
+    check_replicas(&objs, DEFAULT_DISCOVERY_SERVICE, 1);
+}
+
 #[test]
 fn a_mirrored_image_overlay_keeps_the_injected_image_in_step() {
     let objs = render_overlay(
@@ -1406,7 +1693,7 @@ patches:
 #[test]
 fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
     let objs = objects("operator");
-    let granted = role_access(find(objs, "ClusterRole", "marin3r-operator"));
+    let granted = cluster_role_access(find(objs, "ClusterRole", "marin3r-operator"));
     let needed = marin3r_operator::rbac::cluster_role_access();
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
@@ -1414,7 +1701,7 @@ fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
         missing.is_empty() && extra.is_empty(),
         "ClusterRole vs operator::rbac\nmissing: {missing:?}\nextra: {extra:?}"
     );
-    let lease = role_access(find(objs, "Role", "marin3r-operator-leader-election"));
+    let lease = cluster_role_access(find(objs, "Role", "marin3r-operator-leader-election"));
     let lease_needed = marin3r_kube::grants(marin3r_operator::rbac::LEASE_RBAC);
     assert_eq!(lease, lease_needed);
 
@@ -1460,6 +1747,8 @@ fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
         "discoveryservicecertificates.operator.marin3r.3scale.net",
         "envoydeployments.operator.marin3r.3scale.net",
         "envoyconfigs.marin3r.3scale.net",
+        "envoyconfigrevisions.marin3r.3scale.net",
+        "discoveryservicereplicas.marin3r.3scale.net",
     ] {
         assert!(crds.contains(crd), "{crd}");
     }

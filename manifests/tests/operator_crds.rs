@@ -199,6 +199,8 @@ const EXPECTED: [Expect; 3] = [
     Expect {
         kind: "DiscoveryService",
         diffs: &[
+            // docs/ha.md §6 [R]: several replicas (default 3, at least 1).
+            "spec.replicas: not upstream",
             // operator-design.md §8 Q11 [R]: conditions and observedGeneration.
             "status.conditions: not upstream",
             "status.observedGeneration: not upstream",
@@ -393,6 +395,11 @@ fn cel_rules_and_ranges_are_the_contracts() {
     let ds = ours("DiscoveryService");
     let spec = &ds["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
     assert_eq!(spec["default"], json!({}));
+    assert_eq!(
+        spec["properties"]["replicas"]["minimum"].as_f64(),
+        Some(1.0),
+        "spec.replicas: at least 1"
+    );
     assert_eq!(
         spec["properties"]["serviceConfig"]["properties"]["type"]["enum"],
         json!(["ClusterIP", "LoadBalancer", "Headless"])

@@ -20,7 +20,7 @@ use kube::{CustomResourceExt, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{Errors, Rule};
+use crate::validate::{Errors, FieldError, Rule};
 use crate::{Error, parse_go_duration};
 
 pub use generated::DiscoveryServiceSpec;
@@ -49,6 +49,11 @@ pub const SERVER_CERTIFICATE_PREFIX: &str = "marin3r-server-cert";
 pub const SERVER_COMMON_NAME_PREFIX: &str = "marin3r-server";
 /// The values `serviceConfig.type` accepts.
 pub const SERVICE_TYPES: [&str; 3] = ["ClusterIP", "LoadBalancer", "Headless"];
+/// Default `replicas`: several replicas behind the Service, one leader writing
+/// (`docs/ha.md`).
+pub const DEFAULT_REPLICAS: i32 = 3;
+/// Default `podPriorityClass` (shipped by `manifests/operator`); `""` sets none.
+pub use marin3r_wire::object_names::DISCOVERY_SERVICE_PRIORITY_CLASS as DEFAULT_POD_PRIORITY_CLASS;
 
 mod generated {
     use super::*;
@@ -101,9 +106,17 @@ mod generated {
         /// DEPRECATED, ignored: the Service is always `marin3r-<name>`, type ClusterIP.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub service_config: Option<ServiceConfig>,
-        /// PriorityClass of the discovery service pod.
+        /// PriorityClass of the discovery service pods (default
+        /// `marin3r-discovery-service`, installed with the operator; `""`: none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub pod_priority_class: Option<String>,
+        /// Replicas of the discovery service (default 3, at least 1). With more than
+        /// one, every replica serves xDS and the one holding the Lease
+        /// `marin3r-<name>-leader` writes to the API server; 1 runs a single replica
+        /// without a Lease.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        pub replicas: Option<i32>,
     }
 }
 
@@ -383,12 +396,27 @@ impl DiscoveryService {
             .map_or(Ok(DEFAULT_PROBE_PORT), |p| crate::port("spec.probePort", p))
     }
 
-    /// `spec.podPriorityClass`, if set.
+    /// `spec.podPriorityClass`, default [`DEFAULT_POD_PRIORITY_CLASS`]; `""`: none.
     pub fn pod_priority_class(&self) -> Option<&str> {
-        self.spec
+        let class = self
+            .spec
             .pod_priority_class
             .as_deref()
-            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_POD_PRIORITY_CLASS);
+        (!class.is_empty()).then_some(class)
+    }
+
+    /// `spec.replicas`, default [`DEFAULT_REPLICAS`]; at least 1.
+    pub fn replicas(&self) -> Result<i32, Error> {
+        match self.spec.replicas {
+            None => Ok(DEFAULT_REPLICAS),
+            Some(n) if n >= 1 => Ok(n),
+            Some(n) => Err(Error::Invalid(vec![FieldError {
+                path: "spec.replicas".into(),
+                rule: Rule::Range,
+                message: format!("{n} is less than 1"),
+            }])),
+        }
     }
 
     /// Fields the user set that this implementation ignores (upstream compatibility),
@@ -442,6 +470,7 @@ impl DiscoveryServiceSpec {
         errors.port("spec.xdsServerPort", self.xds_server_port);
         errors.port("spec.metricsPort", self.metrics_port);
         errors.port("spec.probePort", self.probe_port);
+        errors.at_least("spec.replicas", self.replicas.map(i64::from), 1);
         if let Some(t) = self
             .service_config
             .as_ref()
@@ -512,7 +541,8 @@ mod tests {
         assert_eq!(ds.xds_host("default"), "marin3r-instance.default.svc");
         assert_eq!(ds.image("quay.io/x/marin3r:v1"), "quay.io/x/marin3r:v1");
         assert!(!ds.debug());
-        assert_eq!(ds.pod_priority_class(), None);
+        assert_eq!(ds.pod_priority_class(), Some("marin3r-discovery-service"));
+        assert_eq!(ds.replicas(), Ok(3));
         assert!(ds.ignored_fields().is_empty());
         assert_eq!(ds.spec.validate(), Ok(()));
     }
@@ -531,7 +561,8 @@ mod tests {
             "metricsPort": 1001,
             "probePort": 1002,
             "serviceConfig": {"name": "other", "type": "LoadBalancer"},
-            "podPriorityClass": "highest"
+            "podPriorityClass": "highest",
+            "replicas": 1
         }));
         assert_eq!(ds.image("default"), "image");
         assert!(ds.debug());
@@ -549,6 +580,14 @@ mod tests {
         assert_eq!(ds.probe_port(), Ok(1002));
         assert_eq!(ds.service_name(), "marin3r-instance");
         assert_eq!(ds.pod_priority_class(), Some("highest"));
+        assert_eq!(ds.replicas(), Ok(1));
+        let mut none = ds.clone();
+        none.spec.pod_priority_class = Some(String::new());
+        assert_eq!(
+            none.pod_priority_class(),
+            None,
+            "\"\" sets no priority class"
+        );
         assert_eq!(
             ds.ignored_fields(),
             [
@@ -587,7 +626,8 @@ mod tests {
             "xdsServerPort": 0,
             "metricsPort": 70000,
             "probePort": -1,
-            "serviceConfig": {"type": "NodePort"}
+            "serviceConfig": {"type": "NodePort"},
+            "replicas": 0
         }));
         let Err(Error::Invalid(errors)) = ds.spec.validate() else {
             panic!("expected errors");
@@ -604,6 +644,7 @@ mod tests {
                 ("spec.xdsServerPort", Rule::Range),
                 ("spec.metricsPort", Rule::Range),
                 ("spec.probePort", Rule::Range),
+                ("spec.replicas", Rule::Range),
                 ("spec.serviceConfig.type", Rule::Enum),
             ]
         );
@@ -619,6 +660,10 @@ mod tests {
         assert_eq!(
             ds.metrics_port().unwrap_err().to_string(),
             "spec.metricsPort: port 70000 is outside 1-65535"
+        );
+        assert_eq!(
+            ds.replicas().unwrap_err().to_string(),
+            "spec.replicas: 0 is less than 1"
         );
         assert_eq!(
             ds.root_certificate_authority().unwrap_err().to_string(),

@@ -1,8 +1,22 @@
 //! What the DiscoveryService controller applies for a DiscoveryService `<ds>` in a
 //! namespace (operator-design.md §3.3, with the [R] decisions of §6 and §8): its PKI as
 //! three DiscoveryServiceCertificates, the ServiceAccount, Role and RoleBinding
-//! `marin3r-<ds>`, the Service `marin3r-<ds>` and the discovery-service Deployment
-//! `marin3r-<ds>`.
+//! `marin3r-<ds>`, the Service `marin3r-<ds>`, the discovery-service Deployment
+//! `marin3r-<ds>` and, with several replicas, its PodDisruptionBudget `marin3r-<ds>`.
+//!
+//! Replicas (`spec.replicas`, default 3; `docs/ha.md` §6, the same settings as
+//! `manifests/discovery-service`): with more than one, the discovery service runs with
+//! `--leader-elect --discovery-service-name=<ds>` (every replica serves, the holder of
+//! the Lease `marin3r-<ds>-leader` writes), rolls with `maxSurge: 1, maxUnavailable: 0`
+//! and `minReadySeconds: 10`, its Role adds the Lease and replica-report rules
+//! ([`marin3r_kube::rbac::DISCOVERY_SERVICE_HA`]) and a PodDisruptionBudget
+//! (`maxUnavailable: 1`, unhealthy pods always evictable) keeps evictions one at a time.
+//! With 1 it is the single replica it always was: `Recreate`, no Lease, no PDB. Either
+//! way the pods spread over nodes (required) and zones (preferred), get `POD_NAME`,
+//! `POD_UID` and `POD_NAMESPACE` from the downward API, a readiness probe every 2 s, a
+//! 30 s termination grace (drain delay 5 s + drain time 5 s + the wait for connections
+//! 10 s + 2 s, `marin3r_control_plane::shutdown_grace`) and the PriorityClass
+//! `marin3r-discovery-service` unless `spec.podPriorityClass` says otherwise.
 //!
 //! Differences from upstream, on purpose:
 //! - the server certificate's SANs are the Service's DNS names (Q8), and every
@@ -14,19 +28,24 @@
 //! - the Deployment runs our `discovery-service` with the flags it has, mounts only the
 //!   CA's trust bundle (`ca.crt`), never the CA key, and carries no certificate-hash
 //!   label: the discovery service re-reads renewed certificates, so a renewal or a CA
-//!   rotation restarts nothing (Q5). It keeps `Recreate` (one replica writes the statuses);
+//!   rotation restarts nothing (Q5). Upstream ran one replica with `Recreate`; ours
+//!   defaults to 3 (above);
 //! - the Service exposes the xDS port as `discovery` on `xdsServerPort` and, when that
 //!   is not 18000, also on 18000 (`discovery-default`), the port sidecars dial by
 //!   convention (`marin3r-<ds>.<namespace>.svc:18000`, §6 [R] item 1);
 //! - `pkiConfg.*.secretName` and `serviceConfig` are accepted and ignored: every name
 //!   derives from the DiscoveryService's (Q2, Q3).
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretReference,
-    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -53,6 +72,14 @@ pub use marin3r_wire::paths::DISCOVERY_SERVICE_SERVER_CERT as SERVER_CERT_PATH;
 pub use marin3r_wire::ports::XDSS as CONVENTIONAL_XDS_PORT;
 /// The user the discovery service runs as (the marin3r image's `nonroot`).
 const UID: i64 = marin3r_sidecar::generate::MARIN3R_UID;
+/// The pods' termination grace: the discovery service's own shutdown bound with the
+/// default drain flags (5 s + 5 s + 10 s + 2 s = 22 s,
+/// `marin3r_control_plane::shutdown_grace`) plus a margin.
+pub const TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+/// How long a new replica must stay ready before the rollout goes on (several replicas).
+pub const MIN_READY_SECONDS: i32 = 10;
+/// Period of the readiness probe: a replica that stops is out of the endpoints fast.
+pub const READINESS_PERIOD_SECONDS: i32 = 2;
 
 /// Everything applied for one DiscoveryService, in apply order.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +94,8 @@ pub struct DiscoveryServiceObjects {
     /// Applied only once the server certificate's Secret exists (the controller's
     /// gate); never deleted because an input is missing.
     pub deployment: Deployment,
+    /// `Some` with several replicas; `None` means an existing one is deleted.
+    pub pdb: Option<PodDisruptionBudget>,
 }
 
 /// The DNS names of the discovery service's Service in `namespace`: the server
@@ -97,6 +126,8 @@ pub fn generate(
     let labels = labels(DISCOVERY_SERVICE_COMPONENT, &instance);
     let meta = |object_name: &str| metadata(object_name, namespace, labels.clone(), ds);
 
+    let replicas = ds.replicas().map_err(invalid)?;
+    let ha = replicas > 1;
     let ca_options = ds.root_certificate_authority().map_err(invalid)?;
     let server_options = ds.server_certificate().map_err(invalid)?;
     let client_options = ds.client_certificate();
@@ -162,7 +193,7 @@ pub fn generate(
     };
     let role = Role {
         metadata: meta(&name),
-        rules: Some(role_rules()),
+        rules: Some(role_rules(&instance, ha)),
     };
     let role_binding = RoleBinding {
         metadata: meta(&name),
@@ -213,15 +244,26 @@ pub fn generate(
     let deployment = Deployment {
         metadata: meta(&name),
         spec: DeploymentSpec {
-            replicas: Some(1),
+            replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
                 ..LabelSelector::default()
             },
-            strategy: Some(DeploymentStrategy {
-                type_: Some("Recreate".into()),
-                rolling_update: None,
+            strategy: Some(if ha {
+                DeploymentStrategy {
+                    type_: Some("RollingUpdate".into()),
+                    rolling_update: Some(RollingUpdateDeployment {
+                        max_surge: Some(IntOrString::Int(1)),
+                        max_unavailable: Some(IntOrString::Int(0)),
+                    }),
+                }
+            } else {
+                DeploymentStrategy {
+                    type_: Some("Recreate".into()),
+                    rolling_update: None,
+                }
             }),
+            min_ready_seconds: ha.then_some(MIN_READY_SECONDS),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels.clone()),
@@ -231,6 +273,7 @@ pub fn generate(
                     ds,
                     namespace,
                     images,
+                    ha,
                     (xds_port, metrics_port, probe_port),
                     (&server_options.secret_name, &ca_options.secret_name),
                 )),
@@ -239,6 +282,22 @@ pub fn generate(
         },
         status: None,
     };
+
+    let pdb = ha.then(|| PodDisruptionBudget {
+        metadata: meta(&name),
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            }),
+            max_unavailable: Some(IntOrString::Int(1)),
+            // A replica that is not ready serves nobody: evicting it never hurts, and
+            // must not block a node drain.
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    });
 
     Ok(DiscoveryServiceObjects {
         ca,
@@ -249,26 +308,59 @@ pub fn generate(
         role_binding,
         service,
         deployment,
+        pdb,
     })
 }
 
-/// The Role's rules: one per entry of [`marin3r_kube::rbac::DISCOVERY_SERVICE`].
-pub fn role_rules() -> Vec<PolicyRule> {
-    marin3r_kube::rbac::DISCOVERY_SERVICE
-        .iter()
-        .map(|a| PolicyRule {
-            api_groups: Some(vec![a.group.to_string()]),
-            resources: Some(vec![a.resource.to_string()]),
-            verbs: a.verbs.iter().map(|v| (*v).to_string()).collect(),
-            ..PolicyRule::default()
-        })
-        .collect()
+/// The Role's rules for the DiscoveryService `instance`: one per entry of
+/// [`marin3r_kube::rbac::DISCOVERY_SERVICE`], plus
+/// [`marin3r_kube::rbac::DISCOVERY_SERVICE_HA`] with several replicas (`ha`; its Lease
+/// rule names `marin3r-<instance>-leader`).
+pub fn role_rules(instance: &str, ha: bool) -> Vec<PolicyRule> {
+    marin3r_kube::rbac::policy_rules(marin3r_kube::rbac::discovery_service(ha), instance)
+}
+
+/// The downward-API variable `name` holding the Pod's `field`.
+fn field_env(name: &str, field: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: Some("v1".into()),
+                field_path: field.into(),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// The replicas spread over nodes (required: a node lost takes one replica at most;
+/// nodes whose taints the pods do not tolerate do not count) and over zones
+/// (preferred).
+fn spread(labels: &std::collections::BTreeMap<String, String>) -> Vec<TopologySpreadConstraint> {
+    let over = |key: &str, when: &str, taints: Option<&str>| TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: key.into(),
+        when_unsatisfiable: when.into(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some(labels.clone()),
+            ..LabelSelector::default()
+        }),
+        node_taints_policy: taints.map(str::to_string),
+        ..TopologySpreadConstraint::default()
+    };
+    vec![
+        over("kubernetes.io/hostname", "DoNotSchedule", Some("Honor")),
+        over("topology.kubernetes.io/zone", "ScheduleAnyway", None),
+    ]
 }
 
 fn pod_spec(
     ds: &DiscoveryService,
     namespace: &str,
     images: &Images,
+    ha: bool,
     (xds_port, metrics_port, probe_port): (u16, u16, u16),
     (server_secret, ca_secret): (&str, &str),
 ) -> PodSpec {
@@ -281,6 +373,13 @@ fn pod_spec(
         format!("--health-probe-bind-address=:{probe_port}"),
         "--log-format=json".to_string(),
     ];
+    if ha {
+        args.push("--leader-elect".to_string());
+        args.push(format!(
+            "--discovery-service-name={}",
+            ds.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
     if ds.debug() {
         args.push("--log-level=debug".to_string());
     }
@@ -330,24 +429,17 @@ fn pod_spec(
                 value: Some(namespace.to_string()),
                 ..EnvVar::default()
             },
-            EnvVar {
-                name: "POD_NAME".into(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        api_version: Some("v1".into()),
-                        field_path: "metadata.name".into(),
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
+            // Who this replica is (its Lease identity and report, owned by the Pod).
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_UID", "metadata.uid"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(vec![
             port("discovery", xds_port),
             port("metrics", metrics_port),
             port("probes", probe_port),
         ]),
-        readiness_probe: Some(probe(http_paths::READYZ, 0, 5, 2)),
+        readiness_probe: Some(probe(http_paths::READYZ, 0, READINESS_PERIOD_SECONDS, 2)),
         liveness_probe: Some(probe(http_paths::HEALTHZ, 5, 10, 3)),
         resources: Some(ds.resources()),
         // The securityContext of every container marin3r generates (Pod Security
@@ -359,9 +451,15 @@ fn pod_spec(
         ]),
         ..Container::default()
     };
+    let labels = labels(
+        DISCOVERY_SERVICE_COMPONENT,
+        ds.metadata.name.as_deref().unwrap_or_default(),
+    );
     PodSpec {
         service_account_name: Some(ds.resource_name()),
         priority_class_name: ds.pod_priority_class().map(str::to_string),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
+        topology_spread_constraints: Some(spread(&labels)),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(UID),

@@ -4,7 +4,9 @@
 //! once the server certificate's Secret holds `tls.crt`, `tls.key` and `ca.crt` (or when it
 //! already exists: it is updated whatever the certificates do, and never deleted because an
 //! input is missing). A renewal changes only Secrets, which the discovery service re-reads:
-//! nothing restarts.
+//! nothing restarts. With several replicas the PodDisruptionBudget `marin3r-<ds>` is
+//! applied too, and deleted when `spec.replicas` drops to 1 (it is owned and watched, so
+//! deleting it by hand brings it back).
 //!
 //! One DiscoveryService per namespace (Q1): the oldest serves it; any other gets
 //! `Ready=False`, reason `DuplicateDiscoveryService`, and nothing else, and is looked at
@@ -21,6 +23,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -31,7 +34,7 @@ use marin3r_operator_api::conditions::{READY, REASON_DUPLICATE_DISCOVERY_SERVICE
 use marin3r_operator_api::{DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceStatus};
 
 use super::Images;
-use super::apply::{apply, get, scoped, write_status};
+use super::apply::{apply, delete_if_exists, get, scoped, write_status};
 use super::discovery_service::generate;
 use super::objects::MANAGED_BY_SELECTOR;
 use super::render::primary_discovery_service;
@@ -212,6 +215,14 @@ pub async fn reconcile(
         );
         Action::requeue(RECHECK)
     };
+    match &objects.pdb {
+        Some(pdb) => {
+            apply(client, &namespace, pdb).await?;
+        }
+        None => {
+            delete_if_exists::<PodDisruptionBudget>(client, &namespace, &deployment_name).await?;
+        }
+    }
     write(&status).await?;
     Ok(action)
 }
@@ -260,6 +271,10 @@ pub async fn run(
         )
         .owns_objects(
             scoped::<PartialObjectMeta<Service>>(&client, namespace),
+            owned.clone(),
+        )
+        .owns_objects(
+            scoped::<PartialObjectMeta<PodDisruptionBudget>>(&client, namespace),
             owned.clone(),
         )
         .owns_objects(

@@ -14,8 +14,8 @@
 //! - every spec is validated first; a spec with errors is reported with each field.
 //!
 //! Objects come out in apply order: per DiscoveryService its certificates, account,
-//! Role, RoleBinding, Service and Deployment; per EnvoyDeployment its certificate,
-//! Deployment, HPA and PDB. Owner references are left out (the objects of a file have
+//! Role, RoleBinding, Service, Deployment and PDB (several replicas); per
+//! EnvoyDeployment its certificate, Deployment, HPA and PDB. Owner references are left out (the objects of a file have
 //! no uid). Certificate Secrets are the certificate controller's and hold key material:
 //! they are not rendered.
 
@@ -157,6 +157,7 @@ pub fn render(docs: &[Value], images: &Images) -> Rendered {
                     to_value(&o.deployment, &mut out.problems),
                 ]
                 .into_iter()
+                .chain(o.pdb.as_ref().map(|p| to_value(p, &mut out.problems)))
                 .flatten()
                 {
                     out.objects.push(object);

@@ -102,6 +102,53 @@ async fn expect_ds_objects(api: &mut ApiServer, ds: &str) -> Vec<Value> {
     bodies
 }
 
+const DS_PDB: &str =
+    "/apis/policy/v1/namespaces/default/poddisruptionbudgets/marin3r-discoveryservice";
+
+/// The DiscoveryService's PodDisruptionBudget step: applied (several replicas; returns
+/// the body) or its deletion asked (one replica; answered as if it `existed`).
+async fn expect_ds_pdb(api: &mut ApiServer, applied: bool, existed: bool) -> Option<Value> {
+    if applied {
+        return Some(expect_apply(api, DS_PDB, None).await);
+    }
+    api.expect(
+        "DELETE",
+        &format!("{DS_PDB}?"),
+        if existed { 200 } else { 404 },
+        |_| {
+            if existed {
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+            } else {
+                not_found("pdb")
+            }
+        },
+    )
+    .await;
+    None
+}
+
+/// The Deployment's gate: the server certificate's Secret is read, then the Deployment
+/// (`None`: 404).
+async fn expect_gate(api: &mut ApiServer, secret: Option<&Value>, deployment: Option<&Value>) {
+    for (path, object, what) in [
+        (
+            "/api/v1/namespaces/default/secrets/marin3r-server-cert-discoveryservice",
+            secret,
+            "secret",
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
+            deployment,
+            "deployment",
+        ),
+    ] {
+        match object {
+            Some(o) => api.expect("GET", path, 200, |_| o.clone()).await,
+            None => api.expect("GET", path, 404, |_| not_found(what)).await,
+        };
+    }
+}
+
 fn server_secret(ds: &str, ca_pem: &str) -> Value {
     use base64::Engine as _;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -131,20 +178,9 @@ async fn the_readme_discoveryservice_waits_for_its_server_certificate_then_deplo
             "marin3r-discoveryservice.default.svc"
         );
         assert_eq!(bodies[6]["spec"]["ports"][0]["port"], 18000);
-        api.expect(
-            "GET",
-            "/api/v1/namespaces/default/secrets/marin3r-server-cert-discoveryservice",
-            404,
-            |_| not_found("secret"),
-        )
-        .await;
-        api.expect(
-            "GET",
-            "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
-            404,
-            |_| not_found("deployment"),
-        )
-        .await;
+        expect_gate(&mut api, None, None).await;
+        // Three replicas by default: their budget, even before the Deployment.
+        expect_ds_pdb(&mut api, true, false).await;
         let got = api
             .expect("PATCH", &format!("{status_path}{APPLY}"), 200, |b| {
                 with_status(&ds, b)
@@ -173,26 +209,14 @@ async fn the_readme_discoveryservice_waits_for_its_server_certificate_then_deplo
         dsc_ctl::reconcile(lenient(&with_status_ds), ctx.clone()),
         async {
             expect_ds_objects(&mut api, "discoveryservice").await;
-            api.expect(
-                "GET",
-                "/api/v1/namespaces/default/secrets/marin3r-server-cert-discoveryservice",
-                200,
-                |_| secret.clone(),
-            )
-            .await;
-            api.expect(
-                "GET",
-                "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
-                404,
-                |_| not_found("deployment"),
-            )
-            .await;
+            expect_gate(&mut api, Some(&secret), None).await;
             let deployment = expect_apply(
                 &mut api,
                 "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
                 Some(json!({"availableReplicas": 1, "readyReplicas": 1, "replicas": 1})),
             )
             .await;
+            expect_ds_pdb(&mut api, true, false).await;
             let got = api
                 .expect("PATCH", &format!("{status_path}{APPLY}"), 200, |b| {
                     with_status(&with_status_ds, b)
@@ -224,41 +248,12 @@ async fn a_renewed_server_certificate_restarts_nothing() {
     let ds = discovery_service("discoveryservice", "2026-01-01T00:00:00Z", "uid-ds");
     let (client, mut api) = mock_client();
     let ctx = ds_context(client, &[&ds]);
-    let existing = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "marin3r-discoveryservice", "namespace": "default"}, "spec": {"selector": {}, "template": {}}});
     let mut applied = Vec::new();
     for ca in ["CA before renewal", "CA after renewal"] {
-        let secret = server_secret("discoveryservice", ca);
-        let (_, body) = run(dsc_ctl::reconcile(lenient(&ds), ctx.clone()), async {
-            expect_ds_objects(&mut api, "discoveryservice").await;
-            api.expect(
-                "GET",
-                "/api/v1/namespaces/default/secrets/marin3r-server-cert-discoveryservice",
-                200,
-                |_| secret.clone(),
-            )
-            .await;
-            api.expect(
-                "GET",
-                "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
-                200,
-                |_| existing.clone(),
-            )
-            .await;
-            let body = expect_apply(
-                &mut api,
-                "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
-                None,
-            )
-            .await;
-            api.expect(
-                "PATCH",
-                &format!("{OPERATOR}/discoveryservices/discoveryservice/status{APPLY}"),
-                200,
-                |b| with_status(&ds, b),
-            )
-            .await;
-            body
-        })
+        let (_, (body, _)) = run(
+            dsc_ctl::reconcile(lenient(&ds), ctx.clone()),
+            ds_pass(&mut api, &ds, ca, true, false),
+        )
         .await;
         applied.push(body);
     }
@@ -275,23 +270,161 @@ async fn a_renewed_server_certificate_restarts_nothing() {
     );
 }
 
+/// One pass of `ds` with the server certificate (CA `ca_pem`) ready and the Deployment
+/// present; returns the applied Deployment and the PodDisruptionBudget (`None`: its
+/// deletion was asked, answered as if it `existed`).
+async fn ds_pass(
+    api: &mut ApiServer,
+    ds: &Value,
+    ca_pem: &str,
+    pdb: bool,
+    existed: bool,
+) -> (Value, Option<Value>) {
+    let secret = server_secret("discoveryservice", ca_pem);
+    let existing = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "marin3r-discoveryservice", "namespace": "default"}, "spec": {"selector": {}, "template": {}}});
+    let objects = expect_ds_objects(api, "discoveryservice").await;
+    // The Role: the Lease rules only with several replicas.
+    let leases = objects[4]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["resources"] == json!(["leases"]));
+    assert_eq!(leases, pdb, "{}", objects[4]);
+    expect_gate(api, Some(&secret), Some(&existing)).await;
+    let deployment = expect_apply(
+        api,
+        "/apis/apps/v1/namespaces/default/deployments/marin3r-discoveryservice",
+        None,
+    )
+    .await;
+    let budget = expect_ds_pdb(api, pdb, existed).await;
+    api.expect(
+        "PATCH",
+        &format!("{OPERATOR}/discoveryservices/discoveryservice/status{APPLY}"),
+        200,
+        |b| with_status(ds, b),
+    )
+    .await;
+    (deployment, budget)
+}
+
+#[tokio::test]
+async fn the_budget_follows_the_replicas_created_with_several_deleted_with_one() {
+    let with_replicas = |n: Option<i64>| {
+        let mut ds = discovery_service("discoveryservice", "2026-01-01T00:00:00Z", "uid-ds");
+        if let Some(n) = n {
+            ds["spec"]["replicas"] = json!(n);
+        }
+        ds
+    };
+    let (client, mut api) = mock_client();
+    let default = with_replicas(None);
+    let ctx = ds_context(client, &[&default]);
+    // Default (3): the budget, one voluntary disruption at a time.
+    let (_, (deployment, budget)) = run(
+        dsc_ctl::reconcile(lenient(&default), ctx.clone()),
+        ds_pass(&mut api, &default, "CA", true, false),
+    )
+    .await;
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    let budget = budget.unwrap();
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(budget["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert_eq!(budget["metadata"]["ownerReferences"][0]["uid"], "uid-ds");
+    assert_eq!(
+        budget["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["template"]["metadata"]["labels"]
+    );
+    // Down to one: the budget is deleted, the single replica is recreated on changes.
+    let one = with_replicas(Some(1));
+    let (_, (deployment, budget)) = run(
+        dsc_ctl::reconcile(lenient(&one), ctx.clone()),
+        ds_pass(&mut api, &one, "CA", false, true),
+    )
+    .await;
+    assert!(budget.is_none());
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(
+        !args.as_array().unwrap().contains(&json!("--leader-elect")),
+        "{args}"
+    );
+    // Already gone: the deletion's 404 is fine.
+    run(
+        dsc_ctl::reconcile(lenient(&one), ctx.clone()),
+        ds_pass(&mut api, &one, "CA", false, false),
+    )
+    .await
+    .0
+    .unwrap();
+    // Back to five: the budget again.
+    let five = with_replicas(Some(5));
+    let (_, (deployment, budget)) = run(
+        dsc_ctl::reconcile(lenient(&five), ctx),
+        ds_pass(&mut api, &five, "CA", true, false),
+    )
+    .await;
+    assert_eq!(deployment["spec"]["replicas"], 5);
+    assert!(budget.is_some());
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(
+        args.as_array().unwrap().contains(&json!("--leader-elect")),
+        "{args}"
+    );
+}
+
+/// A pass of `ds` that writes its status and nothing else; returns the status.
+async fn expect_only_status(api: &mut ApiServer, ds: &Value) -> Value {
+    let name = ds["metadata"]["name"].as_str().unwrap();
+    let got = api
+        .expect(
+            "PATCH",
+            &format!("{OPERATOR}/discoveryservices/{name}/status{APPLY}"),
+            200,
+            |b| with_status(ds, b),
+        )
+        .await;
+    got.body["status"].clone()
+}
+
+#[tokio::test]
+async fn replicas_below_one_are_an_invalid_spec_and_nothing_is_applied() {
+    let mut ds = discovery_service("discoveryservice", "2026-01-01T00:00:00Z", "uid-ds");
+    ds["spec"]["replicas"] = json!(0);
+    let (client, mut api) = mock_client();
+    let ctx = ds_context(client, &[&ds]);
+    let (action, status) = run(
+        dsc_ctl::reconcile(lenient(&ds), ctx),
+        expect_only_status(&mut api, &ds),
+    )
+    .await;
+    assert_eq!(
+        action.unwrap(),
+        kube::runtime::controller::Action::await_change()
+    );
+    let ready = condition(&status, "Ready");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.replicas: 0 is less than 1"),
+        "{ready}"
+    );
+}
+
 #[tokio::test]
 async fn a_second_discoveryservice_in_a_namespace_gets_a_condition_and_nothing_else() {
     let first = discovery_service("first", "2026-01-01T00:00:00Z", "uid-1");
     let second = discovery_service("second", "2026-02-01T00:00:00Z", "uid-2");
     let (client, mut api) = mock_client();
     let ctx = ds_context(client, &[&first, &second]);
-    let (action, status) = run(dsc_ctl::reconcile(lenient(&second), ctx), async {
-        let got = api
-            .expect(
-                "PATCH",
-                &format!("{OPERATOR}/discoveryservices/second/status{APPLY}"),
-                200,
-                |b| with_status(&second, b),
-            )
-            .await;
-        got.body["status"].clone()
-    })
+    let (action, status) = run(
+        dsc_ctl::reconcile(lenient(&second), ctx),
+        expect_only_status(&mut api, &second),
+    )
     .await;
     assert_eq!(
         action.unwrap(),

@@ -328,12 +328,15 @@ fn the_discovery_service_mounts_the_trust_bundle_never_the_ca_key_and_has_no_has
         labels.keys().all(|k| k.starts_with("app.kubernetes.io/")),
         "{labels:?}"
     );
-    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
-    // The Role is the discovery service's RBAC table, nothing more.
+    // Three replicas by default (docs/ha.md §6; manifests/tests/install.rs checks every
+    // setting), with their budget.
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+    // The Role is the discovery service's RBAC tables, nothing more.
     let role = find(&objects, "Role", "marin3r-discoveryservice");
     assert_eq!(
         role["rules"].as_array().unwrap().len(),
-        marin3r_kube::rbac::DISCOVERY_SERVICE.len()
+        marin3r_kube::rbac::discovery_service(true).count()
     );
     let names: Vec<&str> = objects
         .iter()
@@ -350,8 +353,57 @@ fn the_discovery_service_mounts_the_trust_bundle_never_the_ca_key_and_has_no_has
             "marin3r-discoveryservice",
             "marin3r-discoveryservice",
             "marin3r-discoveryservice",
+            "marin3r-discoveryservice",
         ]
     );
+    assert_eq!(objects.last().unwrap()["kind"], "PodDisruptionBudget");
+}
+
+#[test]
+fn one_replica_has_no_lease_and_no_budget_and_the_lease_follows_the_name() {
+    let (one, problems) = render_case(&fixtures().join("09-single-replica"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let d = find(&one, "Deployment", "marin3r-discoveryservice");
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    assert!(one.iter().all(|o| o["kind"] != "PodDisruptionBudget"));
+    let role = find(&one, "Role", "marin3r-discoveryservice");
+    assert_eq!(
+        role["rules"].as_array().unwrap().len(),
+        marin3r_kube::rbac::DISCOVERY_SERVICE.len()
+    );
+    // Apart from the replicas, the rollout, the Lease flags, the Role and the budget,
+    // one replica renders like the default three.
+    let (three, _) = render_case(&fixtures().join("01-readme-discoveryservice"));
+    let mut ha = find(&three, "Deployment", "marin3r-discoveryservice").clone();
+    ha["spec"]["replicas"] = 1.into();
+    ha["spec"]["strategy"] = serde_json::json!({"type": "Recreate"});
+    ha["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("minReadySeconds");
+    let args = ha["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap();
+    args.retain(|a| a != "--leader-elect" && a != "--discovery-service-name=discoveryservice");
+    assert_eq!(&ha, d);
+
+    let (edge, problems) = render_case(&fixtures().join("10-replicas-name-and-priority"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let role = find(&edge, "Role", "marin3r-edge");
+    assert!(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resourceNames"] == serde_json::json!(["marin3r-edge-leader"])),
+        "{role}"
+    );
+    let d = find(&edge, "Deployment", "marin3r-edge");
+    assert_eq!(d["spec"]["replicas"], 5);
+    let pod = &d["spec"]["template"]["spec"];
+    assert!(pod.get("priorityClassName").is_none(), "\"\" sets none");
+    find(&edge, "PodDisruptionBudget", "marin3r-edge");
 }
 
 /// The YAML blocks of `docs/walkthrough-operator.md` are what the operator renders

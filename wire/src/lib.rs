@@ -83,6 +83,18 @@ pub mod object_names {
     pub fn discovery_service(name: &str) -> String {
         format!("marin3r-{name}")
     }
+
+    /// The leader Lease of the replicas of the discovery service `name`, in its
+    /// namespace: `marin3r-<name>-leader` (`--discovery-service-name`; the Role's
+    /// `resourceNames`).
+    pub fn discovery_service_lease(name: &str) -> String {
+        format!("{}-leader", discovery_service(name))
+    }
+
+    /// The PriorityClass of the discovery service's pods (shipped by
+    /// `manifests/default` and `manifests/operator`; the operator's default for
+    /// `spec.podPriorityClass`).
+    pub const DISCOVERY_SERVICE_PRIORITY_CLASS: &str = "marin3r-discovery-service";
 }
 
 /// Default ports.

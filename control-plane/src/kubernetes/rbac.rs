@@ -1,13 +1,20 @@
 //! [`RBAC`] (`marin3r_kube::rbac::DISCOVERY_SERVICE`): the Kubernetes API permissions
-//! Kubernetes mode needs in the watched namespace, the single source of truth for the
-//! discovery service's Role (`manifests/discovery-service/role.yaml`, compared with this
-//! table both ways by the `marin3r-manifests` tests, and the Role the operator creates).
+//! Kubernetes mode needs in the watched namespace, and [`RBAC_HA`]
+//! (`DISCOVERY_SERVICE_HA`): what one of several replicas (`--leader-elect`) needs on
+//! top, the Lease restricted to `marin3r-<name>-leader` by `resourceNames`. They are the
+//! single source of truth for the discovery service's Role
+//! (`manifests/discovery-service/role.yaml`, compared with these tables both ways by the
+//! `marin3r-manifests` tests, and the Role the operator creates).
 //!
-//! The unit test below drives the backend's watches and both reconcilers through every
-//! write they make against a recording mock API server and checks that the requests
-//! need exactly these permissions: nothing missing, nothing extra.
+//! The unit tests below drive the backend's watches and both reconcilers through every
+//! write they make, and a backend with several replicas through its election, its
+//! report and its shutdown, against a recording mock API server, and check that the
+//! requests need exactly these permissions, on exactly the objects the rules name:
+//! nothing missing, nothing extra.
 
-pub use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
+pub use marin3r_kube::rbac::{
+    ApiAccess, DISCOVERY_SERVICE as RBAC, DISCOVERY_SERVICE_HA as RBAC_HA, grants,
+};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -25,12 +32,14 @@ mod tests {
 
     use super::*;
     use crate::Backend as _;
+    use crate::kubernetes::ha::HaConfig;
     use crate::kubernetes::{
         KubernetesBackend, Lenient, Shared, reconcile_envoyconfig, reconcile_revision,
     };
     use crate::{Context, SharedStats};
     use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
     use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
+    use marin3r_kube::rbac::{NamedAccess, allowing, named_grants};
 
     /// (API group, resource[/subresource], verb).
     use marin3r_testkit::rbac::{Access, is_watch, parse};
@@ -41,47 +50,87 @@ mod tests {
         method: String,
         uri: String,
         body: Value,
+        /// A server-side apply that created the object: the API server authorizes it as
+        /// a `create` too.
+        creates: bool,
     }
 
     type Log = Arc<Mutex<Vec<Recorded>>>;
 
     /// A mock API server that answers every request plausibly and records it: lists are
-    /// empty, watches are held open, single reads are 404, writes echo an object.
+    /// empty, watches are held open; objects created (POST, or a server-side apply of an
+    /// object it does not hold) are kept, read back and patched (merged); a read of
+    /// anything else is 404, other writes echo a stub.
     fn recording_client() -> (kube::Client, Log) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let log = Log::default();
         let recorded = log.clone();
         tokio::spawn(async move {
             let mut held_watches = Vec::new();
+            let mut objects: std::collections::BTreeMap<(String, String), Value> =
+                std::collections::BTreeMap::new();
             while let Some((request, send)) = handle.next_request().await {
                 let method = request.method().to_string();
                 let uri = request.uri().to_string();
+                let apply = request
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .is_some_and(|c| c == "application/apply-patch+yaml");
                 let bytes = request.into_body().collect_bytes().await.unwrap();
                 let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                recorded.lock().unwrap().push(Recorded {
+                let target = parse(&uri);
+                let key = target
+                    .name
+                    .clone()
+                    .map(|name| (target.resource.clone(), name));
+                let held = key.as_ref().and_then(|k| objects.get_mut(k));
+                let creates =
+                    method == "PATCH" && apply && held.is_none() && target.subresource.is_none();
+                let recorded_now = Recorded {
                     method: method.clone(),
                     uri: uri.clone(),
                     body: body.clone(),
-                });
-                let target = parse(&uri);
-                let (status, answer) = match (method.as_str(), &target.name) {
-                    ("GET", None) if is_watch(&uri) => {
-                        held_watches.push(send);
-                        continue;
-                    }
-                    ("GET", None) => (
+                    creates,
+                };
+                if method == "GET" && target.name.is_none() && is_watch(&uri) {
+                    recorded.lock().unwrap().push(recorded_now);
+                    held_watches.push(send);
+                    continue;
+                }
+                let (status, answer) = match (method.as_str(), held) {
+                    ("GET", _) if target.name.is_none() => (
                         200,
                         json!({"apiVersion": "v1", "kind": "List",
                                "metadata": {"resourceVersion": "1"}, "items": []}),
                     ),
-                    ("GET", Some(_)) => (
+                    ("GET", Some(obj)) => (200, obj.clone()),
+                    ("GET", None) => (
                         404,
                         json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                "status": "Failure", "reason": "NotFound", "code": 404}),
                     ),
-                    ("POST", _) => (201, created(&body)),
-                    (_, name) => (200, stub(&target.resource, name.as_deref())),
+                    ("POST", _) => {
+                        let obj = created(&body);
+                        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+                        objects.insert((target.resource.clone(), name), obj.clone());
+                        (201, obj)
+                    }
+                    ("PATCH", Some(obj)) => {
+                        // A JSON merge patch: enough for the Lease's apply and strategic
+                        // merge patches, which set and clear scalars.
+                        json_patch::merge(obj, &body);
+                        (200, obj.clone())
+                    }
+                    ("PATCH", None) if creates => {
+                        let obj = created(&body);
+                        objects.insert(key.clone().unwrap(), obj.clone());
+                        (201, obj)
+                    }
+                    ("DELETE", Some(_)) => (200, objects.remove(&key.clone().unwrap()).unwrap()),
+                    (_, None) => (200, stub(&target.resource, target.name.as_deref())),
+                    (m, Some(_)) => panic!("unexpected {m} {uri}"),
                 };
+                recorded.lock().unwrap().push(recorded_now);
                 let response = Response::builder()
                     .status(status)
                     .header(http::header::CONTENT_TYPE, "application/json")
@@ -94,7 +143,84 @@ mod tests {
     }
 
     fn accesses(r: &Recorded) -> Vec<Access> {
-        marin3r_testkit::rbac::accesses(&r.method, &r.uri, &r.body)
+        let mut out = marin3r_testkit::rbac::accesses(&r.method, &r.uri, &r.body);
+        if r.creates {
+            let t = parse(&r.uri);
+            out.push((t.group, t.resource, "create".to_string()));
+        }
+        out
+    }
+
+    /// The object a request addresses, as RBAC matches `resourceNames`: the name in its
+    /// path, or for a list or watch the value of a `metadata.name=` field selector.
+    fn object_name(r: &Recorded) -> Option<String> {
+        if let Some(name) = parse(&r.uri).name {
+            return Some(name);
+        }
+        let query = r.uri.split_once('?')?.1;
+        let selector = query
+            .split('&')
+            .find_map(|p| p.strip_prefix("fieldSelector="))?;
+        let selector = percent_decode(selector);
+        selector
+            .split(',')
+            .find_map(|term| term.strip_prefix("metadata.name="))
+            .map(str::to_string)
+    }
+
+    fn percent_decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                    out.push(u8::from_str_radix(hex, 16).unwrap());
+                    i += 3;
+                }
+                b'+' => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                b => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Checks `requests` against the grants of `tables` for the discovery service
+    /// `discoveryservice`: every request is allowed (on the object it addresses), and
+    /// every grant allows one of them.
+    fn check_exactly<'a>(requests: &[Recorded], tables: impl IntoIterator<Item = &'a ApiAccess>) {
+        let granted = named_grants(tables, "discoveryservice");
+        let mut used: BTreeSet<NamedAccess> = BTreeSet::new();
+        let mut missing: BTreeSet<NamedAccess> = BTreeSet::new();
+        for r in requests {
+            let name = object_name(r);
+            for (i, (group, resource, verb)) in accesses(r).into_iter().enumerate() {
+                // The owner's finalizers (after the request's own access) are not the
+                // object the request names.
+                let name = if i == 0 { name.as_deref() } else { None };
+                match allowing(&granted, (&group, &resource, &verb), name) {
+                    Some(grant) => {
+                        used.insert(grant.clone());
+                    }
+                    None => {
+                        missing.insert((group, resource, verb, name.map(str::to_string)));
+                    }
+                }
+            }
+        }
+        let extra: Vec<&NamedAccess> = granted.difference(&used).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "RBAC table out of date\nmissing (requested, not allowed): {missing:?}\n\
+             extra (granted, never requested): {extra:?}"
+        );
     }
 
     /// What the API server answers to a create.
@@ -272,6 +398,86 @@ mod tests {
         log.lock().unwrap().clone()
     }
 
+    /// One of several replicas (`--leader-elect`) from start to shutdown: the watches
+    /// (its reports' and its Service's EndpointSlices too), the election (the Lease
+    /// created, taken, renewed, watched) until it leads, its report written, then at
+    /// shutdown its last report, its deletion and the Lease's release.
+    async fn exercise_several_replicas() -> Vec<Recorded> {
+        let (client, log) = recording_client();
+        let xds = Context::new(SharedStats::new());
+        let config = HaConfig::new(
+            "discoveryservice",
+            "default",
+            "ds-0",
+            Some("uid".into()),
+            15,
+        );
+        let lease = config.lease.name.clone();
+        let mut backend = KubernetesBackend::new(client, "default", 5)
+            .with_initial_sync_timeout(Duration::from_secs(5))
+            .with_ha(config);
+        backend.start(&xds).await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(backend.run(
+            xds,
+            Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        ));
+        let seen =
+            |log: &Log, what: &dyn Fn(&Recorded) -> bool| log.lock().unwrap().iter().any(what);
+        let leading = |r: &Recorded| {
+            r.method == "PATCH"
+                && r.uri.contains(&format!("/leases/{lease}"))
+                && r.body["spec"]["holderIdentity"] == "ds-0"
+        };
+        let reported = |r: &Recorded| {
+            r.method == "PATCH" && r.uri.contains("/discoveryservicereplicas/ds-0/status")
+        };
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !(seen(&log, &leading) && seen(&log, &reported)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the replica did not take the Lease and write its report");
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("the backend did not stop")
+            .unwrap();
+        let requests = log.lock().unwrap().clone();
+        // The scenario went through every HA request kind.
+        let any = |method: &str, path: &str| {
+            requests
+                .iter()
+                .any(|r| r.method == method && r.uri.contains(path))
+        };
+        assert!(any("POST", "/leases"), "the Lease was never created");
+        assert!(
+            requests
+                .iter()
+                .any(|r| is_watch(&r.uri) && object_name(r).as_deref() == Some(lease.as_str())),
+            "the Lease was never watched by name"
+        );
+        assert!(
+            requests.iter().any(|r| r.creates),
+            "the report was never created by an apply"
+        );
+        assert!(
+            any("DELETE", "/discoveryservicereplicas/ds-0"),
+            "no farewell"
+        );
+        assert!(
+            requests.iter().any(|r| is_watch(&r.uri)
+                && r.uri.contains("/endpointslices")
+                && percent_decode(&r.uri)
+                    .contains("kubernetes.io/service-name=marin3r-discoveryservice")),
+            "the Service's EndpointSlices were never watched"
+        );
+        requests
+    }
+
     #[tokio::test]
     async fn rbac_lists_exactly_what_kubernetes_mode_requests() {
         let requests = exercise_kubernetes_mode().await;
@@ -285,22 +491,26 @@ mod tests {
                 "the scenario never made a {what} request"
             );
         }
-        let used: BTreeSet<Access> = requests.iter().flat_map(accesses).collect();
-        let granted: BTreeSet<Access> = grants(RBAC);
-        let missing: Vec<&Access> = used.difference(&granted).collect();
-        let extra: Vec<&Access> = granted.difference(&used).collect();
-        assert!(
-            missing.is_empty() && extra.is_empty(),
-            "RBAC table out of date\nmissing (requested, not in RBAC): {missing:?}\n\
-             extra (in RBAC, never requested): {extra:?}"
-        );
+        check_exactly(&requests, RBAC);
+    }
+
+    #[tokio::test]
+    async fn rbac_ha_lists_exactly_what_several_replicas_request() {
+        // Every request of the single process (the leader makes them all), plus the
+        // election and the reports.
+        let mut requests = exercise_kubernetes_mode().await;
+        requests.extend(exercise_several_replicas().await);
+        check_exactly(&requests, marin3r_kube::rbac::discovery_service(true));
     }
 
     #[test]
     fn rbac_has_one_entry_per_resource_and_known_verbs() {
         let mut seen = BTreeSet::new();
-        for a in RBAC {
-            assert!(seen.insert((a.group, a.resource)), "duplicate {a:?}");
+        for a in marin3r_kube::rbac::discovery_service(true) {
+            assert!(
+                seen.insert((a.group, a.resource, a.names)),
+                "duplicate {a:?}"
+            );
             assert!(!a.verbs.is_empty());
             for v in a.verbs {
                 assert!(
