@@ -19,6 +19,9 @@ pub mod publisher;
 pub mod revisions;
 pub mod status;
 
+#[cfg(test)]
+mod fixtures;
+
 use marin3r_process::{Process, Stopping, metrics_router};
 use marin3r_xds::{AdsConfig, SharedStats, SnapshotCache, XdsMetrics, server};
 

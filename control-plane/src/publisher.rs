@@ -327,21 +327,8 @@ mod tests {
     use super::*;
     use marin3r_envoyconfig::envoyconfig::CacheState;
     use std::collections::BTreeSet;
-    use std::time::{Duration, SystemTime};
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
-
-    fn spec(port: u64) -> std::sync::Arc<EnvoyConfigSpec> {
-        std::sync::Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "nodeID": "kuard",
-                "resources": [{"type": "cluster", "value": {"name": format!("c{port}"), "connect_timeout": "1s"}}]
-            }))
-            .unwrap(),
-        )
-    }
+    use crate::fixtures::{spec, t};
 
     fn snapshot() -> Snapshot {
         Snapshot::new(Vec::new()).unwrap()

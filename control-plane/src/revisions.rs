@@ -220,21 +220,8 @@ impl Revisions {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use std::time::Duration;
 
-    fn spec(listener_port: u64) -> Arc<EnvoyConfigSpec> {
-        Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "nodeID": "kuard",
-                "resources": [{"type": "listener", "value": {"name": "http", "port": listener_port}}]
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
+    use crate::fixtures::{spec, t};
 
     /// NACK view where the listed (type, version)s are rejected by all pods.
     struct Rejected(BTreeSet<(ResourceType, String)>);

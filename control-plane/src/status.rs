@@ -228,22 +228,9 @@ pub fn envoy_config_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
     use std::time::Duration;
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
-
-    fn spec(port: u64) -> std::sync::Arc<EnvoyConfigSpec> {
-        std::sync::Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "nodeID": "kuard",
-                "resources": [{"type": "listener", "value": {"name": "http", "port": port}}]
-            }))
-            .unwrap(),
-        )
-    }
+    use crate::fixtures::{spec, t};
 
     #[test]
     fn times_are_rfc3339_utc_whole_seconds() {

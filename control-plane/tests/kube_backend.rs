@@ -4,6 +4,7 @@
 //! Plus the real-cluster test (`#[ignore = "needs cluster"]`, see docs/kind.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod fixtures;
 mod kube_mock;
 
 use marin3r_testkit::{wait_until, wait_until_async};
@@ -13,8 +14,6 @@ use kube::client::Body;
 use kube_mock::*;
 use marin3r_control_plane::kubernetes::KubernetesBackend;
 use marin3r_control_plane::{Backend as _, Context};
-use marin3r_envoyconfig::config_version;
-use marin3r_envoyconfig::envoyconfig::EnvoyConfigSpec;
 use marin3r_xds::{NodeInfo, ResourceType, SharedStats, StreamEvent};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -22,9 +21,7 @@ use tokio::sync::mpsc;
 const GROUP: &str = "/apis/marin3r.3scale.net/v1alpha1/namespaces/default";
 
 fn spec() -> Value {
-    json!({"nodeID": "kuard", "resources": [
-        {"type": "listener", "value": {"name": "http", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8080}}}}
-    ]})
+    fixtures::spec(8080)
 }
 
 fn list(kind: &str, items: Vec<Value>) -> Value {
@@ -33,7 +30,7 @@ fn list(kind: &str, items: Vec<Value>) -> Value {
 
 /// A published revision of `spec()` owned by the EnvoyConfig `kuard`.
 fn revision() -> Value {
-    let version = config_version(&serde_json::from_value::<EnvoyConfigSpec>(spec()).unwrap());
+    let version = fixtures::version_of(&spec());
     json!({
         "apiVersion": "marin3r.3scale.net/v1alpha1", "kind": "EnvoyConfigRevision",
         "metadata": {

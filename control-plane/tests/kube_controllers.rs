@@ -4,6 +4,7 @@
 //! played into the reflector stores by hand.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod fixtures;
 mod kube_mock;
 
 use std::time::Duration;
@@ -15,8 +16,7 @@ use kube_mock::*;
 use marin3r_control_plane::kubernetes::{
     Lenient, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
 };
-use marin3r_envoyconfig::config_version;
-use marin3r_envoyconfig::envoyconfig::{EnvoyConfig, EnvoyConfigSpec};
+use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 use marin3r_xds::{NodeInfo, ResourceType, StreamEvent};
 use prost::Message as _;
@@ -26,19 +26,7 @@ const REVISIONS: &str = "/apis/marin3r.3scale.net/v1alpha1/namespaces/default/en
 const CONFIGS: &str = "/apis/marin3r.3scale.net/v1alpha1/namespaces/default/envoyconfigs";
 const APPLY: &str = "?&force=true&fieldManager=marin3r";
 
-fn spec(port: u64) -> Value {
-    json!({
-        "nodeID": "kuard",
-        "resources": [
-            {"type": "cluster", "value": {"name": "kuard", "connect_timeout": "1s", "type": "STATIC"}},
-            {"type": "listener", "value": {"name": "http", "address": {"socket_address": {"address": "0.0.0.0", "port_value": port}}}}
-        ]
-    })
-}
-
-fn version_of(spec: &Value) -> String {
-    config_version(&serde_json::from_value::<EnvoyConfigSpec>(spec.clone()).unwrap())
-}
+use fixtures::{spec, version_of};
 
 fn revision_name(spec: &Value) -> String {
     format!("kuard-v3-{}", version_of(spec))

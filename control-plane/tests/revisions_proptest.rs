@@ -13,6 +13,8 @@
 //!   rejected what it provides.
 #![allow(clippy::unwrap_used, clippy::panic)] // helpers outside #[test] fns
 
+mod fixtures;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
@@ -22,12 +24,9 @@ use marin3r_envoyconfig::envoyconfig::{CacheState, EnvoyConfigSpec};
 use marin3r_xds::ResourceType;
 use proptest::prelude::*;
 
+/// Spec `n` of the 16 the operations pick from.
 fn spec(n: u8) -> EnvoyConfigSpec {
-    serde_json::from_value(serde_json::json!({
-        "nodeID": "prop",
-        "resources": [{"type": "listener", "value": {"name": "http", "port": n}}]
-    }))
-    .unwrap()
+    serde_json::from_value(fixtures::spec(u64::from(n))).unwrap()
 }
 
 #[derive(Debug, Clone)]

@@ -6,6 +6,7 @@
 //! revisions, `CacheOutOfSync` reason and served listener version.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod fixtures;
 mod kube_mock;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,8 +23,7 @@ use marin3r_control_plane::Context;
 use marin3r_control_plane::kubernetes::{Lenient, reconcile_envoyconfig, reconcile_revision};
 use marin3r_control_plane::local::backend::apply;
 use marin3r_control_plane::local::{Engine, Manifests, Options};
-use marin3r_envoyconfig::config_version;
-use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, parse_envoy_config};
+use marin3r_envoyconfig::envoyconfig::{SecretData, parse_envoy_config};
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 use marin3r_envoyconfig::manifest::ManifestSecrets;
 use marin3r_xds::{Api, NodeInfo, ResourceType, StreamEvent};
@@ -33,26 +33,22 @@ const GROUP: &str = "/apis/marin3r.3scale.net/v1alpha1/namespaces/default";
 const THRESHOLD: u64 = 3;
 const PODS: [&str; 2] = ["pod-a", "pod-b"];
 
-/// A spec: a cluster, a listener on `port`, and with `secret` a TLS secret from the
-/// Secret `cert`; `bogus` adds an unknown field (the resources do not decode).
+/// The fixture spec (a cluster, a listener on `port`), with `secret` a TLS secret from
+/// the Secret `cert`; `bogus` adds an unknown field (the resources do not decode).
 fn spec(port: u64, secret: bool, bogus: bool) -> Value {
-    let mut cluster = json!({"name": "kuard", "connect_timeout": "1s", "type": "STATIC"});
+    let mut spec = fixtures::spec(port);
     if bogus {
-        cluster["bogus_field"] = json!(1);
+        spec["resources"][0]["value"]["bogus_field"] = json!(1);
     }
-    let mut resources = vec![
-        json!({"type": "cluster", "value": cluster}),
-        json!({"type": "listener", "value": {"name": "http", "address": {"socket_address": {"address": "0.0.0.0", "port_value": port}}}}),
-    ];
     if secret {
-        resources.push(json!({"type": "secret", "generateFromTlsSecret": "cert", "blueprint": "tlsCertificate"}));
+        spec["resources"].as_array_mut().unwrap().push(
+            json!({"type": "secret", "generateFromTlsSecret": "cert", "blueprint": "tlsCertificate"}),
+        );
     }
-    json!({"nodeID": "kuard", "resources": resources})
+    spec
 }
 
-fn version(spec: &Value) -> String {
-    config_version(&serde_json::from_value::<EnvoyConfigSpec>(spec.clone()).unwrap())
-}
+use fixtures::version_of as version;
 
 /// One input of the scenario.
 #[derive(Debug, Clone)]

@@ -363,18 +363,27 @@ async fn failing_renewals_stop_the_controllers_before_the_lease_expires() {
         terms.started.load(Ordering::SeqCst) == 1
     })
     .await;
-    // The lock was just taken or renewed; from now on no renewal succeeds. Another
-    // replica may take the lease once it expires, LEASE_DURATION_SECONDS after the last
-    // renewal: the controllers must be stopped by then.
-    let failing_since = std::time::Instant::now();
-    cluster.lock().unwrap().fail_patches = true;
+    // From now on no renewal succeeds. Another replica may take the lease once it
+    // expires, LEASE_DURATION_SECONDS after the last renewal it records: the controllers
+    // must be stopped by then, which is the bound of the wait.
+    let expires = {
+        let mut c = cluster.lock().unwrap();
+        c.fail_patches = true;
+        let renewed: k8s_openapi::jiff::Timestamp = c.lease.as_ref().unwrap()["spec"]["renewTime"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        std::time::SystemTime::from(renewed) + Duration::from_secs(LEASE_DURATION_SECONDS)
+    };
     wait_until(
-        "the controllers stopped while renewals fail",
-        Duration::from_secs(LEASE_DURATION_SECONDS - 1),
+        "the controllers stopped while renewals fail, before the lease expires",
+        expires
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
         || terms.ended.load(Ordering::SeqCst) == 1,
     )
     .await;
-    assert!(failing_since.elapsed() < Duration::from_secs(LEASE_DURATION_SECONDS));
     // The API server recovers: the lease is still ours, a new term starts.
     cluster.lock().unwrap().fail_patches = false;
     wait_until("a new term", Duration::from_secs(40), || {
@@ -410,7 +419,19 @@ async fn a_follower_never_starts_the_controllers_nor_writes_the_lease() {
         })
     };
     let (terms, stop_all, task) = elect(client);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The follower reads the lease, finds it held and waits for it to expire (it never
+    // does: it is renewed). A wrong start or write would follow that read at once: a
+    // negative, so a short fixed window after it.
+    wait_until("the follower read the lease", TIMEOUT, || {
+        cluster
+            .lock()
+            .unwrap()
+            .log
+            .iter()
+            .any(|r| r.starts_with("GET"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     stop_all.send(()).unwrap();
     tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
     renewer.abort();
@@ -456,7 +477,21 @@ async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
         })
     };
     let (terms, stop_all, task) = elect(client);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Our apply conflicts; we read the lease again, find operator-pod-2 holding it and
+    // wait for it to expire (it never does: it is renewed). A wrong start or overwrite
+    // would follow that read at once: a negative, so a short fixed window after it.
+    wait_until(
+        "the lease read again after our conflicting apply",
+        TIMEOUT,
+        || {
+            let c = cluster.lock().unwrap();
+            let first_patch = c.log.iter().position(|r| r.starts_with("PATCH"));
+            let last_get = c.log.iter().rposition(|r| r.starts_with("GET"));
+            c.conflicts >= 1 && first_patch.is_some_and(|p| last_get.is_some_and(|g| g > p))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         terms.started.load(Ordering::SeqCst),
         0,

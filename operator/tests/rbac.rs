@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use marin3r_operator::{self as operator, Images};
 use marin3r_testkit::kube::*;
+use marin3r_testkit::wait_until;
 use serde_json::{Value, json};
 
 use marin3r_testkit::rbac::{Access, is_watch, parse};
@@ -171,9 +172,31 @@ async fn exercise(namespaces: &[String]) -> Vec<Recorded> {
             .await;
         }
     });
-    // Let the watches start and the reconcilers settle (a DSC issue takes a while
-    // unoptimised).
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Until every reconciler went through the seeded world: the status of each seeded
+    // object with one was written (the last write of a reconcile).
+    let statuses: Vec<String> = world()
+        .iter()
+        .filter(|(resource, _)| *resource != "envoyconfigs")
+        .map(|(resource, o)| {
+            format!(
+                "/{resource}/{}/status",
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    wait_until(
+        "the status of every seeded object",
+        Duration::from_secs(30),
+        || {
+            let log = log.lock().unwrap();
+            statuses.iter().all(|status| {
+                log.iter().any(|r| {
+                    r.method == "PATCH" && r.uri.split('?').next().unwrap().ends_with(status)
+                })
+            })
+        },
+    )
+    .await;
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
     log.lock().unwrap().clone()

@@ -3,8 +3,9 @@
 //!
 //! - [`http`]: an HTTP/1.1 client on hyper (any method, optional body; status, headers,
 //!   body back), async and blocking.
-//! - [`wait`]: polling a condition under a deadline; the async forms panic with a
-//!   description on timeout.
+//! - [`wait`]: the one polling helper: a condition (or a fallible probe) under a
+//!   deadline; the async forms panic with a description on timeout ([`wait::poll_ok`]
+//!   reports it instead).
 //! - [`admission`]: AdmissionReview v1 bodies as the API server sends them (Pod for the
 //!   mutating path, EnvoyConfig for the validating one).
 //! - [`tls`]: a rustls client config trusting one CA PEM.
@@ -14,6 +15,7 @@
 //!   container (every container marin3r generates must pass it).
 //! - [`kube`] (feature `kube`): kube-rs' mock API server pattern (a scripted
 //!   `tower-test` service behind a `kube::Client`).
+//! - [`unix_time`]: fixed points in time for code that takes `now` as an input.
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -27,10 +29,12 @@ pub mod http;
 pub mod kube;
 pub mod pod_security;
 pub mod rbac;
+pub mod time;
 pub mod tls;
 pub mod wait;
 
 mod ports;
 
 pub use ports::free_port;
-pub use wait::{wait_for, wait_until, wait_until_async, wait_until_some};
+pub use time::unix_time;
+pub use wait::{poll_ok, wait_for, wait_ok, wait_until, wait_until_async, wait_until_some};

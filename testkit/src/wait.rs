@@ -77,6 +77,59 @@ where
     }
 }
 
+/// Polls the async `probe` every [`POLL`] until it returns `Ok`, and returns the value.
+///
+/// # Panics
+/// With `what` and the probe's last error when `within` passes first.
+#[track_caller]
+pub fn wait_ok<T, E, F, Fut>(
+    what: impl Display,
+    within: Duration,
+    probe: F,
+) -> impl Future<Output = T>
+where
+    E: Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let caller = std::panic::Location::caller();
+    async move {
+        match poll_ok(&what, within, POLL, probe).await {
+            Ok(value) => value,
+            Err(e) => failed(&e, caller),
+        }
+    }
+}
+
+/// The non-panicking form of [`wait_ok`], for harness code that reports failures as
+/// values (a benchmark, a process harness): polls the async `probe` every `every` until
+/// it returns `Ok`; after `within`, an error naming `what` and the probe's last error.
+/// `every` is [`POLL`] unless the caller measures something finer (a benchmark's
+/// latency samples) or polls an in-memory value thousands of times.
+pub async fn poll_ok<T, E, F, Fut>(
+    what: impl Display,
+    within: Duration,
+    every: Duration,
+    mut probe: F,
+) -> Result<T, String>
+where
+    E: Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let last = match probe().await {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("{what}: not within {within:?}; last: {last}"));
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// The blocking form for synchronous tests and harness code: polls `condition` every
 /// [`POLL`] (sleeping the thread) until it returns `Some`; `None` after `within`, so the
 /// caller can report or recover (e.g. kill a process that did not exit).
@@ -91,6 +144,11 @@ pub fn wait_for<T>(within: Duration, mut condition: impl FnMut() -> Option<T>) -
         }
         std::thread::sleep(POLL);
     }
+}
+
+#[allow(clippy::panic)]
+fn failed(message: &str, caller: &std::panic::Location<'_>) -> ! {
+    panic!("{message} (waited at {caller})")
 }
 
 #[allow(clippy::panic)]
@@ -131,6 +189,39 @@ mod tests {
         })
         .await;
         assert_eq!(n, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fallible_probes_return_their_value_or_report_their_last_error() {
+        let mut n = 0;
+        let value = wait_ok("n = 3", Duration::from_secs(1), || {
+            n += 1;
+            let result = if n == 3 {
+                Ok(n)
+            } else {
+                Err(format!("n is {n}"))
+            };
+            async move { result }
+        })
+        .await;
+        assert_eq!(value, 3);
+        let start = tokio::time::Instant::now();
+        let err = poll_ok("never", Duration::from_millis(100), POLL, || async {
+            Err::<(), _>("still no")
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(err, "never: not within 100ms; last: still no");
+        assert_eq!(start.elapsed(), POLL * 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "the answer: not within 1s; last: wrong")]
+    async fn wait_ok_panics_with_the_last_error() {
+        wait_ok("the answer", Duration::from_secs(1), || async {
+            Err::<(), _>("wrong")
+        })
+        .await;
     }
 
     #[test]

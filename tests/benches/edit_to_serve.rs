@@ -125,7 +125,7 @@ async fn edits(
     let addr = localhost(port);
     let file = xds.file("config.yaml");
     envoy
-        .wait_body(addr, "initial\n", CONVERGE, PROBE_INTERVAL)
+        .wait_body_every(addr, "initial\n", CONVERGE, PROBE_INTERVAL)
         .await?;
     let mut samples = Vec::new();
     for i in 0..EDITS {
@@ -137,7 +137,7 @@ async fn edits(
         write_atomic(&file, &yaml)?;
         let written = Instant::now();
         envoy
-            .wait_body(addr, &body, DEADLINE, PROBE_INTERVAL)
+            .wait_body_every(addr, &body, DEADLINE, PROBE_INTERVAL)
             .await
             .map_err(|e| format!("edit {i}: {e}"))?;
         samples.push(written.elapsed());

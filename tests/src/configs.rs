@@ -7,6 +7,8 @@ pub const HCM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network
 pub const ROUTER_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 pub const DOWNSTREAM_TLS_TYPE: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+pub const UPSTREAM_TLS_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
 
 /// A listener `name` on 127.0.0.1:`port` whose HttpConnectionManager routes `/` with
 /// `action` (`{"route": …}` or `{"direct_response": …}`), optionally behind TLS.
@@ -44,6 +46,23 @@ pub fn http_listener(
         "name": name,
         "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
         "filter_chains": [chain],
+    })
+}
+
+/// A downstream TLS transport socket whose certificate is the SDS secret `secret`,
+/// fetched over ADS.
+pub fn sds_tls(secret: &str) -> Value {
+    json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": DOWNSTREAM_TLS_TYPE,
+            "common_tls_context": {
+                "tls_certificate_sds_secret_configs": [{
+                    "name": secret,
+                    "sds_config": {"ads": {}, "resource_api_version": "V3"},
+                }],
+            },
+        },
     })
 }
 

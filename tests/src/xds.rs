@@ -1,6 +1,6 @@
 //! Harness for driving the discovery service against a real Envoy: the service
-//! in-process ([`Xds`]: `marin3r_control_plane::serve_with` and the local backend on 127.0.0.1:0 listeners, a
-//! config folder in a temp dir, certificates from `marin3r_certs::issue`), an Envoy child
+//! in-process ([`Xds`]: [`crate::in_process`] with the local backend, a config folder in
+//! a temp dir, certificates from `marin3r_certs::issue`), an Envoy child
 //! process bootstrapped like `marin3r init-manager` does it ([`Envoy`]), atomic config
 //! edits, and TLS GETs (on the test kit's HTTP client) with polling until a deadline.
 //!
@@ -19,15 +19,16 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use marin3r_certs::{Bundle, IssueOptions, issue};
-use marin3r_control_plane::{Config, Listeners};
+use marin3r_control_plane::status::{EnvoyConfigReport, StatusReport};
 use marin3r_sidecar::bootstrap::{ApiType, BootstrapOptions, write_files};
 use marin3r_testkit::free_port;
 use marin3r_testkit::http::Request;
+use marin3r_testkit::wait::{POLL, poll_ok};
 use marin3r_xds::AdsConfig;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
+use crate::in_process::{CertFiles, InProcess, bind_localhost};
 use crate::{KillOnDrop, envoy_bin, workspace_root};
 
 /// How long Envoy gets to connect, fetch and apply a config (2 cores, parallel tests).
@@ -75,8 +76,8 @@ pub fn issue_bundle() -> Result<Bundle, String> {
 // ---------------------------------------------------------------------------------------
 // The discovery service, in-process.
 
-/// The discovery service running as a task of the current tokio runtime, serving a config
-/// folder in a temp dir (removed on drop; the task is aborted on drop).
+/// The discovery service running as a task of the current tokio runtime ([`InProcess`]),
+/// serving a config folder in a temp dir (removed on drop; the task is aborted on drop).
 pub struct Xds {
     /// The ADS gRPC (mTLS) listener.
     pub xdss: SocketAddr,
@@ -88,8 +89,9 @@ pub struct Xds {
     /// `ca/`, `server/` and `client/` (`tls.crt`, `tls.key`) of [`Xds::bundle`].
     pub certs_dir: PathBuf,
     pub bundle: Bundle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), marin3r_control_plane::Error>>>,
+    /// `None` when the service is a process ([`Xds::start_process`]) or stopped
+    /// ([`Xds::stop_serving`]).
+    server: Option<InProcess>,
     _dir: tempfile::TempDir,
 }
 
@@ -121,25 +123,58 @@ impl Xds {
     /// Stops the server and checks it ended cleanly (Envoys must be gone: open ADS
     /// streams hold a graceful stop).
     pub async fn stop(mut self) -> Result<(), String> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let task = self
-            .task
+        self.server
             .take()
-            .ok_or("the discovery service task is gone")?;
-        let result = tokio::time::timeout(Duration::from_secs(10), task)
+            .ok_or("the discovery service is not running in-process")?
+            .stop(Duration::from_secs(10))
             .await
-            .map_err(|_| "the discovery service did not stop within 10 s".to_string())?
-            .map_err(|e| format!("the discovery service task failed: {e}"))?;
-        result.map_err(|e| format!("serve failed: {e:?}"))
     }
 }
 
-impl Drop for Xds {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
+impl Xds {
+    /// The `/status` report (local mode).
+    pub async fn status(&self) -> Result<StatusReport, String> {
+        let r = get(self.metrics, "/status").await?;
+        if r.status != 200 {
+            return Err(format!("GET /status: {} {}", r.status, r.body));
+        }
+        serde_json::from_str(&r.body).map_err(|e| format!("GET /status: {e}: {}", r.body))
+    }
+
+    /// The `/status` report (local mode) of the EnvoyConfig of `node_id`.
+    pub async fn status_of(&self, node_id: &str) -> Result<EnvoyConfigReport, String> {
+        let report = self.status().await?;
+        report
+            .envoy_configs
+            .iter()
+            .find(|ec| ec.node_id == node_id)
+            .cloned()
+            .ok_or_else(|| format!("no EnvoyConfig for {node_id} in {report:?}"))
+    }
+
+    /// `Ok` once the EnvoyConfig of `node_id` waits for a missing dependency (a Secret):
+    /// its `CacheOutOfSync` condition says so.
+    pub async fn waits_for_dependencies(&self, node_id: &str) -> Result<(), String> {
+        let ec = self.status_of(node_id).await?;
+        if ec
+            .conditions
+            .iter()
+            .any(|c| c.status == "True" && c.message.contains("waits for its dependencies"))
+        {
+            Ok(())
+        } else {
+            Err(format!("not waiting: {:?}", ec.conditions))
+        }
+    }
+
+    /// `Ok` once ADS streams of `node_id` are open, as `/metrics` counts them.
+    pub async fn has_streams(&self, node_id: &str) -> Result<(), String> {
+        let text = self.metrics_text().await?;
+        let streams = metric_sum(&text, "marin3r_xdss_streams", &[("node_id", node_id)]);
+        if streams >= 1.0 {
+            Ok(())
+        } else {
+            Err(format!("{streams} streams of {node_id}"))
         }
     }
 }
@@ -204,44 +239,67 @@ impl Envoy {
         }
     }
 
-    /// Polls `probe` every `interval` until it returns `Ok`, checking before each probe
-    /// that Envoy is still up; after `timeout` the error names `what` and the probe's
-    /// last error.
+    /// Polls `probe` (the test kit's [`poll_ok`], every [`POLL`]) until it returns `Ok`,
+    /// checking before each probe that Envoy is still up (an exit fails at once); after
+    /// `timeout` the error names `what` and the probe's last error.
     pub async fn eventually<T, F, Fut>(
         &mut self,
         what: &str,
         timeout: Duration,
-        interval: Duration,
+        probe: F,
+    ) -> Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        self.eventually_every(what, timeout, POLL, probe).await
+    }
+
+    /// [`Envoy::eventually`], probing every `every` (a benchmark's resolution).
+    pub async fn eventually_every<T, F, Fut>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        every: Duration,
         mut probe: F,
     ) -> Result<T, String>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, String>>,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.check_running()?;
-            let last = match probe().await {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            };
-            if Instant::now() >= deadline {
-                return Err(format!("{what}: not within {timeout:?}; last: {last}"));
+        // `Ok(Err(exit))` ends the polling: Envoy is gone, waiting longer is pointless.
+        poll_ok(what, timeout, every, || {
+            let step = self.check_running().map(|()| probe());
+            async move {
+                match step {
+                    Err(exited) => Ok(Err(exited)),
+                    Ok(probed) => probed.await.map(Ok),
+                }
             }
-            tokio::time::sleep(interval).await;
-        }
+        })
+        .await?
     }
 
-    /// Polls `GET http://addr/` every `interval` until it answers 200 with `body`.
+    /// Polls `GET http://addr/` until it answers 200 with `body`.
     pub async fn wait_body(
         &mut self,
         addr: SocketAddr,
         body: &str,
         timeout: Duration,
-        interval: Duration,
+    ) -> Result<Response, String> {
+        self.wait_body_every(addr, body, timeout, POLL).await
+    }
+
+    /// [`Envoy::wait_body`], probing every `every` (a benchmark's resolution).
+    pub async fn wait_body_every(
+        &mut self,
+        addr: SocketAddr,
+        body: &str,
+        timeout: Duration,
+        every: Duration,
     ) -> Result<Response, String> {
         let what = format!("GET {addr}/ → 200 {body:?}");
-        self.eventually(&what, timeout, interval, || async {
+        self.eventually_every(&what, timeout, every, || async {
             let r = get(addr, "/").await?;
             if r.status == 200 && r.body == body {
                 Ok(r)
@@ -358,48 +416,21 @@ impl Xds {
         F: FnOnce(&Path) -> B,
     {
         let (dir, bundle, certs_dir, config_dir) = workspace(files)?;
-        let bind = || async {
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|e| format!("bind 127.0.0.1:0: {e}"))
-        };
-        let listeners = Listeners {
-            xdss: bind().await?,
-            metrics: bind().await?,
-            health: bind().await?,
-        };
-        let addr = |l: &TcpListener| l.local_addr().map_err(|e| format!("local_addr: {e}"));
-        let xdss = addr(&listeners.xdss)?;
-        let metrics = addr(&listeners.metrics)?;
-        let health = addr(&listeners.health)?;
-        let config = Config {
-            xdss_addr: xdss,
-            server_cert: certs_dir.join("server/tls.crt"),
-            server_key: certs_dir.join("server/tls.key"),
-            ca_file: marin3r_certs::ca_file_in_dir(certs_dir.join("ca")),
-            metrics_addr: metrics,
-            health_addr: health,
-            ads: AdsConfig::default(),
-        };
-        let backend = backend(&config_dir);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(marin3r_control_plane::serve_with(
-            config,
-            listeners,
-            backend,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let server = InProcess::launch(
+            bind_localhost().await?,
+            &CertFiles::in_dir(&certs_dir),
+            AdsConfig::default(),
+            backend(&config_dir),
+        )
+        .await?;
         Ok(Self {
-            xdss,
-            metrics,
-            health,
+            xdss: server.xdss,
+            metrics: server.metrics,
+            health: server.health,
             config_dir,
             certs_dir,
             bundle,
-            stop: Some(stop),
-            task: Some(task),
+            server: Some(server),
             _dir: dir,
         })
     }
@@ -454,8 +485,7 @@ impl Xds {
                 config_dir,
                 certs_dir,
                 bundle,
-                stop: None,
-                task: None,
+                server: None,
                 _dir: dir,
             },
             process,
@@ -582,74 +612,47 @@ fn merge_bootstrap(
 }
 
 // ---------------------------------------------------------------------------------------
-// Restarting the discovery service in place (hardening tests).
+// Restarting the discovery service in place (hardening and fault tests).
 
 impl Xds {
-    /// Stops the running discovery service (its open ADS streams end with UNAVAILABLE)
-    /// and starts a new one on the **same** ADS port, certificates and config folder, with
-    /// the backend `backend` builds (metrics and probes move to new ports). `downtime`
-    /// is waited between the two. Returns how long the stop took.
-    pub async fn restart_with<B, F>(
-        &mut self,
-        downtime: Duration,
-        backend: F,
-    ) -> Result<Duration, String>
+    /// Stops the in-process discovery service (its open ADS streams end with
+    /// UNAVAILABLE; Envoys keep what they have and reconnect with their backoff), and
+    /// returns how long the stop took. [`Xds::serve_again`] starts the next one; a test
+    /// changes the config folder in between.
+    pub async fn stop_serving(&mut self) -> Result<Duration, String> {
+        let server = self
+            .server
+            .take()
+            .ok_or("the discovery service is not running in-process")?;
+        let stopping = Instant::now();
+        server.stop(Duration::from_secs(15)).await?;
+        Ok(stopping.elapsed())
+    }
+
+    /// Starts a new discovery service on the **same** ADS port, certificates and config
+    /// folder, with the backend `backend` builds (metrics and probes move to new ports).
+    pub async fn serve_again<B, F>(&mut self, backend: F) -> Result<(), String>
     where
         B: marin3r_control_plane::Backend,
         F: FnOnce(&Path) -> B,
     {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        if self.server.is_some() {
+            return Err("the discovery service is still running".into());
         }
-        let task = self
-            .task
-            .take()
-            .ok_or("the discovery service task is gone")?;
-        let stopping = Instant::now();
-        tokio::time::timeout(Duration::from_secs(15), task)
-            .await
-            .map_err(|_| "the discovery service did not stop within 15 s".to_string())?
-            .map_err(|e| format!("the discovery service task failed: {e}"))?
-            .map_err(|e| format!("serve failed: {e:?}"))?;
-        let stopped_in = stopping.elapsed();
-        tokio::time::sleep(downtime).await;
         let xdss = TcpListener::bind(self.xdss)
             .await
             .map_err(|e| format!("bind {} again: {e}", self.xdss))?;
-        let bind = || async {
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|e| format!("bind 127.0.0.1:0: {e}"))
-        };
-        let listeners = Listeners {
+        let server = InProcess::launch(
             xdss,
-            metrics: bind().await?,
-            health: bind().await?,
-        };
-        let addr = |l: &TcpListener| l.local_addr().map_err(|e| format!("local_addr: {e}"));
-        self.metrics = addr(&listeners.metrics)?;
-        self.health = addr(&listeners.health)?;
-        let config = Config {
-            xdss_addr: self.xdss,
-            server_cert: self.certs_dir.join("server/tls.crt"),
-            server_key: self.certs_dir.join("server/tls.key"),
-            ca_file: marin3r_certs::ca_file_in_dir(self.certs_dir.join("ca")),
-            metrics_addr: self.metrics,
-            health_addr: self.health,
-            ads: AdsConfig::default(),
-        };
-        let backend = backend(&self.config_dir);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        self.task = Some(tokio::spawn(marin3r_control_plane::serve_with(
-            config,
-            listeners,
-            backend,
-            async move {
-                let _ = stopped.await;
-            },
-        )));
-        self.stop = Some(stop);
-        Ok(stopped_in)
+            &CertFiles::in_dir(&self.certs_dir),
+            AdsConfig::default(),
+            backend(&self.config_dir),
+        )
+        .await?;
+        self.metrics = server.metrics;
+        self.health = server.health;
+        self.server = Some(server);
+        Ok(())
     }
 }
 

@@ -76,6 +76,7 @@ use marin3r_envoyconfig::envoyconfig::{
 use marin3r_envoyconfig::manifest::documents;
 use marin3r_envoyconfig::{DecodeError, Resource, ResourceType, decode_resource};
 use marin3r_sidecar::bootstrap::ApiType;
+use marin3r_testkit::poll_ok;
 use marin3r_tests::Must;
 use marin3r_tests::xds::{Envoy, EnvoyExtras, Xds, get, init_tracing, issue_bundle};
 use marin3r_xds::Snapshot;
@@ -83,8 +84,10 @@ use serde_json::{Value, json};
 
 /// How long Envoy gets to answer one snapshot (2 cores, other tests in parallel).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
-/// How often the stats are polled while waiting.
-const POLL: Duration = Duration::from_millis(2);
+/// How often the in-memory ACK/NACK stats are polled while waiting for an answer (with
+/// the test kit's `poll_ok`): ~1,200 snapshots are published, so a 20 ms poll would add
+/// ~10 s per API flavour. Envoy's admin stats are polled 5 times less often.
+const STATS_POLL: Duration = Duration::from_millis(2);
 /// The types whose ACK is awaited.
 const SERVED: [ResourceType; 3] = [
     ResourceType::Listener,
@@ -633,34 +636,37 @@ impl Rig {
         }
         let log_start = std::fs::metadata(&self.envoy.log).map_or(0, |m| m.len());
         self.ctx.cache.set(&self.node, snapshot);
-        let deadline = Instant::now() + timeout;
+        let started = tokio::time::Instant::now();
         let mut pending = awaited.clone();
         let mut nacked = Vec::new();
-        while !pending.is_empty() {
-            self.envoy.check_running().must();
-            pending.retain(|(t, version)| {
-                let counts = stats.counts(&self.node, *t, version);
-                if let Some(message) = counts.values().find_map(|c| c.last_nack_message.clone()) {
-                    nacked.push(format!("{t}: {message}"));
-                    return false;
-                }
-                !counts.values().any(|c| c.acks > 0)
-            });
-            if pending.is_empty() {
-                break;
-            }
-            if Instant::now() >= deadline {
+        let answers = poll_ok(
+            "an answer of every changed type",
+            timeout,
+            STATS_POLL,
+            || {
+                self.envoy.check_running().must();
+                pending.retain(|(t, version)| {
+                    let counts = stats.counts(&self.node, *t, version);
+                    if let Some(message) = counts.values().find_map(|c| c.last_nack_message.clone())
+                    {
+                        nacked.push(format!("{t}: {message}"));
+                        return false;
+                    }
+                    !counts.values().any(|c| c.acks > 0)
+                });
                 let what: Vec<String> = pending.iter().map(|(t, v)| format!("{t} {v}")).collect();
-                nacked.push(format!(
-                    "no answer for {} within {timeout:?}",
-                    what.join(", ")
-                ));
-                break;
-            }
-            tokio::time::sleep(POLL).await;
+                std::future::ready(if what.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("none for {}", what.join(", ")))
+                })
+            },
+        )
+        .await;
+        if let Err(e) = answers {
+            nacked.push(e);
         }
         // Every secret asked for over ADS was applied or rejected.
-        let mut now = self.update_stats().await;
         let answered =
             |stats: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>, name: &str| {
                 ["update_success", "update_rejected"].iter().any(|what| {
@@ -669,21 +675,32 @@ impl Rig {
                         > before.get(&stat).copied().unwrap_or_default()
                 })
             };
-        loop {
-            let silent: Vec<&String> = sds_wanted
-                .iter()
-                .filter(|name| !answered(&now, &self.before, name))
-                .collect();
-            if silent.is_empty() {
-                break;
+        let rig = &*self;
+        let sds = poll_ok(
+            "an SDS update of every secret asked for",
+            timeout.saturating_sub(started.elapsed()),
+            STATS_POLL * 5,
+            || async move {
+                let now = rig.update_stats().await;
+                let silent: Vec<&String> = sds_wanted
+                    .iter()
+                    .filter(|name| !answered(&now, &rig.before, name))
+                    .collect();
+                if silent.is_empty() {
+                    Ok(now)
+                } else {
+                    Err(format!("none of {silent:?}"))
+                }
+            },
+        )
+        .await;
+        let now = match sds {
+            Ok(now) => now,
+            Err(e) => {
+                nacked.push(e);
+                self.update_stats().await
             }
-            if Instant::now() >= deadline {
-                nacked.push(format!("no SDS update of {silent:?} within {timeout:?}"));
-                break;
-            }
-            tokio::time::sleep(POLL * 5).await;
-            now = self.update_stats().await;
-        }
+        };
         // NACKs that came after the ACK of their type, or of a type not awaited.
         for t in SERVED {
             let version = &self.current[&t];

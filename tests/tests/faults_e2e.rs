@@ -17,16 +17,15 @@ use std::time::{Duration, Instant};
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::free_port;
 use marin3r_testkit::tls::cert_der;
+use marin3r_testkit::wait_ok;
 use marin3r_tests::Must;
 use marin3r_tests::configs::{
-    DOWNSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource, tls_secret_yaml,
+    direct, envoy_config, http_listener, resource, sds_tls, tls_secret_yaml,
 };
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, body_at, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
 };
-use serde_json::{Value, json};
-
-const POLL: Duration = Duration::from_millis(20);
+use serde_json::json;
 
 /// An EnvoyConfig serving `body` on a plain HTTP listener, plus (`tls`) a TLS listener
 /// on `tls_port` whose certificate is the Secret `secret` (generateFromTlsSecret).
@@ -36,21 +35,9 @@ fn config(node: &str, port: u16, body: &str, secret: &str, tls_port: Option<u16>
         resource("listener", http_listener("http", port, direct(body), None)),
     ];
     if let Some(tls_port) = tls_port {
-        let tls: Value = json!({
-            "name": "envoy.transport_sockets.tls",
-            "typed_config": {
-                "@type": DOWNSTREAM_TLS_TYPE,
-                "common_tls_context": {
-                    "tls_certificate_sds_secret_configs": [{
-                        "name": secret,
-                        "sds_config": {"ads": {}, "resource_api_version": "V3"},
-                    }],
-                },
-            },
-        });
         resources.push(resource(
             "listener",
-            http_listener("https", tls_port, direct(body), Some(tls)),
+            http_listener("https", tls_port, direct(body), Some(sds_tls(secret))),
         ));
     }
     envoy_config(node, resources)
@@ -72,40 +59,34 @@ async fn a_restart_with_the_secret_missing_never_wipes_envoy() {
     .must();
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     envoy
-        .wait_body(localhost(port), "before", CONVERGE, POLL)
+        .wait_body(localhost(port), "before", CONVERGE)
         .await
         .must();
 
     // While the discovery service is down its Secret file goes away: after the restart
     // the node's config cannot be resolved, so the node has no published snapshot.
+    xds.stop_serving().await.must();
     let secret_file = xds.file("secret.yaml");
-    let remove = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        std::fs::remove_file(&secret_file).unwrap();
-    };
-    let (stopped, ()) = tokio::join!(
-        xds.restart_with(Duration::from_secs(1), |dir: &std::path::Path| {
-            marin3r_control_plane::local::LocalBackend::new(dir)
-        }),
-        remove
+    std::fs::remove_file(&secret_file).unwrap();
+    xds.serve_again(|dir| marin3r_control_plane::local::LocalBackend::new(dir))
+        .await
+        .must();
+    // Envoy reconnects (within its 2 s ADS backoff cap) and its stream is held, not
+    // answered with an empty config.
+    wait_ok("Envoy's stream on the new server", CONVERGE, || {
+        xds.has_streams(node)
+    })
+    .await;
+    // A negative (no answer wipes the listener), so a short fixed window: an empty
+    // config would be the answer to Envoy's first request, right after it connected.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    envoy.check_running().must();
+    assert_eq!(
+        body_at(port).await.as_deref(),
+        Ok("before"),
+        "{}",
+        envoy.log_report(30)
     );
-    stopped.must();
-    // Envoy reconnects within its 2 s ADS backoff cap; its stream is held, not
-    // answered with an empty config: every probe for 4 s still gets the listener.
-    let end = Instant::now() + Duration::from_secs(4);
-    let mut probes = 0;
-    while Instant::now() < end {
-        envoy.check_running().must();
-        assert_eq!(
-            body_at(port).await.as_deref(),
-            Ok("before"),
-            "probe {probes}: {}",
-            envoy.log_report(30)
-        );
-        probes += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(probes > 10, "{probes} probes");
 
     // The Secret comes back with an edit: the node is published again and served.
     write_atomic(&secret_file, &cert).must();
@@ -115,7 +96,7 @@ async fn a_restart_with_the_secret_missing_never_wipes_envoy() {
     )
     .must();
     envoy
-        .wait_body(localhost(port), "after", CONVERGE, POLL)
+        .wait_body(localhost(port), "after", CONVERGE)
         .await
         .must();
     drop(envoy);
@@ -145,17 +126,20 @@ async fn a_one_second_secret_gap_does_not_stop_certificate_rotation() {
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     let addr = localhost(tls_port);
     let (leaf, _) = envoy
-        .eventually("the first certificate", CONVERGE, POLL, || {
+        .eventually("the first certificate", CONVERGE, || {
             get_tls(addr, &first.ca.cert_pem)
         })
         .await
         .must();
     assert_eq!(leaf, cert_der(&first.server.cert_pem).must());
 
-    // rm, one second, then the rotated Secret: it is served (the revision waited, it
-    // was never tainted).
+    // rm, a scan of the folder without the Secret (the revision waits for it), then the
+    // rotated Secret: it is served (the revision waited, it was never tainted).
     std::fs::remove_file(xds.file("secret.yaml")).unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_ok("the revision waits for its Secret", CONVERGE, || {
+        xds.waits_for_dependencies(node)
+    })
+    .await;
     assert_eq!(body_at(port).await.as_deref(), Ok(node), "still serving");
     write_atomic(
         &xds.file("secret.yaml"),
@@ -163,7 +147,7 @@ async fn a_one_second_secret_gap_does_not_stop_certificate_rotation() {
     )
     .must();
     let (leaf, _) = envoy
-        .eventually("the rotated certificate", CONVERGE, POLL, || {
+        .eventually("the rotated certificate", CONVERGE, || {
             get_tls(addr, &second.ca.cert_pem)
         })
         .await
@@ -187,7 +171,12 @@ async fn an_envoyconfig_written_before_its_secret_is_served_once_the_secret_exis
     .await
     .must();
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Envoy subscribed while its config waits for the Secret.
+    wait_ok("Envoy's stream", CONVERGE, || xds.has_streams(node)).await;
+    wait_ok("the revision waits for its Secret", CONVERGE, || {
+        xds.waits_for_dependencies(node)
+    })
+    .await;
     write_atomic(
         &xds.file("secret.yaml"),
         &tls_secret_yaml(secret, &bundle.server.cert_pem, &bundle.server.key_pem),
@@ -195,12 +184,9 @@ async fn an_envoyconfig_written_before_its_secret_is_served_once_the_secret_exis
     .must();
     let addr = localhost(tls_port);
     let (leaf, resp) = envoy
-        .eventually(
-            "the TLS listener with the late Secret",
-            CONVERGE,
-            POLL,
-            || get_tls(addr, &bundle.ca.cert_pem),
-        )
+        .eventually("the TLS listener with the late Secret", CONVERGE, || {
+            get_tls(addr, &bundle.ca.cert_pem)
+        })
         .await
         .must();
     assert_eq!(leaf, cert_der(&bundle.server.cert_pem).must());
@@ -211,6 +197,7 @@ async fn an_envoyconfig_written_before_its_secret_is_served_once_the_secret_exis
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
+    use marin3r_testkit::wait::{POLL, poll_ok};
     use marin3r_tests::xds::{direct_response_yaml, get};
     init_tracing();
     let nodes = ["drain-a", "drain-b", "drain-c"];
@@ -243,12 +230,7 @@ async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
         .collect();
     for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
         envoy
-            .wait_body(
-                localhost(*port),
-                &format!("{node} served\n"),
-                CONVERGE,
-                POLL,
-            )
+            .wait_body(localhost(*port), &format!("{node} served\n"), CONVERGE)
             .await
             .unwrap_or_else(|e| panic!("{}", report(&e)));
     }
@@ -263,43 +245,44 @@ async fn sigterm_drains_the_streams_and_envoy_keeps_serving() {
     assert!(killed.success());
     // Not ready at once (observed before the process is gone: the drain takes a while
     // with three streams).
-    let deadline = Instant::now() + CONVERGE;
-    let not_ready = loop {
+    let not_ready = poll_ok("/readyz 503 during the drain", CONVERGE, POLL, || async {
         match get(xds.health, "/readyz").await {
-            Ok(r) if r.status == 503 => break Some(r.body),
-            Ok(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
-            _ => break None,
+            Ok(r) if r.status == 503 => Ok(r.body),
+            Ok(r) => Err(format!("status {}", r.status)),
+            Err(e) => Err(e),
         }
-    };
-    assert_eq!(
-        not_ready.as_deref(),
-        Some("not ready"),
-        "{}",
-        report("/readyz must say 503 during the drain")
-    );
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", report(&e)));
+    assert_eq!(not_ready, "not ready", "{}", report("/readyz body"));
 
     // Every Envoy keeps serving while the service drains and after it exited, and the
     // process exits by itself.
     let mut probes = 0;
-    let status = loop {
-        for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
-            envoy.check_running().unwrap();
-            let body = body_at(*port)
-                .await
-                .unwrap_or_else(|e| panic!("{}", report(&e)));
-            assert_eq!(body, format!("{node} served\n"));
-            probes += 1;
+    let exit = poll_ok(
+        "the discovery service's exit",
+        Duration::from_secs(60),
+        POLL,
+        || std::future::ready(process.try_wait().ok_or("still running")),
+    );
+    let keep_probing = async {
+        loop {
+            for ((envoy, port), node) in envoys.iter_mut().zip(&ports).zip(&nodes) {
+                envoy.check_running().unwrap();
+                let body = body_at(*port)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}", report(&e)));
+                assert_eq!(body, format!("{node} served\n"));
+                probes += 1;
+            }
+            tokio::time::sleep(POLL).await;
         }
-        if let Some(status) = process.try_wait() {
-            break status;
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(60),
-            "{}",
-            report("the discovery service did not exit by itself")
-        );
-        tokio::time::sleep(POLL).await;
     };
+    let status = tokio::select! {
+        status = exit => status,
+        never = keep_probing => never,
+    }
+    .unwrap_or_else(|e| panic!("{}", report(&e)));
     let exited_after = sent.elapsed();
     assert!(
         status.success(),

@@ -14,45 +14,44 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use marin3r_control_plane::status::StatusReport;
 use marin3r_sidecar::bootstrap::ApiType;
-use marin3r_testkit::free_port;
+use marin3r_testkit::{free_port, wait_ok};
 use marin3r_tests::Must;
 use marin3r_tests::configs::{direct, http_listener, resource};
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, body_at, direct_response_yaml, get, init_tracing, localhost, write_atomic,
+    CONVERGE, Envoy, Xds, body_at, direct_response_yaml, get, init_tracing, localhost, metric_sum,
+    write_atomic,
 };
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-const POLL: Duration = Duration::from_millis(20);
-
-/// Checks for `for_` that Envoy keeps answering `body` on `port`, every 100 ms.
-async fn keeps_serving(envoy: &mut Envoy, port: u16, body: &str, for_: Duration) {
-    let end = Instant::now() + for_;
-    while Instant::now() < end {
-        envoy.check_running().must();
-        assert_eq!(
-            body_at(port).await.as_deref(),
-            Ok(body),
-            "{}",
-            envoy.log_report(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Checks that Envoy (still) answers `body` on `port`.
+async fn serves(envoy: &mut Envoy, port: u16, body: &str) {
+    envoy.check_running().must();
+    assert_eq!(
+        body_at(port).await.as_deref(),
+        Ok(body),
+        "{}",
+        envoy.log_report(30)
+    );
 }
 
 // -------------------------------------------------------------------------- restart
 
 // Envoy's ADS reconnect backoff is capped at 2 s by the bootstrap
-// (`marin3r_sidecar::bootstrap::ADS_RETRY_MAX_INTERVAL`); with Envoy's default cap of
-// 30 s this took over 5 s once on a loaded CI machine.
+// (`marin3r_sidecar::bootstrap::ADS_RETRY_MAX_INTERVAL`, checked where the bootstrap is
+// generated); with Envoy's default cap of 30 s a resync took over 5 s once on a loaded
+// CI machine. Here the resync is awaited, and its time printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
     init_tracing();
@@ -64,38 +63,33 @@ async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
         .must();
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     envoy
-        .wait_body(localhost(port), "before\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "before\n", CONVERGE)
         .await
         .must();
 
     // Stop the server, and while it is down edit the config it will load at start.
-    let path = xds.file(file);
-    let downtime = Duration::from_secs(1);
-    let edit = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        write_atomic(&path, &direct_response_yaml(node, port, "after\n").must()).must();
-    };
-    let (stopped_in, ()) = tokio::join!(
-        xds.restart_with(downtime, |dir: &std::path::Path| {
-            marin3r_control_plane::local::LocalBackend::new(dir)
-        }),
-        edit
-    );
-    let stopped_in = stopped_in.must();
-    let up = Instant::now();
-    eprintln!(
-        "discovery service stopped in {stopped_in:?} (Envoy connected), down for {downtime:?}"
-    );
-    // Still the old config: nothing served it the new one yet, and nothing broke.
-    assert_eq!(body_at(port).await.as_deref(), Ok("before\n"));
-
-    envoy
-        .wait_body(localhost(port), "after\n", Duration::from_secs(5), POLL)
+    let stopped_in = xds.stop_serving().await.must();
+    eprintln!("discovery service stopped in {stopped_in:?} (Envoy connected)");
+    // Envoy serves while the discovery service is down.
+    serves(&mut envoy, port, "before\n").await;
+    write_atomic(
+        &xds.file(file),
+        &direct_response_yaml(node, port, "after\n").must(),
+    )
+    .must();
+    xds.serve_again(|dir| marin3r_control_plane::local::LocalBackend::new(dir))
         .await
         .must();
-    let resync = up.elapsed();
-    eprintln!("Envoy resynced with the restarted discovery service {resync:?} after it was up");
-    assert!(resync <= Duration::from_secs(5));
+    let up = Instant::now();
+
+    envoy
+        .wait_body(localhost(port), "after\n", CONVERGE)
+        .await
+        .must();
+    eprintln!(
+        "Envoy resynced with the restarted discovery service {:?} after it was up",
+        up.elapsed()
+    );
 
     // The new server is a working one: a further edit is served too.
     write_atomic(
@@ -104,7 +98,7 @@ async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
     )
     .must();
     envoy
-        .wait_body(localhost(port), "again\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "again\n", CONVERGE)
         .await
         .must();
     drop(envoy);
@@ -171,7 +165,7 @@ async fn envoy_keeps_getting_updates_while_other_clients_misbehave() {
         .must();
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     envoy
-        .wait_body(localhost(port), "v0\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "v0\n", CONVERGE)
         .await
         .must();
 
@@ -217,22 +211,47 @@ async fn envoy_keeps_getting_updates_while_other_clients_misbehave() {
         .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await
         .unwrap();
+    let streams = || async {
+        let text = xds.metrics_text().await?;
+        Ok::<_, String>(metric_sum(
+            &text,
+            "marin3r_xdss_streams",
+            &[("node_id", node)],
+        ))
+    };
+    wait_ok(
+        "Envoy's and the non-reading client's streams",
+        CONVERGE,
+        || async {
+            match streams().await? {
+                2.0 => Ok(()),
+                n => Err(format!("{n} streams")),
+            }
+        },
+    )
+    .await;
 
-    // Garbage clients, over and over, while the config is edited five times.
+    // Garbage clients, over and over (at least one round), while the config is edited
+    // five times.
     let addr = xds.xdss;
     let tls = tls_client(&xds);
-    let noise = tokio::spawn(async move {
-        let mut cut = (0, 0, 0);
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(8) {
-            let (plain, tls) = garbage(addr, tls.clone()).await;
-            cut = (
-                cut.0 + 1,
-                cut.1 + usize::from(plain),
-                cut.2 + usize::from(tls),
-            );
+    let quiet = Arc::new(AtomicBool::new(false));
+    let noise = tokio::spawn({
+        let quiet = quiet.clone();
+        async move {
+            let mut cut = (0, 0, 0);
+            loop {
+                let (plain, tls) = garbage(addr, tls.clone()).await;
+                cut = (
+                    cut.0 + 1,
+                    cut.1 + usize::from(plain),
+                    cut.2 + usize::from(tls),
+                );
+                if quiet.load(Ordering::SeqCst) {
+                    return cut;
+                }
+            }
         }
-        cut
     });
     let mut times = Vec::new();
     for v in 1..=5 {
@@ -244,11 +263,19 @@ async fn envoy_keeps_getting_updates_while_other_clients_misbehave() {
         .must();
         let written = Instant::now();
         envoy
-            .wait_body(localhost(port), &body, CONVERGE, POLL)
+            .wait_body(localhost(port), &body, CONVERGE)
             .await
             .must();
         times.push(written.elapsed());
     }
+    // Every edit was served while the non-reading client was still connected: none
+    // waited for the server to give up on it (after `stream_send_timeout`, 30 s).
+    assert_eq!(
+        streams().await.must(),
+        2.0,
+        "the non-reading client's stream is gone"
+    );
+    quiet.store(true, Ordering::SeqCst);
     let (rounds, plain_cut, tls_cut) = noise.await.unwrap();
     eprintln!(
         "edit → served with a non-reading client and {rounds} rounds of garbage clients: {times:?}; garbage connections closed by the server: plain {plain_cut}/{rounds}, TLS {tls_cut}/{rounds}"
@@ -257,10 +284,6 @@ async fn envoy_keeps_getting_updates_while_other_clients_misbehave() {
         (plain_cut, tls_cut),
         (rounds, rounds),
         "garbage connections left open"
-    );
-    assert!(
-        times.iter().all(|t| *t < Duration::from_secs(3)),
-        "slow updates next to misbehaving clients: {times:?}"
     );
     drop(envoy);
     xds.stop().await.must();
@@ -278,11 +301,15 @@ async fn a_malformed_config_file_never_replaces_what_envoy_serves() {
     let xds = Xds::start(&[(file, good.clone())]).await.must();
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     envoy
-        .wait_body(localhost(port), "good\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "good\n", CONVERGE)
         .await
         .must();
     let path = xds.file(file);
-    // Each is kept for 1 s (five scans of the folder) while Envoy must keep serving.
+    let good_version = xds.status_of(node).await.must().published_version;
+    assert!(good_version.is_some());
+    // Each is written, and once `/status` reports it (the folder was scanned with it in)
+    // the good version must still be the published one and Envoy must still serve it;
+    // then the good file comes back and `/status` is clean again.
     let cut_in_a_scalar = {
         let at = good.find("inline_string").unwrap() + 20;
         good[..at].to_string()
@@ -304,15 +331,47 @@ async fn a_malformed_config_file_never_replaces_what_envoy_serves() {
         ),
         ("truncated to empty (a write in progress)", String::new()),
     ];
+    let reported = |report: &StatusReport| {
+        let ec = report.envoy_configs.iter().find(|ec| ec.node_id == node);
+        !report.files.is_empty()
+            || ec.is_some_and(|ec| {
+                !ec.errors.is_empty() || ec.desired_version != ec.published_version
+            })
+    };
     for (name, text) in &cases {
         write_atomic(&path, text).must();
-        keeps_serving(&mut envoy, port, "good\n", Duration::from_secs(1)).await;
+        let report = wait_ok(format!("{name} reported in /status"), CONVERGE, || async {
+            let report = xds.status().await?;
+            if reported(&report) {
+                Ok(report)
+            } else {
+                Err(format!("{report:?}"))
+            }
+        })
+        .await;
+        let ec = report.envoy_configs.iter().find(|ec| ec.node_id == node);
+        assert_eq!(
+            ec.and_then(|ec| ec.published_version.clone()),
+            good_version,
+            "{name}: {report:?}"
+        );
+        serves(&mut envoy, port, "good\n").await;
         eprintln!("{name}: Envoy kept serving the last good config");
+        write_atomic(&path, &good).must();
+        wait_ok(format!("{name} cleared in /status"), CONVERGE, || async {
+            let report = xds.status().await?;
+            if reported(&report) {
+                Err(format!("{report:?}"))
+            } else {
+                Ok(())
+            }
+        })
+        .await;
     }
     // A fix is served again at once.
     write_atomic(&path, &direct_response_yaml(node, port, "fixed\n").must()).must();
     envoy
-        .wait_body(localhost(port), "fixed\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "fixed\n", CONVERGE)
         .await
         .must();
     drop(envoy);
@@ -345,7 +404,7 @@ async fn a_write_that_pauses_mid_file_never_serves_the_half_file() {
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     for port in ports {
         envoy
-            .wait_body(localhost(port), "v1\n", CONVERGE, POLL)
+            .wait_body(localhost(port), "v1\n", CONVERGE)
             .await
             .must();
     }
@@ -358,28 +417,27 @@ async fn a_write_that_pauses_mid_file_never_serves_the_half_file() {
     writer.write_all(half.as_bytes()).unwrap();
     writer.flush().unwrap();
     // The folder was scanned with the half file in it: the status says it is being written.
-    let start = Instant::now();
-    loop {
-        let status = get(xds.metrics, "/status").await.must();
+    wait_ok("the half file reported", CONVERGE, || async {
+        let status = get(xds.metrics, "/status").await?;
         if status.body.contains("being written") {
-            break;
+            Ok(())
+        } else {
+            Err(status.body)
         }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "never reported: {}",
-            status.body
-        );
-        tokio::time::sleep(POLL).await;
-    }
-    // Envoy keeps both listeners with the last good content while the writer pauses.
+    })
+    .await;
+    // Nothing new was published, and Envoy keeps both listeners with the last good
+    // content while the writer pauses.
+    let ec = xds.status_of(node).await.must();
+    assert_eq!(ec.published_version, ec.desired_version, "{ec:?}");
     for port in ports {
-        keeps_serving(&mut envoy, port, "v1\n", Duration::from_millis(500)).await;
+        serves(&mut envoy, port, "v1\n").await;
     }
     writer.write_all(&full.as_bytes()[half.len()..]).unwrap();
     drop(writer);
     for port in ports {
         envoy
-            .wait_body(localhost(port), "v2\n", CONVERGE, POLL)
+            .wait_body(localhost(port), "v2\n", CONVERGE)
             .await
             .must();
     }

@@ -19,16 +19,15 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use marin3r_sidecar::bootstrap::ApiType;
-use marin3r_testkit::free_port;
 use marin3r_testkit::tls::cert_der;
+use marin3r_testkit::{free_port, wait_ok};
+use marin3r_tests::configs::{direct, envoy_config, http_listener, resource, sds_tls};
 use marin3r_tests::xds::{CONVERGE, Envoy, Xds, get_tls, issue_bundle, localhost, write_atomic};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Value, json};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-
-const POLL: Duration = Duration::from_millis(20);
 
 /// Everything every subscriber layer wrote.
 #[derive(Clone, Default)]
@@ -85,16 +84,6 @@ fn b64(s: impl AsRef<[u8]>) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-fn envoy_config(node: &str, resources: Vec<Value>) -> String {
-    serde_json::to_string_pretty(&json!({
-        "apiVersion": "marin3r.3scale.net/v1alpha1",
-        "kind": "EnvoyConfig",
-        "metadata": {"name": node, "namespace": "default"},
-        "spec": {"nodeID": node, "resources": resources},
-    }))
-    .unwrap()
-}
-
 fn tls_secret(name: &str, cert: &str, key: &str, ca: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n  ca.crt: {}\n",
@@ -107,33 +96,10 @@ fn tls_secret(name: &str, cert: &str, key: &str, ca: &str) -> String {
 /// A TLS listener on `port` whose certificate is the SDS secret `secret`, answering
 /// `body`.
 fn tls_listener(port: u16, secret: &str, body: &str) -> Value {
-    json!({"type": "listener", "value": {
-        "name": "https",
-        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-        "filter_chains": [{
-            "transport_socket": {
-                "name": "envoy.transport_sockets.tls",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
-                    "common_tls_context": {"tls_certificate_sds_secret_configs": [
-                        {"name": secret, "sds_config": {"ads": {}, "resource_api_version": "V3"}}
-                    ]}
-                }
-            },
-            "filters": [{
-                "name": "envoy.filters.network.http_connection_manager",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                    "stat_prefix": "https",
-                    "route_config": {"virtual_hosts": [{"name": "any", "domains": ["*"], "routes": [
-                        {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": body}}}
-                    ]}]},
-                    "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]
-                }
-            }]
-        }]
-    }})
+    resource(
+        "listener",
+        http_listener("https", port, direct(body), Some(sds_tls(secret))),
+    )
 }
 
 /// A new mTLS connection to the discovery service (makes it look at its certificate
@@ -240,7 +206,6 @@ async fn no_secret_material_in_any_log_line() {
         .eventually(
             "TLS listener with the Secret's certificate",
             CONVERGE,
-            POLL,
             || get_tls(addr, &first.ca.cert_pem),
         )
         .await
@@ -262,7 +227,6 @@ async fn no_secret_material_in_any_log_line() {
         .eventually(
             "TLS listener with the rotated certificate",
             CONVERGE,
-            POLL,
             || get_tls(addr, &second.ca.cert_pem),
         )
         .await
@@ -303,9 +267,18 @@ async fn no_secret_material_in_any_log_line() {
     for (name, text) in &broken {
         write_atomic(&xds.file(name), text).unwrap();
     }
-    // A few scans of the folder, then the discovery service's own certificate: rotated
-    // (reloaded on the next handshake), then replaced by a broken key file.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Once the folder was scanned with them (the EnvoyConfig written last has a revision
+    // in `/status`, so that scan read the Secrets written before it), the discovery
+    // service's own certificate: rotated (reloaded on the next handshake), then replaced
+    // by a broken key file.
+    wait_ok("the broken files scanned", CONVERGE, || async {
+        let report = xds.status_of(broken_node).await?;
+        match report.desired_version {
+            Some(_) => Ok(()),
+            None => Err(format!("{report:?}")),
+        }
+    })
+    .await;
     second.write_to(&xds.certs_dir).unwrap();
     touch_xds(&xds).await;
     let bad_key = format!(
@@ -316,7 +289,7 @@ async fn no_secret_material_in_any_log_line() {
     touch_xds(&xds).await;
     // Envoy still serves the rotated certificate (nothing broke).
     envoy
-        .eventually("TLS listener still up", CONVERGE, POLL, || {
+        .eventually("TLS listener still up", CONVERGE, || {
             get_tls(addr, &second.ca.cert_pem)
         })
         .await

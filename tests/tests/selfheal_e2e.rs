@@ -20,97 +20,33 @@
 // Test-only file: clippy's allow-*-in-tests does not cover the helper functions here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use marin3r_control_plane::local::LocalBackend;
-use marin3r_control_plane::status::{EnvoyConfigReport, StatusReport};
+use marin3r_control_plane::local::backend::EVALUATE_INTERVAL;
+use marin3r_control_plane::status::EnvoyConfigReport;
 use marin3r_envoyconfig::envoyconfig::CacheState;
 use marin3r_sidecar::bootstrap::ApiType;
-use marin3r_testkit::free_port;
 use marin3r_testkit::http::{Method, Request};
+use marin3r_testkit::{free_port, wait_ok, wait_until};
 use marin3r_tests::Must;
+use marin3r_tests::configs::{UPSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource};
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, get, init_tracing, localhost, metric_sum, pod_name, write_atomic,
 };
-use serde_json::{Value, json};
-
-/// How often the tests re-probe.
-const POLL: Duration = Duration::from_millis(50);
-
-const HCM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
-const ROUTER_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
-const UPSTREAM_TLS_TYPE: &str =
-    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
-
-/// Polls `probe` every [`POLL`] until it returns `Ok`; panics with its last error after
-/// `timeout`.
-async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match probe().await {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        if Instant::now() >= deadline {
-            panic!("{what}: not within {timeout:?}; last: {last}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
+use serde_json::json;
 
 // ---------------------------------------------------------------------------------------
 // Configs.
 
-/// A listener on 127.0.0.1:`port` whose route `/` does `action`.
-fn http_listener(port: u16, action: Value) -> Value {
-    let mut route = json!({"match": {"prefix": "/"}});
-    for (k, v) in action.as_object().unwrap() {
-        route[k] = v.clone();
-    }
-    json!({
-        "name": "http",
-        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-        "filter_chains": [{
-            "filters": [{
-                "name": "envoy.filters.network.http_connection_manager",
-                "typed_config": {
-                    "@type": HCM_TYPE,
-                    "stat_prefix": "http",
-                    "route_config": {
-                        "name": "local_route",
-                        "virtual_hosts": [{"name": "any", "domains": ["*"], "routes": [route]}],
-                    },
-                    "http_filters": [{
-                        "name": "envoy.filters.http.router",
-                        "typed_config": {"@type": ROUTER_TYPE},
-                    }],
-                },
-            }],
-        }],
-    })
-}
-
-fn envoy_config(node_id: &str, resources: Vec<Value>) -> String {
-    serde_json::to_string_pretty(&json!({
-        "apiVersion": "marin3r.3scale.net/v1alpha1",
-        "kind": "EnvoyConfig",
-        "metadata": {"name": node_id, "namespace": "default"},
-        "spec": {"nodeID": node_id, "envoyAPI": "v3", "resources": resources},
-    }))
-    .unwrap()
-}
-
 /// A config Envoy accepts: `GET http://127.0.0.1:port/` answers 200 `body`.
 fn good(node_id: &str, port: u16, body: &str) -> String {
-    let action = json!({"direct_response": {"status": 200, "body": {"inline_string": body}}});
     envoy_config(
         node_id,
-        vec![json!({"type": "listener", "value": http_listener(port, action)})],
+        vec![resource(
+            "listener",
+            http_listener("http", port, direct(body), None),
+        )],
     )
 }
 
@@ -120,7 +56,10 @@ fn broken(node_id: &str, port: u16) -> String {
     let action = json!({"route": {"cluster": "does-not-exist"}});
     envoy_config(
         node_id,
-        vec![json!({"type": "listener", "value": http_listener(port, action)})],
+        vec![resource(
+            "listener",
+            http_listener("http", port, action, None),
+        )],
     )
 }
 
@@ -136,24 +75,10 @@ async fn start_xds(node_id: &str, file: String, nack_threshold: u64) -> Xds {
     .must()
 }
 
-async fn status(xds: &Xds, node_id: &str) -> Result<EnvoyConfigReport, String> {
-    let r = get(xds.metrics, "/status").await?;
-    if r.status != 200 {
-        return Err(format!("GET /status: {} {}", r.status, r.body));
-    }
-    let report: StatusReport =
-        serde_json::from_str(&r.body).map_err(|e| format!("GET /status: {e}: {}", r.body))?;
-    report
-        .envoy_configs
-        .into_iter()
-        .find(|ec| ec.node_id == node_id)
-        .ok_or_else(|| format!("no EnvoyConfig for {node_id} in {}", r.body))
-}
-
 /// Waits until the EnvoyConfig of `node_id` is in `state`.
 async fn wait_state(xds: &Xds, node_id: &str, state: CacheState) -> EnvoyConfigReport {
-    until(&format!("cacheState {state}"), CONVERGE, || async {
-        let ec = status(xds, node_id).await?;
+    wait_ok(format!("cacheState {state}"), CONVERGE, || async {
+        let ec = xds.status_of(node_id).await?;
         if ec.cache_state == Some(state) {
             Ok(ec)
         } else {
@@ -202,7 +127,7 @@ async fn a_config_every_envoy_rejects_is_rolled_back_and_the_next_good_one_is_in
     let xds = start_xds(node, good(node, port, "one\n"), threshold).await;
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     envoy
-        .wait_body(localhost(port), "one\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "one\n", CONVERGE)
         .await
         .must();
     let first = wait_state(&xds, node, CacheState::InSync).await;
@@ -211,12 +136,15 @@ async fn a_config_every_envoy_rejects_is_rolled_back_and_the_next_good_one_is_in
     assert_eq!(first.envoy_api, "v3");
 
     // Walkthrough 2's broken update.
+    let pod = pod_name(node);
+    let acks_before = counter(&xds, "ack", node, &pod, "listener").await;
     write_atomic(&xds.file(&format!("{node}.json")), &broken(node, moved)).must();
     let written = Instant::now();
     let ec = wait_state(&xds, node, CacheState::Rollback).await;
-    let took = written.elapsed();
-    eprintln!("broken config written → cacheState Rollback: {took:?}");
-    assert!(took < Duration::from_secs(10), "rollback took {took:?}");
+    eprintln!(
+        "broken config written → cacheState Rollback: {:?}",
+        written.elapsed()
+    );
     let v2 = ec.desired_version.clone().unwrap();
     assert_ne!(v2, v1);
     assert_eq!(ec.published_version.as_deref(), Some(v1.as_str()));
@@ -250,19 +178,28 @@ async fn a_config_every_envoy_rejects_is_rolled_back_and_the_next_good_one_is_in
     assert_serves(port, "one\n").await;
     assert!(get(localhost(moved), "/").await.is_err());
 
-    // Once rolled back, the rejected version is no longer pushed: no more NACKs.
-    let pod = pod_name(node);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once rolled back, the previous version is pushed again and ACKed, and the rejected
+    // version is no longer pushed: no more NACKs. The last is a negative, so a short
+    // fixed window (two evaluation rounds).
+    wait_ok("the ACK of the rolled-back version", CONVERGE, || async {
+        let acks = counter(&xds, "ack", node, &pod, "listener").await;
+        if acks > acks_before {
+            Ok(())
+        } else {
+            Err(format!("{acks} ACKs"))
+        }
+    })
+    .await;
     let nacks = counter(&xds, "nack", node, &pod, "listener").await;
     assert!(nacks >= threshold as f64, "{nacks} NACKs");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(EVALUATE_INTERVAL * 2).await;
     assert_eq!(
         counter(&xds, "nack", node, &pod, "listener").await,
         nacks,
         "NACKs continued after the rollback"
     );
     assert_eq!(
-        status(&xds, node).await.must().cache_state,
+        xds.status_of(node).await.must().cache_state,
         Some(CacheState::Rollback)
     );
 
@@ -273,7 +210,7 @@ async fn a_config_every_envoy_rejects_is_rolled_back_and_the_next_good_one_is_in
     )
     .must();
     envoy
-        .wait_body(localhost(port), "two\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "two\n", CONVERGE)
         .await
         .must();
     let ec = wait_state(&xds, node, CacheState::InSync).await;
@@ -302,7 +239,7 @@ async fn deleted_revisions_are_retried_on_fresh_nacks_and_rollback_failed_keeps_
     let xds = start_xds(node, good(node, port, "good\n"), threshold).await;
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
     envoy
-        .wait_body(localhost(port), "good\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "good\n", CONVERGE)
         .await
         .must();
     write_atomic(&xds.file(&format!("{node}.json")), &broken(node, moved)).must();
@@ -315,8 +252,12 @@ async fn deleted_revisions_are_retried_on_fresh_nacks_and_rollback_failed_keeps_
     let pod = pod_name(node);
 
     // Deleting the tainted revision: the folder still asks for that config, so it is
-    // re-created untainted and tried again...
-    tokio::time::sleep(Duration::from_millis(1100)).await; // a later createdAt second
+    // re-created untainted and tried again (in a later createdAt second)...
+    let created: k8s_openapi::jiff::Timestamp = first_created.parse().unwrap();
+    wait_until("a later createdAt second", Duration::from_secs(2), || {
+        k8s_openapi::jiff::Timestamp::now().as_second() > created.as_second()
+    })
+    .await;
     let nacks_before = counter(&xds, "nack", node, &pod, "listener").await;
     let (code, body) = delete_revision(&xds, node, &bad_v).await;
     assert_eq!(code, 200, "{body}");
@@ -361,11 +302,13 @@ async fn deleted_revisions_are_retried_on_fresh_nacks_and_rollback_failed_keeps_
         (failed.status.as_str(), failed.reason.as_str()),
         ("True", "AllRevisionsTainted")
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A negative (nothing wipes the last good snapshot), so a short fixed window: two
+    // evaluation rounds.
+    tokio::time::sleep(EVALUATE_INTERVAL * 2).await;
     envoy.check_running().must();
     assert_serves(port, "good\n").await;
     assert_eq!(
-        status(&xds, node).await.must().cache_state,
+        xds.status_of(node).await.must().cache_state,
         Some(CacheState::RollbackFailed)
     );
 
@@ -380,7 +323,7 @@ async fn deleted_revisions_are_retried_on_fresh_nacks_and_rollback_failed_keeps_
     )
     .must();
     envoy
-        .wait_body(localhost(port), "again\n", CONVERGE, POLL)
+        .wait_body(localhost(port), "again\n", CONVERGE)
         .await
         .must();
     wait_state(&xds, node, CacheState::InSync).await;
@@ -436,7 +379,7 @@ async fn a_config_only_some_envoys_reject_is_not_tainted() {
     let mut envoy_b =
         Envoy::start_as(&xds, node, pod_b, ApiType::Sotw, Some(without_ca.path())).must();
     for pod in [pod_a, pod_b] {
-        until(&format!("{pod} ACKs the clusters"), CONVERGE, || async {
+        wait_ok(format!("{pod} ACKs the clusters"), CONVERGE, || async {
             let acks = counter(&xds, "ack", node, pod, "cluster").await;
             if acks >= 1.0 {
                 Ok(())
@@ -457,8 +400,8 @@ async fn a_config_only_some_envoys_reject_is_not_tainted() {
     let acks_a = counter(&xds, "ack", node, pod_a, "cluster").await;
     write_atomic(&xds.file(&format!("{node}.json")), &cluster(true)).must();
     // Envoy A accepts the new cluster, Envoy B keeps rejecting it.
-    until(
-        &format!("{pod_a} ACKs the TLS cluster"),
+    wait_ok(
+        format!("{pod_a} ACKs the TLS cluster"),
         CONVERGE,
         || async {
             let acks = counter(&xds, "ack", node, pod_a, "cluster").await;
@@ -470,8 +413,8 @@ async fn a_config_only_some_envoys_reject_is_not_tainted() {
         },
     )
     .await;
-    until(
-        &format!("{pod_b} NACKs the TLS cluster {threshold} times"),
+    wait_ok(
+        format!("{pod_b} NACKs the TLS cluster {threshold} times"),
         CONVERGE,
         || async {
             let nacks = counter(&xds, "nack", node, pod_b, "cluster").await;
@@ -484,9 +427,10 @@ async fn a_config_only_some_envoys_reject_is_not_tainted() {
     )
     .await;
     assert_eq!(counter(&xds, "nack", node, pod_a, "cluster").await, 0.0);
-    // Several evaluation rounds later: still InSync, nothing tainted.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let ec = status(&xds, node).await.must();
+    // Two evaluation rounds later (a negative, so a fixed window): still InSync, nothing
+    // tainted.
+    tokio::time::sleep(EVALUATE_INTERVAL * 2).await;
+    let ec = xds.status_of(node).await.must();
     assert_eq!(ec.cache_state, Some(CacheState::InSync), "{ec:?}");
     assert_eq!(ec.revisions.len(), 2);
     assert!(ec.revisions.iter().all(|r| !r.tainted), "{ec:?}");

@@ -738,7 +738,12 @@ async fn no_request_fails_while_draining_under_load() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The load is running (as many requests answered as there are workers) before the
+    // drain begins.
+    wait_until("the load running", Duration::from_secs(10), || {
+        ok.load(Ordering::SeqCst) + failures.lock().unwrap().len() as u32 >= 4
+    })
+    .await;
     let drain = manager.spawn_get("/drain");
     for w in workers {
         w.await.unwrap();

@@ -222,17 +222,10 @@ async fn https_injection_and_certificate_rotation_without_restart() {
     let mut server = start(&dir.path().join("server"), Timeouts::default()).await;
 
     // Readiness flips once the TLS listener is up.
-    let ready = async {
-        loop {
-            if plain_get(server.probes, "/readyz").await.0 == 200 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), ready)
-        .await
-        .unwrap();
+    marin3r_testkit::wait_until_async("/readyz 200", Duration::from_secs(5), || async {
+        plain_get(server.probes, "/readyz").await.0 == 200
+    })
+    .await;
     assert_eq!(plain_get(server.probes, "/healthz").await.0, 200);
 
     let (peer, version, status, body) =

@@ -598,11 +598,7 @@ mod tests {
     }
 
     fn spec(port: u64) -> EnvoyConfigSpec {
-        serde_json::from_value(serde_json::json!({
-            "nodeID": "kuard",
-            "resources": [{"type": "listener", "value": {"name": "http", "port": port}}]
-        }))
-        .unwrap()
+        EnvoyConfigSpec::clone(&crate::fixtures::spec(port))
     }
 
     fn ec(port: u64) -> EnvoyConfig {

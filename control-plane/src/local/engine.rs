@@ -710,7 +710,6 @@ mod tests {
     use marin3r_xds::stats::{Api, NodeInfo, StreamEvent};
     use serde_json::{Value, json};
     use std::sync::Arc;
-    use std::time::Duration;
 
     /// Runs the engine and carries its effects out on `ctx`, as the shell does.
     fn reconcile(e: &mut Engine, m: &Manifests, ctx: &Context, now: SystemTime) {
@@ -743,9 +742,7 @@ mod tests {
         e.restore(states)
     }
 
-    fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-    }
+    use crate::fixtures::t;
 
     fn ctx() -> Context {
         Context::new(SharedStats::new())
