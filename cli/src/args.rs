@@ -396,6 +396,22 @@ pub struct DiscoveryServiceArgs {
     /// connection, so the streams rebalance over the replicas after a rollout (0: never).
     #[arg(long, env = "MARIN3R_MAX_CONNECTION_AGE", default_value = "30m", value_parser = duration)]
     pub max_connection_age: std::time::Duration,
+    /// Kubernetes mode: run as one of several replicas (docs/ha.md). Every replica
+    /// serves; only the holder of the Lease `marin3r-<--discovery-service-name>-leader`
+    /// writes to the API server, and NACKs are judged over every replica's report
+    /// (DiscoveryServiceReplica). Needs POD_NAME, POD_UID and POD_NAMESPACE from the
+    /// downward API. Without it: a single replica (no Lease, no reports).
+    #[arg(long, env = "MARIN3R_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// The DiscoveryService this replica belongs to: its Service is `marin3r-<name>`
+    /// (whose EndpointSlices tell which replicas to expect) and its Lease
+    /// `marin3r-<name>-leader`.
+    #[arg(long, env = "MARIN3R_DISCOVERY_SERVICE_NAME", default_value = marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE)]
+    pub discovery_service_name: String,
+    /// How long the leader's Lease lasts without renewal (renewed a third of it, at
+    /// most 5s, before it expires); writes stop 2s before.
+    #[arg(long, env = "MARIN3R_LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub lease_duration: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -56,6 +56,9 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
         },
     };
     match a.config_dir {
+        Some(_) if a.leader_elect => anyhow::bail!(
+            "--leader-elect needs Kubernetes mode: local mode (--config-dir) is a single process"
+        ),
         Some(config_dir) => {
             let mut backend = marin3r_control_plane::local::LocalBackend::new(config_dir)
                 .with_nack_threshold(a.nack_threshold);
@@ -65,16 +68,60 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
             run_discovery_service(config, backend).await
         }
         None => {
-            let namespace = std::env::var("WATCH_NAMESPACE").unwrap_or_default();
-            let backend = marin3r_control_plane::kubernetes::KubernetesBackend::try_default(
-                namespace,
+            let watch = std::env::var("WATCH_NAMESPACE").ok();
+            let namespace = match marin3r_kube::watch::watch_namespaces(watch.as_deref()).as_slice()
+            {
+                [] => String::new(),
+                [one] => one.clone(),
+                many => anyhow::bail!(
+                    "WATCH_NAMESPACE={:?}: the discovery service watches one namespace, or every namespace when empty (got {})",
+                    watch.unwrap_or_default(),
+                    many.join(", ")
+                ),
+            };
+            let client = kube::Client::try_default().await.context(
+                "Kubernetes mode (no --config-dir): cannot configure the Kubernetes client",
+            )?;
+            let mut backend = marin3r_control_plane::kubernetes::KubernetesBackend::new(
+                client.clone(),
+                namespace.clone(),
                 a.nack_threshold,
-            )
-            .await
-            .context("Kubernetes mode (no --config-dir): cannot configure the Kubernetes client")?;
+            );
+            if a.leader_elect {
+                backend = backend.with_ha(ha_config(&a, &client, &namespace)?);
+            }
             run_discovery_service(config, backend).await
         }
     }
+}
+
+/// `--leader-elect`: who this replica is, from the downward API (`POD_NAME`, `POD_UID`,
+/// `POD_NAMESPACE`; outside a pod: the host name, no owner, the watched namespace or the
+/// kubeconfig's).
+fn ha_config(
+    a: &DiscoveryServiceArgs,
+    client: &kube::Client,
+    watched: &str,
+) -> Result<marin3r_control_plane::kubernetes::ha::HaConfig> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let replica = env("POD_NAME").or_else(|| env("HOSTNAME")).context(
+        "--leader-elect: POD_NAME is not set (give the pod its name with the downward API)",
+    )?;
+    let namespace = env("POD_NAMESPACE")
+        .or_else(|| (!watched.is_empty()).then(|| watched.to_string()))
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    if env("POD_UID").is_none() {
+        tracing::warn!(
+            "--leader-elect: POD_UID is not set; this replica's report has no owner and outlives a crash until it is stale"
+        );
+    }
+    Ok(marin3r_control_plane::kubernetes::ha::HaConfig::new(
+        &a.discovery_service_name,
+        &namespace,
+        &replica,
+        env("POD_UID"),
+        a.lease_duration.as_secs().max(1),
+    ))
 }
 
 async fn run_discovery_service(
@@ -297,7 +344,7 @@ async fn shutdown_manager(a: ShutdownManagerArgs) -> Result<ExitCode> {
 }
 
 /// The flag (or `MARIN3R_<VAR>`), else the downward-API variable `var` that the injected
-/// init container sets (SPEC §1.3), else empty.
+/// init container sets (design.md §1.3), else empty.
 fn downward(flag: Option<String>, var: &str) -> String {
     flag.or_else(|| std::env::var(var).ok()).unwrap_or_default()
 }

@@ -1,7 +1,7 @@
 //! The MARIN3R control plane: what each Envoy node is served, and the discovery-service
 //! process around it.
 //!
-//! - [`revisions`]: the self-healing revision engine (SPEC §4), sans-I/O;
+//! - [`revisions`]: the self-healing revision engine (design.md §4), sans-I/O;
 //! - [`nacks`]: the NACK verdict on a revision (what the statistics say, the taint);
 //! - [`publisher`]: every self-healing rule in one pure function, both modes apply;
 //! - [`local`]: local mode, EnvoyConfig and Secret manifests from a folder;
@@ -12,6 +12,7 @@
 //!   xDS server of `marin3r-xds`, with metrics and probes.
 #![forbid(unsafe_code)]
 
+pub mod fleet;
 pub mod kubernetes;
 pub mod local;
 pub mod nacks;
@@ -144,6 +145,10 @@ pub trait Backend: Send + 'static {
     }
     /// Keeps the cache in sync until `shutdown` completes.
     fn run(self, ctx: Context, shutdown: Shutdown) -> impl Future<Output = ()> + Send;
+    /// Registers the backend's own metrics with the process's (before it starts).
+    fn register_metrics(&mut self, registry: &mut prometheus_client::registry::Registry) {
+        let _ = registry;
+    }
 }
 
 /// How much longer than its ADS server may take (the drain delay, the drain, then the
@@ -188,6 +193,8 @@ pub async fn serve_with<B: Backend>(
     .map_err(Error::Tls)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
+    let mut backend = backend;
+    backend.register_metrics(&mut registry);
     let ctx = Context::new(stats);
     let process = Process {
         name: "discovery service",

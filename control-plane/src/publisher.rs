@@ -1,4 +1,4 @@
-//! The one publisher (SPEC §4): what to serve for one EnvoyConfig, which revisions to
+//! The one publisher (design.md §4): what to serve for one EnvoyConfig, which revisions to
 //! taint, when to wait and whose NACK counts start afresh — every self-healing rule in
 //! one pure function, [`decide`], that both sources apply: local mode
 //! ([`crate::local`]) and the Kubernetes controllers ([`crate::kubernetes`]).

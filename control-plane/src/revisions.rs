@@ -1,4 +1,4 @@
-//! The self-healing revision engine (SPEC §4), sans-I/O: one [`Revisions`] per
+//! The self-healing revision engine (design.md §4), sans-I/O: one [`Revisions`] per
 //! EnvoyConfig. Inputs are "this spec is desired", "these resources failed to decode",
 //! NACK statistics and deletions; outputs are which revision to publish, which to taint
 //! and the status to show. Local mode keeps it in memory; Kubernetes mode mirrors it into

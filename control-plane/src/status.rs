@@ -1,4 +1,4 @@
-//! The self-healing status of local mode (SPEC §4): the JSON of `GET /status` on the
+//! The self-healing status of local mode (design.md §4): the JSON of `GET /status` on the
 //! metrics listener and how it is computed from [`Revisions`]. The `marin3r status`
 //! client and its `kubectl get ec`-like table are in the CLI crate.
 //!
@@ -24,6 +24,9 @@ use marin3r_envoyconfig::envoyconfig::CacheState;
 
 /// Condition type: the desired version is not the one being served.
 pub const CACHE_OUT_OF_SYNC: &str = "CacheOutOfSync";
+/// Condition type (Kubernetes mode with several replicas, `docs/ha.md` §5): every
+/// expected replica serves the elected revision.
+pub const REPLICAS_IN_SYNC: &str = "ReplicasInSync";
 /// Condition type: every revision is tainted; the last good snapshot keeps being served.
 pub const ROLLBACK_FAILED: &str = "RollbackFailed";
 

@@ -1,6 +1,7 @@
-//! Property tests of the self-healing revision engine (`marin3r_control_plane::revisions`, SPEC §4):
-//! random sequences of apply / taint / remove / evaluate, checked after every step against
-//! the engine's invariants and against a small reference model of the rules:
+//! Property tests of the self-healing revision engine (`marin3r_control_plane::revisions`,
+//! design.md §4): random sequences of apply / taint / remove / evaluate, checked after
+//! every step against the engine's invariants and against a small reference model of the
+//! rules:
 //!
 //! - the published revision is always the topmost untainted one, and the cache state
 //!   follows from it (InSync / Rollback / RollbackFailed);

@@ -1,9 +1,9 @@
-//! One scenario table of SPEC §4, run through both backends with the same inputs: local
-//! mode's engine, and the Kubernetes controllers against a stateful mock API server
-//! (kube-rs' `tower-test` pattern: every request is answered as the API server would,
-//! and what the controllers wrote is played back into the watch caches). After every
-//! step both must show the same cache state, desired and published versions, tainted
-//! revisions, `CacheOutOfSync` reason and served listener version.
+//! One scenario table of design.md §4, run through both backends with the same inputs:
+//! local mode's engine, and the Kubernetes controllers against a stateful mock API server
+//! (kube-rs' `tower-test` pattern: every request is answered as the API server would, and
+//! what the controllers wrote is played back into the watch caches). After every step both
+//! must show the same cache state, desired and published versions, tainted revisions,
+//! `CacheOutOfSync` reason and served listener version.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod fixtures;

@@ -11,7 +11,9 @@
 //!
 //! The modules stand in layers, each using only those below it:
 //!
-//! - the custom resources: [`envoyconfigrevision`] over [`envoyconfig`] (resolving a
+//! - the custom resources: [`discoveryservicereplica`] (what each replica of a
+//!   discovery service with several replicas reports), [`envoyconfigrevision`] over
+//!   [`envoyconfig`] (resolving a
 //!   spec), which reads files with [`manifest`] and Secrets through `secret`
 //!   (`SecretData`, `SecretSource`, re-exported by [`envoyconfig`]);
 //! - decoding: [`decode`], the pipeline, over `lenient` (Envoy's loader leniencies),
@@ -25,6 +27,7 @@
 
 mod canonical;
 pub mod decode;
+pub mod discoveryservicereplica;
 pub mod envoyconfig;
 pub mod envoyconfigrevision;
 mod error;

@@ -7,6 +7,8 @@
 //!   subresource, reads and deletes that treat 404 as "absent";
 //! - [`conditions`]: `metav1.Condition` handling (a transition time that changes only
 //!   with the status); [`time`]: Kubernetes times;
+//! - [`lease`]: leader election on a Lease, and the check every leader-only write makes
+//!   right before it is sent;
 //! - [`lenient`]: the watched-object wrapper that lets one malformed object be logged
 //!   and skipped;
 //! - [`rbac`]: RBAC tables and the `(group, resource, verb)` grants they give, and the
@@ -17,6 +19,7 @@
 
 pub mod apply;
 pub mod conditions;
+pub mod lease;
 pub mod lenient;
 pub mod rbac;
 pub mod time;

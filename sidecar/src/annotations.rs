@@ -23,10 +23,10 @@ pub use marin3r_wire::SIDECAR_STATUS_ANNOTATION as SIDECAR_STATUS;
 
 /// Default Envoy image (flag `--default-envoy-image`).
 pub use marin3r_wire::images::ENVOY as DEFAULT_ENVOY_IMAGE;
-/// Default discovery service name (flag `--default-discovery-service`).
-pub const DEFAULT_DISCOVERY_SERVICE: &str = "discoveryservice";
 /// Default image for the init and shutdown managers (flag `--marin3r-image`).
 pub use marin3r_wire::images::MARIN3R as DEFAULT_MARIN3R_IMAGE;
+/// Default discovery service name (flag `--default-discovery-service`).
+pub use marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE;
 /// Port of the discovery service behind `discovery-service.name`.
 pub use marin3r_wire::ports::XDSS as DEFAULT_XDSS_PORT;
 

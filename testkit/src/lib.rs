@@ -16,6 +16,8 @@
 //! - [`kube`] (feature `kube`): kube-rs' mock API server pattern (a scripted
 //!   `tower-test` service behind a `kube::Client`).
 //! - [`unix_time`]: fixed points in time for code that takes `now` as an input.
+//! - [`proxy`]: a TCP load balancer standing in for a Kubernetes Service (several
+//!   discovery-service replicas behind one address).
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -28,6 +30,7 @@ pub mod http;
 #[cfg(feature = "kube")]
 pub mod kube;
 pub mod pod_security;
+pub mod proxy;
 pub mod rbac;
 pub mod time;
 pub mod tls;

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod configs;
+pub mod ha;
 pub mod in_process;
 pub mod xds;
 

@@ -6,8 +6,8 @@
 //!
 //! [`Xds::start_process`] runs the `marin3r` binary instead (signals, exit).
 //!
-//! Used by `tests/xds_e2e.rs` and `benches/edit_to_serve.rs`. Every address is on
-//! 127.0.0.1. Nothing here panics: failures come back as `Err(String)` (the message is
+//! Used by `tests/tests/xds_e2e.rs` and `tests/benches/edit_to_serve.rs`. Every address is
+//! on 127.0.0.1. Nothing here panics: failures come back as `Err(String)` (the message is
 //! meant for a human), so a bench can report them and exit non-zero while the
 //! [`KillOnDrop`] in [`Envoy`] still kills Envoy.
 
@@ -525,16 +525,33 @@ impl Envoy {
         current_dir: Option<&Path>,
         extras: &EnvoyExtras,
     ) -> Result<Self, String> {
+        let target = XdsTarget {
+            port: xds.xdss.port(),
+            certs_dir: xds.certs_dir.clone(),
+        };
+        Self::start_at(&target, node_id, pod_name, api_type, current_dir, extras)
+    }
+
+    /// [`Envoy::start_with`] against any discovery service on 127.0.0.1: `target`'s port
+    /// and certificates (several replicas behind a balancer, say).
+    pub fn start_at(
+        target: &XdsTarget,
+        node_id: &str,
+        pod_name: &str,
+        api_type: ApiType,
+        current_dir: Option<&Path>,
+        extras: &EnvoyExtras,
+    ) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
         let admin = free_port().map_err(|e| format!("free port: {e}"))?;
         let opts = BootstrapOptions {
             xdss_host: "127.0.0.1".into(),
-            xdss_port: xds.xdss.port(),
+            xdss_port: target.port,
             node_id: node_id.into(),
             cluster_id: node_id.into(),
             admin_bind_address: format!("127.0.0.1:{admin}"),
             admin_access_log_path: dir.path().join("admin.log").display().to_string(),
-            client_certificate_path: xds.certs_dir.join("client"),
+            client_certificate_path: target.certs_dir.join("client"),
             config_file: dir.path().join("bootstrap/config.json"),
             resources_path: dir.path().join("bootstrap"),
             envoy_image: "envoyproxy/envoy:v1.40.0".into(),
@@ -579,6 +596,14 @@ impl Envoy {
             _dir: dir,
         })
     }
+}
+
+/// Where an Envoy finds its discovery service: the ADS port on 127.0.0.1 and the folder
+/// of certificates (`client/`, `ca/`, as `marin3r certs` writes them).
+#[derive(Debug, Clone)]
+pub struct XdsTarget {
+    pub port: u16,
+    pub certs_dir: PathBuf,
 }
 
 /// What [`Envoy::start_with`] adds to the Envoy that [`Envoy::start_as`] starts.

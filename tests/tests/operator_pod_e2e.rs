@@ -6,7 +6,8 @@
 //! What is remapped, and only that: paths of mounted volumes (to folders of a temp dir
 //! laid out as the volumes are), ports (to free ones on 127.0.0.1), the discovery
 //! service's source (`--config-dir` with the walkthrough's EnvoyConfig: local mode, no
-//! cluster) and the xDS host's address (the bootstrap's `xds_cluster` endpoint resolves
+//! cluster, a single process, so the rendered `--leader-elect` of a DiscoveryService
+//! with several replicas is left out) and the xDS host's address (the bootstrap's `xds_cluster` endpoint resolves
 //! to 127.0.0.1, as cluster DNS would resolve the Service; the TLS SNI and the server
 //! certificate's names stay the Service's). The certificates are issued from the
 //! rendered DiscoveryServiceCertificates by the certificate controller's own `plan`;
@@ -154,6 +155,11 @@ fn the_rendered_envoydeployment_pod_serves_the_walkthrough_response() {
             ),
         ],
     );
+    assert!(
+        ds_args.iter().any(|a| a == "--leader-elect"),
+        "three replicas by default: {ds_args:?}"
+    );
+    ds_args.retain(|a| a != "--leader-elect");
     ds_args.extend(["--xdss-bind-address".into(), "127.0.0.1".into()]);
     ds_args.extend(["--config-dir".into(), config.display().to_string()]);
     let ds_log = dir.join("discovery-service.log");

@@ -77,6 +77,11 @@ pub mod object_names {
     /// annotation's default, and the Secret a DiscoveryService creates in its namespace.
     pub const SIDECAR_CLIENT_CERTIFICATE: &str = "envoy-sidecar-client-cert";
 
+    /// The discovery service a sidecar talks to by default (`--default-discovery-service`,
+    /// the `discovery-service.name` annotation's default) and the name the discovery
+    /// service's replicas meet under by default (`--discovery-service-name`).
+    pub const DEFAULT_DISCOVERY_SERVICE: &str = "discoveryservice";
+
     /// The Service (and Deployment, ServiceAccount, Role) of the discovery service
     /// `name`: `marin3r-<name>`, the host sidecars dial
     /// (`marin3r-<name>.<namespace>.svc`).

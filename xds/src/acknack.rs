@@ -1,12 +1,11 @@
-//! The ACK/NACK aggregation the self-healing engine asks (SPEC §4: a revision is tainted
-//! when **every** subscribed pod NACKed its version at least N times). [`AckNackStats`]
-//! is plain and single-threaded: it folds [`StreamEvent`]s in, per `(node id, type,
-//! version)` → per pod [`PodCounts`] `{acks, nacks, last_nack_message}`, and counts the
-//! open streams per `(node id, pod)`. Its memory is bounded: the last
+//! The ACK/NACK aggregation the self-healing engine asks (design.md §4: a revision is
+//! tainted when **every** subscribed pod NACKed its version at least N times).
+//! [`AckNackStats`] is plain and single-threaded: it folds [`StreamEvent`]s in, per
+//! `(node id, type, version)` → per pod [`PodCounts`] `{acks, nacks, last_nack_message}`,
+//! and counts the open streams per `(node id, pod)`. Its memory is bounded: the last
 //! [`DEFAULT_MAX_VERSIONS`] versions per `(node, type)`, NACK messages cut at
 //! [`MAX_NACK_MESSAGE_BYTES`], the counts of a pod without streams dropped after
-//! [`GONE_POD_RETENTION`]; pods that never answer stop counting after
-//! [`SILENT_POD_GRACE`].
+//! [`GONE_POD_RETENTION`]; pods that never answer stop counting after [`SILENT_POD_GRACE`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -23,6 +22,19 @@ pub struct PodCounts {
     pub acks: u64,
     pub nacks: u64,
     pub last_nack_message: Option<String>,
+}
+
+/// How the judged pods of one node answered the versions it is served
+/// ([`AckNackStats::node_nacks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeNacks {
+    /// Pods with an open stream that count for the taint test (not silent).
+    pub pods: u64,
+    /// Per type: the smallest NACK count of its version over those pods, saturated at
+    /// the threshold (0 without pods).
+    pub min_nacks: BTreeMap<ResourceType, u64>,
+    /// The last NACK message of one of those pods for one of the versions.
+    pub message: Option<String>,
 }
 
 /// Longest NACK message kept per pod and version (a longer one keeps its first 4 KiB).
@@ -239,10 +251,11 @@ impl AckNackStats {
             .unwrap_or_default()
     }
 
-    /// The SPEC §4 taint test for one type version: there is at least one subscribed
-    /// pod and every subscribed pod NACKed `version` at least `threshold` times. Pods
-    /// that never answered anything within [`SILENT_POD_GRACE`] of their first stream
-    /// (at `now`) do not count.
+    /// The design.md §4 taint test for one type version: there is at least one subscribed
+    /// pod and every subscribed pod NACKed `version` at least `threshold` (at least 1)
+    /// times. Pods that never answered anything within [`SILENT_POD_GRACE`] of their
+    /// first stream (at `now`) do not count. The same as [`min_nacks`](Self::min_nacks)
+    /// being at least `threshold`.
     pub fn rejected_by_all_pods(
         &self,
         node_id: &str,
@@ -251,26 +264,81 @@ impl AckNackStats {
         threshold: u64,
         now: Instant,
     ) -> bool {
+        self.min_nacks(node_id, t, version, now)
+            .is_some_and(|min| min >= threshold.max(1))
+    }
+
+    /// The smallest NACK count of `version` of `t` over the pods the taint test judges
+    /// (an open stream for the node, not silent at `now`); `None` without such a pod.
+    /// The one rule behind [`rejected_by_all_pods`](Self::rejected_by_all_pods) and
+    /// [`node_nacks`](Self::node_nacks).
+    pub fn min_nacks(
+        &self,
+        node_id: &str,
+        t: ResourceType,
+        version: &str,
+        now: Instant,
+    ) -> Option<u64> {
         // Looked up in place, without copying the pod names or the counts: this runs for
         // every type of every published revision every 250 ms under the stats lock, and
         // with 10,000 streams the copies took a quarter of the discovery service's CPU
         // and held up the streams' ACK accounting (BENCHMARKS.md).
-        let Some(pods) = self.streams.get(node_id).filter(|p| !p.is_empty()) else {
-            return false;
-        };
         let counts = self.pod_counts(node_id, t, version);
-        let mut judged = pods
+        self.judged_pods(node_id, now)
+            .map(|p| counts.and_then(|c| c.get(p)).map_or(0, |c| c.nacks))
+            .min()
+    }
+
+    /// The pods of `node_id` the taint test judges at `now`: an open stream, and an
+    /// answer (or a stream younger than [`SILENT_POD_GRACE`]).
+    fn judged_pods<'a>(&'a self, node_id: &str, now: Instant) -> impl Iterator<Item = &'a PodName> {
+        self.streams.get(node_id).into_iter().flat_map(move |pods| {
+            pods.iter()
+                .filter(move |(_, s)| {
+                    s.answered || now.saturating_duration_since(s.since) < SILENT_POD_GRACE
+                })
+                .map(|(p, _)| p)
+        })
+    }
+
+    /// How the judged pods of `node_id` answered `versions` (what one replica of a
+    /// discovery service with several replicas reports for the fleet-wide judgement):
+    /// how many pods are judged, per type the smallest NACK count saturated at
+    /// `threshold` (at least 1), and the last NACK message of a judged pod for one of the
+    /// versions.
+    pub fn node_nacks(
+        &self,
+        node_id: &str,
+        versions: &BTreeMap<ResourceType, String>,
+        threshold: u64,
+        now: Instant,
+    ) -> NodeNacks {
+        let pods = self.judged_pods(node_id, now).count() as u64;
+        let saturation = threshold.max(1);
+        let mut out = NodeNacks {
+            pods,
+            ..NodeNacks::default()
+        };
+        for (t, version) in versions {
+            let min = self.min_nacks(node_id, *t, version, now).unwrap_or(0);
+            out.min_nacks.insert(*t, min.min(saturation));
+            if out.message.is_none()
+                && let Some(counts) = self.pod_counts(node_id, *t, version)
+            {
+                out.message = self
+                    .judged_pods(node_id, now)
+                    .find_map(|p| counts.get(p).and_then(|c| c.last_nack_message.clone()));
+            }
+        }
+        out
+    }
+
+    /// The nodes with at least one open stream.
+    pub fn nodes_with_streams(&self) -> impl Iterator<Item = &str> {
+        self.streams
             .iter()
-            .filter(|(_, s)| {
-                s.answered || now.saturating_duration_since(s.since) < SILENT_POD_GRACE
-            })
-            .peekable();
-        judged.peek().is_some()
-            && judged.all(|(p, _)| {
-                counts
-                    .and_then(|c| c.get(p))
-                    .is_some_and(|c| c.nacks > 0 && c.nacks >= threshold)
-            })
+            .filter(|(_, pods)| !pods.is_empty())
+            .map(|(node, _)| node.as_str())
     }
 
     /// Pods of the node with an open stream that never answered anything within
@@ -625,5 +693,70 @@ mod tests {
             "only 'trigger' (closed just now) is remembered"
         );
         assert!(s.rejected_by_all_pods("n", Cluster, "v1", 1, at(202) + GONE_POD_RETENTION));
+    }
+
+    #[test]
+    fn node_nacks_report_the_smallest_count_saturated_with_a_message() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        let versions = BTreeMap::from([(Route, "v".to_string()), (Cluster, "c".to_string())]);
+        assert_eq!(
+            s.node_nacks("n", &versions, 3, t0),
+            NodeNacks {
+                pods: 0,
+                min_nacks: BTreeMap::from([(Route, 0), (Cluster, 0)]),
+                message: None,
+            }
+        );
+        s.stream_opened("n", "p1", t0);
+        s.stream_opened("n", "p2", t0);
+        for _ in 0..7 {
+            s.record(&nack("p1", Route, "v", "bad route"));
+        }
+        s.record(&nack("p2", Route, "v", "bad route"));
+        s.record(&ack("p1", Cluster, "c"));
+        let got = s.node_nacks("n", &versions, 3, t0);
+        assert_eq!(got.pods, 2);
+        assert_eq!(got.min_nacks, BTreeMap::from([(Route, 1), (Cluster, 0)]));
+        assert_eq!(got.message.as_deref(), Some("bad route"));
+        for _ in 0..9 {
+            s.record(&nack("p2", Route, "v", "bad route"));
+        }
+        assert_eq!(
+            s.node_nacks("n", &versions, 3, t0).min_nacks[&Route],
+            3,
+            "saturated at the threshold"
+        );
+    }
+
+    proptest::proptest! {
+        /// The digest a replica reports says "rejected" exactly when the single-process
+        /// taint test does: pods > 0 and the smallest count at least the threshold.
+        #[test]
+        fn node_nacks_agree_with_the_taint_test(
+            nacks in proptest::collection::vec((0usize..4, 0u64..6), 0..24),
+            open in proptest::collection::vec(proptest::bool::ANY, 4),
+            silent_for in 0u64..30,
+            threshold in 0u64..6,
+        ) {
+            let mut s = AckNackStats::new();
+            let t0 = Instant::now();
+            let pods = ["p0", "p1", "p2", "p3"];
+            for (i, pod) in pods.iter().enumerate() {
+                if open[i] {
+                    s.stream_opened("n", pod, t0);
+                }
+            }
+            for (pod, n) in &nacks {
+                for _ in 0..*n {
+                    s.record(&nack(pods[*pod], Route, "v", "x"));
+                }
+            }
+            let now = t0 + Duration::from_secs(silent_for);
+            let versions = BTreeMap::from([(Route, "v".to_string())]);
+            let digest = s.node_nacks("n", &versions, threshold, now);
+            let rejected = digest.pods > 0 && digest.min_nacks[&Route] >= threshold.max(1);
+            proptest::prop_assert_eq!(rejected, s.rejected_by_all_pods("n", Route, "v", threshold, now));
+        }
     }
 }

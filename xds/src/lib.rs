@@ -28,7 +28,7 @@ pub mod sotw;
 pub mod stats;
 pub mod tracking;
 
-pub use acknack::{AckNackStats, PodCounts};
+pub use acknack::{AckNackStats, NodeNacks, PodCounts};
 pub use delta::{DeltaOutcome, DeltaStream};
 pub use drain::{SHUTTING_DOWN, close_offset};
 pub use events::{Api, StreamEvent};

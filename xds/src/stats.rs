@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use marin3r_envoyconfig::resource::ResourceType;
 
 pub use crate::acknack::{
-    AckNackStats, DEFAULT_MAX_VERSIONS, GONE_POD_RETENTION, MAX_NACK_MESSAGE_BYTES, PodCounts,
-    SILENT_POD_GRACE,
+    AckNackStats, DEFAULT_MAX_VERSIONS, GONE_POD_RETENTION, MAX_NACK_MESSAGE_BYTES, NodeNacks,
+    PodCounts, SILENT_POD_GRACE,
 };
 pub use crate::events::{Api, StreamEvent};
 pub use crate::metrics::{PUSH_LATENCY_BUCKETS, StreamCounters, XdsMetrics};
@@ -142,6 +142,26 @@ impl SharedStats {
     ) -> bool {
         self.lock()
             .rejected_by_all_pods(node_id, t, version, threshold, Instant::now())
+    }
+
+    /// How the judged pods of `node_id` answered `versions` (see
+    /// [`AckNackStats::node_nacks`]).
+    pub fn node_nacks(
+        &self,
+        node_id: &str,
+        versions: &BTreeMap<ResourceType, String>,
+        threshold: u64,
+    ) -> NodeNacks {
+        self.lock()
+            .node_nacks(node_id, versions, threshold, Instant::now())
+    }
+
+    /// The nodes with at least one open stream.
+    pub fn nodes_with_streams(&self) -> Vec<String> {
+        self.lock()
+            .nodes_with_streams()
+            .map(str::to_string)
+            .collect()
     }
 
     /// Pods of the node that never answered anything (see [`SILENT_POD_GRACE`]).

@@ -31,11 +31,16 @@ use super::plan::{
 };
 use super::source::StoreSource;
 use crate::publisher;
+use marin3r_envoyconfig::discoveryservicereplica::NodeDigest;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
 use marin3r_kube::Lenient;
 use marin3r_xds::ResourceType;
 use marin3r_xds::snapshot::Snapshot;
+
+use super::ha::{self, Ha, ServedNodes};
+use crate::fleet::{FleetView, Judged, NoVerdict, Served};
+use crate::nacks::NackView;
 
 /// Field manager of every write (server-side apply of the status subresources).
 pub const FIELD_MANAGER: &str = "marin3r";
@@ -43,6 +48,8 @@ pub const FIELD_MANAGER: &str = "marin3r";
 const WAIT_FOR_DELETION: Duration = Duration::from_secs(2);
 /// Retry delay while a Secret or EndpointSlice a revision needs is missing.
 const RETRY_OUT_OF_SYNC: Duration = Duration::from_secs(30);
+/// Retry delay after a write refused because the object changed meanwhile.
+const RETRY_CONFLICT: Duration = Duration::from_secs(1);
 /// Retry delay while the owner of a revision is not in the cache yet.
 const RETRY_OWNER: Duration = Duration::from_secs(5);
 
@@ -64,6 +71,12 @@ pub struct Shared {
     /// Serialises "is it still elected? then set the cache", so a reconcile that read an
     /// older state cannot overwrite a newer revision's snapshot.
     publish_lock: tokio::sync::Mutex<()>,
+    /// What this replica serves each node (the revisions of the cache's snapshots):
+    /// what "newly served" means for the NACK counts, and the source of its digests.
+    pub served: ServedNodes,
+    /// One of several replicas: the leadership writes are gated on, and the fleet's
+    /// reports. `None`: a single replica, which always writes.
+    pub ha: Option<Arc<Ha>>,
 }
 
 impl Shared {
@@ -85,7 +98,31 @@ impl Shared {
             xds,
             nack_threshold,
             publish_lock: tokio::sync::Mutex::new(()),
+            served: ServedNodes::default(),
+            ha: None,
         }
+    }
+
+    /// One of several replicas (`docs/ha.md`): writes only while it leads, and judges
+    /// NACKs over the fleet.
+    pub fn with_ha(mut self, ha: Arc<Ha>) -> Self {
+        self.ha = Some(ha);
+        self
+    }
+
+    /// Whether this replica may write to the API server now: a single replica always;
+    /// one of several only while its Lease is current. Checked right before every write.
+    pub fn may_write(&self) -> bool {
+        self.ha.as_ref().is_none_or(|ha| ha.leadership.is_current())
+    }
+
+    /// This replica's digest of every node it serves or has streams for.
+    pub fn digests(&self) -> Vec<NodeDigest> {
+        ha::digests(
+            &self.served.snapshot(),
+            &self.xds.stats,
+            self.nack_threshold,
+        )
     }
 
     /// The valid revisions of a namespace.
@@ -123,12 +160,22 @@ impl Shared {
         (*owner != key(ec)).then(|| format!("{}/{}", owner.0, owner.1))
     }
 
-    /// The name of the elected revision of the EnvoyConfig `uid` in `namespace`.
-    fn elected_name(&self, namespace: &str, uid: &str) -> Option<String> {
+    /// The elected revision of the EnvoyConfig `uid` in `namespace`.
+    pub fn elected_revision(&self, namespace: &str, uid: &str) -> Option<EnvoyConfigRevision> {
+        self.elected(namespace, uid)
+    }
+
+    /// The elected revision of the EnvoyConfig `uid` in `namespace`.
+    fn elected(&self, namespace: &str, uid: &str) -> Option<EnvoyConfigRevision> {
         let all = self.revisions_in(namespace);
         let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
         let ordered = siblings(valid, uid);
-        elected(&ordered).map(|e| e.name_any())
+        elected(&ordered).cloned()
+    }
+
+    /// The name of the elected revision of the EnvoyConfig `uid` in `namespace`.
+    fn elected_name(&self, namespace: &str, uid: &str) -> Option<String> {
+        self.elected(namespace, uid).map(|e| e.name_any())
     }
 }
 
@@ -167,17 +214,29 @@ pub async fn reconcile_envoyconfig(
         // Its revisions are garbage collected through their owner reference.
         return Ok(Action::await_change());
     }
+    if !ctx.may_write() {
+        // Another replica leads: it creates the revisions and writes the status.
+        return Ok(Action::await_change());
+    }
     let all = ctx.revisions_in(&namespace);
-    let plan = match plan_envoyconfig(ec, all.iter().filter_map(|r| r.valid().ok()), now()) {
+    let mut plan = match plan_envoyconfig(ec, all.iter().filter_map(|r| r.valid().ok()), now()) {
         Ok(plan) => plan,
         Err(error) => {
             tracing::error!(namespace, name, error = %error, "cannot reconcile EnvoyConfig; skipped");
             return Ok(Action::await_change());
         }
     };
-    let revisions: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut action = Action::await_change();
-    if let Some(new) = &plan.create {
+    if let (Some(ha), Some(status)) = (&ctx.ha, plan.status.as_mut()) {
+        let previous = ec.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+        if let Some(again) = replicas_in_sync(&ctx, ha, ec, previous, &mut status.conditions) {
+            action = Action::requeue(again);
+        }
+    }
+    let revisions: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(new) = &plan.create
+        && ctx.may_write()
+    {
         let revision = new.name_any();
         match revisions.create(&PostParams::default(), new).await {
             Ok(_) => tracing::info!(
@@ -191,7 +250,9 @@ pub async fn reconcile_envoyconfig(
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some((revision, applied_at)) = &plan.touch {
+    if let Some((revision, applied_at)) = &plan.touch
+        && ctx.may_write()
+    {
         let patch = json!({"metadata": {"annotations": {
             marin3r_envoyconfig::envoyconfigrevision::APPLIED_AT_ANNOTATION: applied_at
         }}});
@@ -205,7 +266,7 @@ pub async fn reconcile_envoyconfig(
             "re-applied a known revision"
         );
     }
-    for revision in &plan.delete {
+    for revision in plan.delete.iter().filter(|_| ctx.may_write()) {
         match revisions.delete(revision, &DeleteParams::default()).await {
             Ok(_) => tracing::info!(
                 namespace,
@@ -219,6 +280,7 @@ pub async fn reconcile_envoyconfig(
     }
     if let Some(status) = &plan.status
         && ec.status.as_ref() != Some(status)
+        && ctx.may_write()
     {
         let configs: Api<EnvoyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
         apply_status(&configs, &name, status).await?;
@@ -227,6 +289,61 @@ pub async fn reconcile_envoyconfig(
         action = Action::requeue(WAIT_FOR_DELETION);
     }
     Ok(action)
+}
+
+/// Sets the `ReplicasInSync` condition (`docs/ha.md` §5) in `conditions`: whether every
+/// expected replica serves the elected revision of `ec`. A lag shorter than
+/// [`ha::REPLICAS_IN_SYNC_DEBOUNCE`] keeps what `previous` says (an ordinary edit costs
+/// no extra write); returns when to look again then.
+fn replicas_in_sync(
+    ctx: &Shared,
+    ha: &Ha,
+    ec: &EnvoyConfig,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) -> Option<Duration> {
+    let namespace = ec.namespace().unwrap_or_default();
+    let uid = ec.metadata.uid.as_deref()?;
+    let elected = ctx.elected(&namespace, uid)?;
+    let revision_uid = elected.metadata.uid.as_deref()?;
+    let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
+    let (verdict, again) = ha.replicas_in_sync(
+        &fleet,
+        &ec.spec.node_id,
+        revision_uid,
+        tokio::time::Instant::now(),
+    );
+    match verdict {
+        Some((in_sync, serving, expected)) => {
+            let (reason, message) = if in_sync {
+                (
+                    "ReplicasInSync",
+                    format!("{serving}/{expected} replicas serve {}", elected.name_any()),
+                )
+            } else {
+                (
+                    "ReplicaLagging",
+                    format!("{serving}/{expected} replicas serve {}", elected.name_any()),
+                )
+            };
+            plan::set_condition(
+                conditions,
+                plan::REPLICAS_IN_SYNC,
+                in_sync,
+                reason,
+                message,
+                ec.metadata.generation,
+                now(),
+            );
+        }
+        None => {
+            if let Some(kept) = previous.iter().find(|c| c.type_ == plan::REPLICAS_IN_SYNC) {
+                conditions.retain(|c| c.type_ != plan::REPLICAS_IN_SYNC);
+                conditions.push(kept.clone());
+            }
+        }
+    }
+    again
 }
 
 fn has_finalizer(meta: &ObjectMeta) -> bool {
@@ -294,7 +411,7 @@ pub async fn reconcile_revision(
                 error,
                 "malformed EnvoyConfigRevision; skipped"
             );
-            if deleting && has_finalizer(&meta) {
+            if deleting && has_finalizer(&meta) && ctx.may_write() {
                 // Never block the deletion of an object we cannot read.
                 remove_finalizer(&api, &meta).await?;
             }
@@ -302,14 +419,18 @@ pub async fn reconcile_revision(
         }
     };
     if deleting {
-        if has_finalizer(&meta) {
+        // Finalizers are the leader's; every replica forgets unclaimed nodes by itself
+        // (`forget_unclaimed_nodes`).
+        if has_finalizer(&meta) && ctx.may_write() {
             cleanup(&ctx, ecr).await?;
             remove_finalizer(&api, &meta).await?;
         }
         return Ok(Action::await_change());
     }
     if !has_finalizer(&meta) {
-        add_finalizer(&api, &meta).await?;
+        if ctx.may_write() {
+            add_finalizer(&api, &meta).await?;
+        }
         // The patch triggers the next reconcile.
         return Ok(Action::await_change());
     }
@@ -339,10 +460,36 @@ pub async fn reconcile_revision(
     } else {
         publish(&ctx, &namespace, owner_uid, ecr).await
     };
-    log_outcome(&namespace, &name, &ecr.spec.node_id, &outcome);
+    let leads = ctx.may_write();
+    if leads {
+        log_outcome(&namespace, &name, &ecr.spec.node_id, &outcome);
+    }
     let new_status = plan_revision_status(&status, meta.generation, &outcome, now());
-    if new_status != status {
-        apply_status(&api, &name, &new_status).await?;
+    if new_status != status && ctx.may_write() {
+        if matches!(outcome, Outcome::Tainted { .. }) {
+            // Fenced: the taint is written only on the revision as it was judged (another
+            // replica may have led meanwhile).
+            let body = json!({
+                "apiVersion": EnvoyConfigRevision::api_version(&()),
+                "kind": EnvoyConfigRevision::kind(&()),
+                "metadata": {"name": name, "resourceVersion": meta.resource_version},
+                "status": new_status,
+            });
+            match api
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_status(&e, 409) => return Ok(Action::requeue(RETRY_CONFLICT)),
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            apply_status(&api, &name, &new_status).await?;
+        }
     }
     Ok(match outcome {
         Outcome::OutOfSync { .. } => Action::requeue(RETRY_OUT_OF_SYNC),
@@ -391,19 +538,37 @@ async fn publish(
     let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
     let ordered = siblings(valid, owner_uid);
     let revisions = plan::engine(node_id, &ordered);
-    let served = plan::served(&ordered, ecr);
+    let served = ctx.served.get(node_id).map(|s| s.version);
     let source = StoreSource {
         namespace,
         secrets: &ctx.secrets,
         slices: &ctx.slices,
     };
-    let decision = publisher::decide(
-        &revisions,
-        served.as_deref(),
-        |rev| publisher::resolution(&rev.spec, &source),
-        &ctx.xds.stats,
-        ctx.nack_threshold,
-    );
+    let decide = |nacks: &dyn NackView| {
+        publisher::decide(
+            &revisions,
+            served.as_deref(),
+            |rev| publisher::resolution(&rev.spec, &source),
+            nacks,
+            ctx.nack_threshold,
+        )
+    };
+    let decision = match &ctx.ha {
+        // A single replica sees every Envoy of the node.
+        None => decide(&ctx.xds.stats),
+        // The leader judges over every replica's report; the others follow its taints.
+        Some(ha) if ctx.may_write() => match judged(&revisions, &ordered) {
+            Some(judged) => {
+                let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
+                let view = FleetView::new(&fleet, judged);
+                let decision = decide(&view);
+                ha.count_vetoes(&view.into_vetoes());
+                decision
+            }
+            None => decide(&NoVerdict),
+        },
+        Some(_) => decide(&NoVerdict),
+    };
     let version = &ecr.spec.version;
     if let Some(taint) = decision.taints.into_iter().find(|t| t.version == *version) {
         return Outcome::Tainted {
@@ -424,33 +589,99 @@ async fn publish(
     if ctx.elected_name(namespace, owner_uid).as_deref() != ecr.metadata.name.as_deref() {
         return Outcome::NotElected;
     }
-    set_snapshot(
-        &ctx.xds,
-        node_id,
-        p.snapshot,
-        p.reset_nacks.then_some(&p.versions),
-        &ecr.name_any(),
-    );
+    set_snapshot(ctx, ecr, p.snapshot, p.versions.clone(), p.reset_nacks);
     Outcome::Published {
         versions: p.versions,
     }
 }
 
-/// Stores `snapshot` for the node; with `reset` (the versions it provides, when the
-/// revision becomes the served one) the NACK counts of those versions start afresh.
+/// The published revision of `revisions` (the engine of `ordered`), as the fleet
+/// judgement names it: its UID and its last publication.
+fn judged(
+    revisions: &crate::revisions::Revisions,
+    ordered: &[&EnvoyConfigRevision],
+) -> Option<Judged> {
+    let published = revisions.published()?;
+    let ecr = ordered
+        .iter()
+        .rev()
+        .find(|e| e.spec.version == published.version)?;
+    Some(Judged {
+        uid: ecr.metadata.uid.clone()?,
+        epoch: ecr
+            .status
+            .as_ref()
+            .and_then(|s| s.last_published_at.clone()),
+    })
+}
+
+/// Stores `snapshot` (with `versions`) for the node of `ecr` and records what is served.
+/// The NACK counts of those versions start afresh when the revision becomes the served
+/// one (`reset_nacks`, from the publisher), and when the revision served is published
+/// anew (its `lastPublishedAt` changed: another replica led an episode this one missed).
 fn set_snapshot(
-    xds: &crate::Context,
-    node_id: &str,
+    ctx: &Shared,
+    ecr: &EnvoyConfigRevision,
     snapshot: Snapshot,
-    reset: Option<&BTreeMap<ResourceType, String>>,
-    revision: &str,
+    versions: BTreeMap<ResourceType, String>,
+    reset_nacks: bool,
 ) {
-    for (t, v) in reset.into_iter().flatten() {
-        xds.stats.reset_version(node_id, *t, v);
+    let node_id = &ecr.spec.node_id;
+    let served = Served {
+        uid: ecr.metadata.uid.clone().unwrap_or_default(),
+        name: ecr.name_any(),
+        version: ecr.spec.version.clone(),
+        epoch: ecr
+            .status
+            .as_ref()
+            .and_then(|s| s.last_published_at.clone()),
+        versions,
+    };
+    let before = ctx.served.set(node_id, served.clone());
+    let republished = before
+        .as_ref()
+        .is_some_and(|b| b.uid == served.uid && b.epoch.is_some() && b.epoch != served.epoch);
+    if reset_nacks || republished {
+        for (t, v) in &served.versions {
+            ctx.xds.stats.reset_version(node_id, *t, v);
+        }
     }
-    if xds.cache.set(node_id, snapshot) {
-        tracing::info!(node_id, revision, "published snapshot");
+    if ctx.xds.cache.set(node_id, snapshot) {
+        tracing::info!(node_id, revision = served.name, "published snapshot");
     }
+}
+
+/// Forgets the nodes no live EnvoyConfig configures any more (their EnvoyConfig was
+/// deleted, or its nodeID changed): their snapshot, what is served and their NACK
+/// counts. Level-triggered (every evaluation), on every replica: the revisions'
+/// finalizer does the same on the leader at once. Connected Envoys keep their config
+/// (see [`marin3r_xds::SnapshotCache::remove`]).
+pub fn forget_unclaimed_nodes(ctx: &Shared) {
+    let claimed: std::collections::BTreeSet<String> = ctx
+        .configs
+        .state()
+        .iter()
+        .filter_map(|c| c.valid().ok())
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| c.spec.node_id.clone())
+        .collect();
+    for node_id in ctx.served.snapshot().into_keys() {
+        if !claimed.contains(&node_id) {
+            forget_node(ctx, &node_id, None);
+        }
+    }
+}
+
+fn forget_node(ctx: &Shared, node_id: &str, revision: Option<&str>) {
+    if ctx.xds.cache.remove(node_id) {
+        tracing::info!(
+            node_id,
+            revision,
+            "EnvoyConfig removed; node no longer configured"
+        );
+    }
+    ctx.served.remove(node_id);
+    ctx.xds.stats.clear_node(node_id);
 }
 
 /// Loads the elected, already published revisions into the cache without writing
@@ -482,13 +713,8 @@ pub fn warm_start(ctx: &Shared) -> usize {
         };
         match publisher::resolution(&ecr.spec.config_spec(), &source) {
             publisher::Resolution::Ready(snapshot) => {
-                set_snapshot(
-                    &ctx.xds,
-                    &ecr.spec.node_id,
-                    *snapshot,
-                    None,
-                    &ecr.name_any(),
-                );
+                let versions = snapshot.versions();
+                set_snapshot(ctx, ecr, *snapshot, versions, false);
                 loaded += 1;
             }
             publisher::Resolution::Invalid(message) | publisher::Resolution::Waiting(message) => {
@@ -542,14 +768,7 @@ async fn cleanup(ctx: &Shared, ecr: &EnvoyConfigRevision) -> Result<(), Error> {
                 && c.metadata.uid.as_deref() != plan::controller_uid(ecr)
         });
     if !owner_alive && !claimed_elsewhere {
-        if ctx.xds.cache.remove(node_id) {
-            tracing::info!(
-                node_id,
-                revision = ecr.name_any(),
-                "EnvoyConfig removed; node no longer configured"
-            );
-        }
-        ctx.xds.stats.clear_node(node_id);
+        forget_node(ctx, node_id, Some(&ecr.name_any()));
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
-//! Kubernetes mode (`discovery-service` without `--config-dir`, SPEC §3–4): EnvoyConfig
-//! and EnvoyConfigRevision custom resources, Secrets, EndpointSlices and Pods watched in
-//! `WATCH_NAMESPACE` (all namespaces when empty), published into the xDS cache with
-//! self-healing.
+//! Kubernetes mode (`discovery-service` without `--config-dir`, design.md §3–4):
+//! EnvoyConfig and EnvoyConfigRevision custom resources, Secrets, EndpointSlices and Pods
+//! watched in `WATCH_NAMESPACE` (all namespaces when empty), published into the xDS cache
+//! with self-healing.
 //!
 //! Layout (sans-I/O core, thin shell):
 //! - [`plan`]: pure decisions (which revision to create, move up, delete, publish; the
@@ -21,6 +21,7 @@
 //! NACK counts are forgotten.
 
 pub mod controller;
+pub mod ha;
 pub mod plan;
 pub mod rbac;
 pub mod source;
@@ -41,8 +42,8 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
 pub use controller::{
-    Error, FIELD_MANAGER, Shared, error_policy, reconcile_envoyconfig, reconcile_revision,
-    warm_start,
+    Error, FIELD_MANAGER, Shared, error_policy, forget_unclaimed_nodes, reconcile_envoyconfig,
+    reconcile_revision, warm_start,
 };
 pub use marin3r_kube::Lenient;
 pub use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
@@ -80,6 +81,10 @@ pub struct KubernetesBackend {
     nack_threshold: u64,
     evaluate_interval: Duration,
     initial_sync_timeout: Duration,
+    /// One of several replicas (`--leader-elect`).
+    ha: Option<ha::HaConfig>,
+    /// The `marin3r_ha_*` series (registered with the process's metrics).
+    ha_metrics: ha::HaMetrics,
     running: Option<Running>,
 }
 
@@ -103,6 +108,10 @@ struct Running {
     config_triggers: mpsc::Receiver<ConfigRef>,
     revision_triggers: mpsc::Receiver<RevisionRef>,
     tasks: Tasks,
+    /// Several replicas: stops the leader election (releasing the Lease if held); the
+    /// task is aborted if the backend is dropped without stopping (a crash stops
+    /// renewing the Lease).
+    election: Option<(tokio::sync::oneshot::Sender<()>, Tasks)>,
 }
 
 /// Background tasks, aborted when dropped.
@@ -128,8 +137,18 @@ impl KubernetesBackend {
             nack_threshold,
             evaluate_interval: DEFAULT_EVALUATE_INTERVAL,
             initial_sync_timeout: DEFAULT_INITIAL_SYNC_TIMEOUT,
+            ha: None,
+            ha_metrics: ha::HaMetrics::default(),
             running: None,
         }
+    }
+
+    /// Runs as one of several replicas (`docs/ha.md`): serves like every replica, writes
+    /// to the API server only while it holds the Lease of `config`, reports its digests
+    /// and judges NACKs over the fleet when it leads.
+    pub fn with_ha(mut self, config: ha::HaConfig) -> Self {
+        self.ha = Some(config);
+        self
     }
 
     /// [`KubernetesBackend::new`] with the in-cluster config, or the current kubeconfig
@@ -179,7 +198,7 @@ impl KubernetesBackend {
         let revision_sub = revision_writer.subscribe();
         let (config_tx, config_triggers) = mpsc::channel(TRIGGER_BUFFER);
         let (revision_tx, revision_triggers) = mpsc::channel(TRIGGER_BUFFER);
-        let shared = Arc::new(Shared::new(
+        let mut shared = Shared::new(
             self.client.clone(),
             configs.clone(),
             revisions.clone(),
@@ -187,9 +206,77 @@ impl KubernetesBackend {
             slices.clone(),
             ctx.clone(),
             self.nack_threshold,
-        ));
+        );
         let wc = watcher::Config::default();
         let mut tasks = Tasks::default();
+        let mut election = None;
+        let mut fleet_stores = None;
+        if let Some(config) = &self.ha {
+            let (reports, report_writer) = reflector::store();
+            let (endpoints, endpoint_writer) = reflector::store();
+            tasks.0.push(tokio::spawn(drive(
+                "DiscoveryServiceReplica",
+                reflector::reflector(
+                    report_writer,
+                    watch(
+                        Api::namespaced(self.client.clone(), &config.namespace),
+                        wc.clone(),
+                    ),
+                ),
+                |_| async {},
+            )));
+            let own_slices = watcher::Config::default().labels(&plan::equality_selector(
+                crate::fleet::expected::SERVICE_NAME_LABEL,
+                &config.service,
+            ));
+            tasks.0.push(tokio::spawn(drive(
+                "EndpointSlice",
+                reflector::reflector(
+                    endpoint_writer,
+                    watch(
+                        Api::namespaced(self.client.clone(), &config.namespace),
+                        own_slices,
+                    ),
+                ),
+                |_| async {},
+            )));
+            let leadership = marin3r_kube::lease::Leadership::new(config.lease.write_window());
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let elect = tokio::spawn({
+                let (client, settings, leadership) = (
+                    self.client.clone(),
+                    config.lease.clone(),
+                    leadership.clone(),
+                );
+                async move {
+                    let shutdown = async move {
+                        let _ = stopped.await;
+                    };
+                    if let Err(e) =
+                        marin3r_kube::lease::elect(client, settings, leadership, shutdown).await
+                    {
+                        tracing::error!(error = %e, "leader election failed; this replica serves but never writes");
+                    }
+                }
+            });
+            election = Some((stop, Tasks(vec![elect])));
+            fleet_stores = Some((reports.clone(), endpoints.clone()));
+            shared = shared.with_ha(Arc::new(ha::Ha::new(
+                config.clone(),
+                leadership,
+                reports,
+                endpoints,
+                self.ha_metrics.clone(),
+            )));
+        }
+        let shared = Arc::new(shared);
+        if let Some(ha) = shared.ha.clone() {
+            let shared = shared.clone();
+            let client = self.client.clone();
+            tasks.0.push(tokio::spawn(async move {
+                ha::report_loop(client, ha, move || shared.digests()).await;
+            }));
+        }
         tasks.0.push(tokio::spawn(drive(
             "EnvoyConfig",
             reflector::reflector(config_writer, watch(self.api(), wc.clone())),
@@ -198,6 +285,7 @@ impl KubernetesBackend {
         {
             let shared = shared.clone();
             let revision_tx = revision_tx.clone();
+            let config_tx = config_tx.clone();
             tasks.0.push(tokio::spawn(drive(
                 "EnvoyConfigRevision",
                 reflector::reflector(revision_writer, watch(self.api(), wc.clone())),
@@ -247,8 +335,17 @@ impl KubernetesBackend {
             self.api::<PartialObjectMeta<Pod>>(),
             ctx.clone(),
         )));
+        if let Some(ha) = shared.ha.clone() {
+            tasks.0.push(tokio::spawn(requeue_when_leading(
+                shared.clone(),
+                ha.leadership.subscribe(),
+                config_tx.clone(),
+                revision_tx.clone(),
+            )));
+        }
         tasks.0.push(tokio::spawn(evaluate_loop(
             shared.clone(),
+            config_tx,
             revision_tx,
             self.evaluate_interval,
         )));
@@ -264,12 +361,17 @@ impl KubernetesBackend {
             let shared = shared.clone();
             let ready = ctx.ready.clone();
             let namespace = self.namespace.clone();
+            let fleet_stores = fleet_stores.clone();
             move || async move {
                 let lists = || async {
                     let _ = configs.wait_until_ready().await;
                     let _ = revisions.wait_until_ready().await;
                     let _ = secrets.wait_until_ready().await;
                     let _ = slices.wait_until_ready().await;
+                    if let Some((reports, endpoints)) = &fleet_stores {
+                        let _ = reports.wait_until_ready().await;
+                        let _ = endpoints.wait_until_ready().await;
+                    }
                 };
                 // kube-runtime's `wait_until_ready` wakes only the task that polled it
                 // last (one waker per store), and the controllers wait on the same
@@ -302,6 +404,7 @@ impl KubernetesBackend {
             config_triggers,
             revision_triggers,
             tasks,
+            election,
         }
     }
 }
@@ -419,23 +522,50 @@ async fn watch_pods(api: Api<PartialObjectMeta<Pod>>, xds: crate::Context) {
     }
 }
 
-/// Every `interval`, reconciles the published revisions that every pod of their node
-/// rejected (the reconcile taints them).
-async fn evaluate_loop(shared: Arc<Shared>, tx: mpsc::Sender<RevisionRef>, interval: Duration) {
+/// Every `interval`: reconciles the published revisions that every pod of their node
+/// rejected (the reconcile taints them); on every replica, forgets the nodes no live
+/// EnvoyConfig claims any more; with several replicas, updates the fleet metrics and,
+/// on the leader, reconciles the EnvoyConfigs whose `ReplicasInSync` must change.
+async fn evaluate_loop(
+    shared: Arc<Shared>,
+    config_tx: mpsc::Sender<ConfigRef>,
+    revision_tx: mpsc::Sender<RevisionRef>,
+    interval: Duration,
+) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        if !shared.xds.ready.is_synced() {
+            // The stores are not complete yet: nothing can be judged or forgotten.
+            continue;
+        }
+        forget_unclaimed_nodes(&shared);
         for target in rejected_revisions(&shared) {
-            let _ = tx.send(target).await;
+            let _ = revision_tx.send(target).await;
+        }
+        if let Some(ha) = &shared.ha {
+            let fleet = ha.fleet(shared.digests(), std::time::SystemTime::now());
+            ha.observe(&fleet, shared.nack_threshold);
+            if shared.may_write() {
+                for target in replicas_in_sync_changes(&shared, ha, &fleet) {
+                    let _ = config_tx.send(target).await;
+                }
+            }
         }
     }
 }
 
 /// The published, untainted revisions whose served versions every pod rejected: the
 /// verdict alone ([`crate::nacks::rejected`]); the reconcile it triggers derives the
-/// taint and its reason once, in [`crate::publisher::decide`].
+/// taint and its reason once, in [`crate::publisher::decide`]. With several replicas,
+/// only the leader judges, over the fleet ([`crate::fleet::FleetView`]).
 pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
+    let fleet = match &shared.ha {
+        None => None,
+        Some(_) if !shared.may_write() => return Vec::new(),
+        Some(ha) => Some((ha, ha.fleet(shared.digests(), std::time::SystemTime::now()))),
+    };
     shared
         .revisions
         .state()
@@ -447,15 +577,104 @@ pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
                 return None;
             }
             let versions = status.provides_versions.as_ref()?.to_versions();
-            crate::nacks::rejected(
-                &r.spec.node_id,
-                &versions,
-                &shared.xds.stats,
-                shared.nack_threshold,
-            )?;
+            match &fleet {
+                None => crate::nacks::rejected(
+                    &r.spec.node_id,
+                    &versions,
+                    &shared.xds.stats,
+                    shared.nack_threshold,
+                ),
+                Some((ha, fleet)) => {
+                    let judged = crate::fleet::Judged {
+                        uid: r.metadata.uid.clone()?,
+                        epoch: status.last_published_at.clone(),
+                    };
+                    let view = crate::fleet::FleetView::new(fleet, judged);
+                    let verdict = crate::nacks::rejected(
+                        &r.spec.node_id,
+                        &versions,
+                        &view,
+                        shared.nack_threshold,
+                    );
+                    ha.count_vetoes(&view.into_vetoes());
+                    verdict
+                }
+            }?;
             Some(ObjectRef::new(&r.name_any()).within(&r.namespace()?))
         })
         .collect()
+}
+
+/// The EnvoyConfigs whose `ReplicasInSync` condition no longer says what the fleet
+/// does (past the debounce).
+fn replicas_in_sync_changes(
+    shared: &Shared,
+    ha: &ha::Ha,
+    fleet: &crate::fleet::Fleet,
+) -> Vec<ConfigRef> {
+    let now = tokio::time::Instant::now();
+    shared
+        .configs
+        .state()
+        .iter()
+        .filter_map(|c| c.valid().ok())
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|ec| {
+            let namespace = ec.namespace()?;
+            let elected = shared.elected_revision(&namespace, ec.metadata.uid.as_deref()?)?;
+            let (verdict, _) = ha.replicas_in_sync(
+                fleet,
+                &ec.spec.node_id,
+                elected.metadata.uid.as_deref()?,
+                now,
+            );
+            let (in_sync, _, _) = verdict?;
+            let current = ec
+                .status
+                .as_ref()
+                .and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == plan::REPLICAS_IN_SYNC)
+                })
+                .map(|c| c.status == "True");
+            (current != Some(in_sync)).then(|| ObjectRef::new(&ec.name_any()).within(&namespace))
+        })
+        .collect()
+}
+
+/// When this replica becomes the leader, reconciles every EnvoyConfig and revision:
+/// their statuses are recomputed and what the previous leader left is finished.
+async fn requeue_when_leading(
+    shared: Arc<Shared>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    config_tx: mpsc::Sender<ConfigRef>,
+    revision_tx: mpsc::Sender<RevisionRef>,
+) {
+    while leading.changed().await.is_ok() {
+        if !*leading.borrow_and_update() {
+            continue;
+        }
+        let configs: Vec<ConfigRef> = shared
+            .configs
+            .state()
+            .iter()
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect();
+        let revisions: Vec<RevisionRef> = shared
+            .revisions
+            .state()
+            .iter()
+            .map(|r| ObjectRef::from_obj(r.as_ref()))
+            .collect();
+        tracing::info!(
+            envoyconfigs = configs.len(),
+            revisions = revisions.len(),
+            "leading: reconciling everything"
+        );
+        send_all(config_tx.clone(), configs).await;
+        send_all(revision_tx.clone(), revisions).await;
+    }
 }
 
 impl crate::Backend for KubernetesBackend {
@@ -476,6 +695,7 @@ impl crate::Backend for KubernetesBackend {
             config_triggers,
             revision_triggers,
             tasks,
+            election,
         } = running;
         let config_controller = match configs {
             Some(sub) => Controller::for_shared_stream(sub, shared.configs.clone()),
@@ -498,5 +718,30 @@ impl crate::Backend for KubernetesBackend {
             _ = futures::future::join(config_controller, revision_controller) => {}
         }
         drop(tasks);
+        // Every stream is closed by now: a last report, the report deleted, the Lease
+        // released — side by side, each bounded, so an API server that does not answer
+        // delays the exit by at most a second.
+        let farewell = async {
+            if let Some(ha) = &shared.ha {
+                ha::farewell(self.client.clone(), ha, shared.digests()).await;
+            }
+        };
+        let release = async {
+            if let Some((stop, mut elect)) = election {
+                let _ = stop.send(());
+                let bound = marin3r_kube::lease::RELEASE_TIMEOUT + Duration::from_millis(200);
+                let stopped = futures::future::join_all(elect.0.iter_mut());
+                if tokio::time::timeout(bound, stopped).await.is_err() {
+                    tracing::warn!("leader election did not stop in time");
+                }
+            }
+        };
+        futures::future::join(farewell, release).await;
+    }
+
+    fn register_metrics(&mut self, registry: &mut prometheus_client::registry::Registry) {
+        if self.ha.is_some() {
+            self.ha_metrics = ha::HaMetrics::register(registry);
+        }
     }
 }

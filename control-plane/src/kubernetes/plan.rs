@@ -31,7 +31,7 @@ use marin3r_envoyconfig::envoyconfigrevision::{
 };
 use marin3r_envoyconfig::resource::{ResourceType, fnv1a64};
 
-pub use crate::status::{CACHE_OUT_OF_SYNC, ROLLBACK_FAILED};
+pub use crate::status::{CACHE_OUT_OF_SYNC, REPLICAS_IN_SYNC, ROLLBACK_FAILED};
 pub use marin3r_kube::conditions::set_condition;
 pub use marin3r_kube::time::truncate_to_seconds;
 use marin3r_wire::{is_dns1123_subdomain as is_dns_subdomain, is_label_value};

@@ -1278,8 +1278,8 @@ mod tests {
             Some("1970-01-01T00:00:02Z")
         );
 
-        // The Secret disappears: the revision waits (never a taint, SPEC §4); the cache
-        // keeps the last good snapshot and the status names the Secret.
+        // The Secret disappears: the revision waits (never a taint, design.md §4); the
+        // cache keeps the last good snapshot and the status names the Secret.
         reconcile(&mut e, &manifests(vec![ec()]), &ctx, t(3));
         let r = report(&e);
         assert_eq!(r.cache_state, Some(CacheState::InSync));

@@ -10,7 +10,7 @@
 //! as inotify reports; a file still being written keeps its last good content). A file that does not parse is logged and its last good content
 //! keeps being used; so does an EnvoyConfig document that is not a valid EnvoyConfig.
 //!
-//! Self-healing (SPEC §4) runs through [`Engine`], one [`Revisions`] per EnvoyConfig
+//! Self-healing (design.md §4) runs through [`Engine`], one [`Revisions`] per EnvoyConfig
 //! (`namespace/name`):
 //! - every folder change applies the EnvoyConfigs it concerns (a new spec is a new
 //!   desired revision, a known one moves to the top) and publishes the topmost untainted

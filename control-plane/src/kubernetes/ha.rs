@@ -1,0 +1,562 @@
+//! Several replicas in Kubernetes mode (`docs/ha.md`): the shell around
+//! [`crate::fleet`]. Every replica serves; the one holding the Lease writes.
+//!
+//! - [`HaConfig`]: who this replica is, where the fleet meets (the discovery service's
+//!   namespace: its Lease, its Service, the replicas' reports);
+//! - [`Ha`]: what the reconcilers read — the [`Leadership`] every write is gated on,
+//!   the reports of the other replicas and the Service's EndpointSlices (watched), the
+//!   debounce of `ReplicasInSync`, the `marin3r_ha_*` metrics;
+//! - [`report_loop`]: writes this replica's own `DiscoveryServiceReplica` when a
+//!   decision-relevant digest changes (coalesced) and at every heartbeat;
+//! - [`farewell`]: at shutdown, a final report, then the object is deleted.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt as _};
+use marin3r_envoyconfig::discoveryservicereplica::{
+    DiscoveryServiceReplica, DiscoveryServiceReplicaStatus, NodeDigest,
+};
+use marin3r_kube::Lenient;
+use marin3r_kube::lease::{Leadership, LeaseSettings};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::fleet::{self, Fleet, Next, Report, Schedule, Served, Veto};
+
+/// The field manager of a replica's writes to its own report.
+pub const REPORT_FIELD_MANAGER: &str = "marin3r-replica";
+/// How often the digests are recomputed and compared with what was written.
+pub const REPORT_TICK: Duration = Duration::from_millis(250);
+/// How long a `ReplicasInSync` lag must last before it is reported (an ordinary edit
+/// takes every replica less than this, and costs no extra status write).
+pub const REPLICAS_IN_SYNC_DEBOUNCE: Duration = Duration::from_secs(10);
+/// How long each shutdown request (the final report, its deletion) may take.
+pub const FAREWELL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default Lease duration (seconds), and how long before expiry it is renewed.
+pub const LEASE_DURATION_SECONDS: u64 = 15;
+pub const LEASE_GRACE_SECONDS: u64 = 5;
+
+/// Who this replica is and where the fleet meets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaConfig {
+    /// This replica: its Pod's name (the name of its report, its Lease identity).
+    pub replica: String,
+    /// Its Pod's UID: the report is owned by the Pod, so garbage collection removes it
+    /// after a crash. Without it the report has no owner.
+    pub pod_uid: Option<String>,
+    /// The discovery service's namespace (Lease, reports, Service).
+    pub namespace: String,
+    /// The discovery service's Service: its EndpointSlices say which replicas to expect.
+    pub service: String,
+    /// The leader Lease.
+    pub lease: LeaseSettings,
+}
+
+impl HaConfig {
+    /// The settings of replica `replica` (pod `pod_uid`) of the discovery service named
+    /// `discovery_service` in `namespace`: Service `marin3r-<name>`, Lease
+    /// `marin3r-<name>-leader` (the names the operator and the manifests use), held for
+    /// `lease_seconds`.
+    pub fn new(
+        discovery_service: &str,
+        namespace: &str,
+        replica: &str,
+        pod_uid: Option<String>,
+        lease_seconds: u64,
+    ) -> Self {
+        let service = marin3r_wire::object_names::discovery_service(discovery_service);
+        Self {
+            replica: replica.to_string(),
+            pod_uid,
+            namespace: namespace.to_string(),
+            lease: LeaseSettings {
+                namespace: namespace.to_string(),
+                name: marin3r_wire::object_names::discovery_service_lease(discovery_service),
+                identity: replica.to_string(),
+                manager: "marin3r".to_string(),
+                duration: lease_seconds.max(1),
+                grace: (lease_seconds / 3).clamp(1, LEASE_GRACE_SECONDS),
+            },
+            service,
+        }
+    }
+}
+
+/// Labels of the per-replica metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaLabels {
+    replica: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VetoLabels {
+    node_id: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FleetLabels {
+    node_id: String,
+    state: String,
+}
+
+/// The `marin3r_ha_*` and `marin3r_fleet_*` series.
+#[derive(Debug, Clone, Default)]
+pub struct HaMetrics {
+    leader: Gauge,
+    report_age: Family<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    vetoes: Family<VetoLabels, Counter>,
+    fleet_envoys: Family<FleetLabels, Gauge>,
+}
+
+impl HaMetrics {
+    /// Registers the series in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "marin3r_ha_leader",
+            "1 while this replica holds the leader Lease (and writes to the API server)",
+            m.leader.clone(),
+        );
+        registry.register(
+            "marin3r_ha_report_age_seconds",
+            "Age of each replica's last report (DiscoveryServiceReplica heartbeat)",
+            m.report_age.clone(),
+        );
+        registry.register(
+            "marin3r_ha_vetoes",
+            "Fleet NACK verdicts blocked by a missing, stale or lagging replica (per evaluation)",
+            m.vetoes.clone(),
+        );
+        registry.register(
+            "marin3r_fleet_envoys",
+            "Envoys of each node over every replica (leader's view): connected, and rejecting (on replicas whose every pod rejects)",
+            m.fleet_envoys.clone(),
+        );
+        m
+    }
+}
+
+/// What the reconcilers read to act as one of several replicas.
+#[derive(Debug)]
+pub struct Ha {
+    pub config: HaConfig,
+    /// Checked right before every write.
+    pub leadership: Leadership,
+    /// The replicas' reports (the discovery service's namespace).
+    pub reports: Store<Lenient<DiscoveryServiceReplica>>,
+    /// The Service's EndpointSlices.
+    pub endpoints: Store<EndpointSlice>,
+    pub metrics: HaMetrics,
+    /// Since when each node's replicas have not all served its elected revision.
+    lagging_since: Mutex<HashMap<String, Instant>>,
+    /// The sequence number of this replica's last report write.
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl Ha {
+    pub fn new(
+        config: HaConfig,
+        leadership: Leadership,
+        reports: Store<Lenient<DiscoveryServiceReplica>>,
+        endpoints: Store<EndpointSlice>,
+        metrics: HaMetrics,
+    ) -> Self {
+        Self {
+            config,
+            leadership,
+            reports,
+            endpoints,
+            metrics,
+            lagging_since: Mutex::default(),
+            seq: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The sequence number of the next report write.
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    /// The fleet as this replica sees it at `now`: every report in the store, with
+    /// `own` (this replica's live digests) instead of its own object, and the replicas
+    /// with an endpoint.
+    pub fn fleet(&self, own: Vec<NodeDigest>, now: SystemTime) -> Fleet {
+        let mut reports: BTreeMap<String, Report> = self
+            .reports
+            .state()
+            .iter()
+            .filter_map(|r| r.valid().ok())
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .map(|r| {
+                let status = r.status.clone().unwrap_or_default();
+                (
+                    r.name_any(),
+                    Report::new(
+                        status.heartbeat.map(|t| SystemTime::from(t.0)),
+                        status.nodes,
+                    ),
+                )
+            })
+            .collect();
+        reports.insert(self.config.replica.clone(), Report::new(Some(now), own));
+        Fleet {
+            reports,
+            endpoints: fleet::expected::replicas_with_endpoints(
+                self.endpoints.state().iter().map(AsRef::as_ref),
+                &self.config.service,
+            ),
+            now: Some(now),
+        }
+    }
+
+    /// Counts the vetoes met by one evaluation.
+    pub fn count_vetoes(&self, vetoes: &[(String, String, Veto)]) {
+        for (node_id, replica, why) in vetoes {
+            tracing::debug!(
+                node_id,
+                replica,
+                reason = why.as_str(),
+                "fleet verdict vetoed"
+            );
+            self.metrics
+                .vetoes
+                .get_or_create(&VetoLabels {
+                    node_id: node_id.clone(),
+                    reason: why.as_str().to_string(),
+                })
+                .inc();
+        }
+    }
+
+    /// Updates the gauges from `fleet` (the leader flag, report ages, Envoys per node).
+    pub fn observe(&self, fleet: &Fleet, threshold: u64) {
+        let now = fleet.now.unwrap_or(SystemTime::UNIX_EPOCH);
+        self.metrics
+            .leader
+            .set(i64::from(self.leadership.is_current()));
+        self.metrics.report_age.clear();
+        for (replica, report) in &fleet.reports {
+            if let Some(h) = report.heartbeat {
+                let age = now.duration_since(h).unwrap_or_default().as_secs_f64();
+                self.metrics
+                    .report_age
+                    .get_or_create(&ReplicaLabels {
+                        replica: replica.clone(),
+                    })
+                    .set(age);
+            }
+        }
+        self.metrics.fleet_envoys.clear();
+        let mut per_node: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+        for report in fleet.reports.values().filter(|r| r.is_fresh(now)) {
+            for d in report.nodes.values() {
+                let entry = per_node.entry(d.node_id.as_str()).or_default();
+                let pods = i64::try_from(d.pods).unwrap_or(i64::MAX);
+                entry.0 += pods;
+                if d.min_nacks.values().any(|n| *n >= threshold.max(1)) {
+                    entry.1 += pods;
+                }
+            }
+        }
+        for (node_id, (connected, rejecting)) in per_node {
+            for (state, n) in [("connected", connected), ("rejecting", rejecting)] {
+                self.metrics
+                    .fleet_envoys
+                    .get_or_create(&FleetLabels {
+                        node_id: node_id.to_string(),
+                        state: state.to_string(),
+                    })
+                    .set(n);
+            }
+        }
+    }
+
+    /// `ReplicasInSync` for `node_id`, whose elected revision has `uid`, at `now`:
+    /// `Some((in_sync, serving, expected))` to report, or `None` while a lag is younger
+    /// than [`REPLICAS_IN_SYNC_DEBOUNCE`] (keep what the status says). Also returns when
+    /// to look again (the end of the debounce).
+    pub fn replicas_in_sync(
+        &self,
+        fleet: &Fleet,
+        node_id: &str,
+        uid: &str,
+        now: Instant,
+    ) -> (Option<(bool, usize, usize)>, Option<Duration>) {
+        let (serving, expected) = serving(fleet, node_id, uid);
+        let mut lagging = self
+            .lagging_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if serving == expected {
+            lagging.remove(node_id);
+            return (Some((true, serving, expected)), None);
+        }
+        let since = *lagging.entry(node_id.to_string()).or_insert(now);
+        let waited = now.saturating_duration_since(since);
+        if waited >= REPLICAS_IN_SYNC_DEBOUNCE {
+            (Some((false, serving, expected)), None)
+        } else {
+            (None, Some(REPLICAS_IN_SYNC_DEBOUNCE - waited))
+        }
+    }
+}
+
+/// How many of the expected replicas with a fresh report serve revision `uid` to
+/// `node_id`, and how many replicas are expected.
+pub fn serving(fleet: &Fleet, node_id: &str, uid: &str) -> (usize, usize) {
+    let now = fleet.now.unwrap_or(SystemTime::UNIX_EPOCH);
+    let expected = fleet.expected();
+    let serving = expected
+        .iter()
+        .filter_map(|r| fleet.reports.get(*r))
+        .filter(|r| r.is_fresh(now))
+        .filter(|r| {
+            r.nodes
+                .get(node_id)
+                .is_some_and(|d| d.revision.as_deref() == Some(uid))
+        })
+        .count();
+    (serving, expected.len())
+}
+
+/// This replica's digests: one per node it serves or has streams for, sorted by node
+/// id.
+pub fn digests(
+    served: &BTreeMap<String, Served>,
+    stats: &marin3r_xds::SharedStats,
+    threshold: u64,
+) -> Vec<NodeDigest> {
+    let nodes: BTreeSet<String> = served
+        .keys()
+        .cloned()
+        .chain(stats.nodes_with_streams())
+        .collect();
+    nodes
+        .into_iter()
+        .map(|node_id| {
+            let s = served.get(&node_id);
+            let versions = s.map(|s| s.versions.clone()).unwrap_or_default();
+            let nacks = stats.node_nacks(&node_id, &versions, threshold);
+            fleet::report::digest(&node_id, s, nacks)
+        })
+        .collect()
+}
+
+/// Writes this replica's report whenever [`Schedule`] says so, until dropped. A write
+/// that fails is retried (1 s, doubling to [`fleet::HEARTBEAT`]).
+pub async fn report_loop(client: Client, ha: Arc<Ha>, live: impl Fn() -> Vec<NodeDigest>) {
+    let api: Api<DiscoveryServiceReplica> = Api::namespaced(client, &ha.config.namespace);
+    let mut schedule = Schedule::default();
+    let mut created = false;
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let nodes = live();
+        let leader = ha.leadership.is_current();
+        let now = Instant::now();
+        match schedule.next(now, &nodes, leader) {
+            Next::Wait(until) => {
+                tokio::time::sleep_until(until.min(now + REPORT_TICK)).await;
+                continue;
+            }
+            Next::Write => {}
+        }
+        let result = write_report(
+            &api,
+            &ha.config,
+            &mut created,
+            ha.next_seq(),
+            leader,
+            &nodes,
+        )
+        .await;
+        match result {
+            Ok(()) => {
+                backoff = Duration::from_secs(1);
+                schedule.written(now, nodes, leader);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    replica = ha.config.replica,
+                    error = %e,
+                    "cannot write this replica's report; retrying"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(fleet::HEARTBEAT);
+            }
+        }
+    }
+}
+
+/// The report object (without status): named after the replica's Pod, owned by it.
+fn report_object(config: &HaConfig) -> serde_json::Value {
+    let owners: Vec<OwnerReference> = config
+        .pod_uid
+        .iter()
+        .map(|uid| OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: config.replica.clone(),
+            uid: uid.clone(),
+            ..OwnerReference::default()
+        })
+        .collect();
+    json!({
+        "apiVersion": "marin3r.3scale.net/v1alpha1",
+        "kind": "DiscoveryServiceReplica",
+        "metadata": {
+            "name": config.replica,
+            "namespace": config.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "marin3r", "marin3r.3scale.net/discovery-service": config.service},
+            "ownerReferences": owners,
+        },
+        "spec": {"discoveryService": config.service},
+    })
+}
+
+async fn write_report(
+    api: &Api<DiscoveryServiceReplica>,
+    config: &HaConfig,
+    created: &mut bool,
+    seq: u64,
+    leader: bool,
+    nodes: &[NodeDigest],
+) -> Result<(), kube::Error> {
+    let params = PatchParams::apply(REPORT_FIELD_MANAGER).force();
+    if !*created {
+        api.patch(
+            &config.replica,
+            &params,
+            &Patch::Apply(report_object(config)),
+        )
+        .await?;
+        *created = true;
+    }
+    let status = DiscoveryServiceReplicaStatus {
+        heartbeat: Some(marin3r_kube::time::time(SystemTime::now())),
+        seq,
+        leader,
+        nodes: nodes.to_vec(),
+    };
+    let body = json!({
+        "apiVersion": "marin3r.3scale.net/v1alpha1",
+        "kind": "DiscoveryServiceReplica",
+        "status": status,
+    });
+    match api
+        .patch_status(&config.replica, &params, &Patch::Apply(&body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if marin3r_kube::is_status(&e, 404) => {
+            // Deleted meanwhile (by hand, or by garbage collection): create it again.
+            *created = false;
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// At shutdown: writes a last report (every stream is closed by now) and deletes it,
+/// both within [`FAREWELL_TIMEOUT`] (the report is removed with the Pod anyway).
+pub async fn farewell(client: Client, ha: &Ha, nodes: Vec<NodeDigest>) {
+    let api: Api<DiscoveryServiceReplica> = Api::namespaced(client, &ha.config.namespace);
+    let replica = &ha.config.replica;
+    let steps = async {
+        let mut created = true;
+        if let Err(e) =
+            write_report(&api, &ha.config, &mut created, ha.next_seq(), false, &nodes).await
+        {
+            tracing::debug!(replica, error = %e, "final report not written");
+        }
+        match api.delete(replica, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(replica, "replica report deleted"),
+            Err(e) if marin3r_kube::is_status(&e, 404) => {}
+            Err(e) => tracing::warn!(replica, error = %e, "cannot delete the replica report"),
+        }
+    };
+    if tokio::time::timeout(FAREWELL_TIMEOUT, steps).await.is_err() {
+        tracing::warn!(
+            replica,
+            "the API server did not answer; the report is removed with the Pod"
+        );
+    }
+}
+
+/// The served map shared by the reconcilers and the report loop.
+#[derive(Debug, Default)]
+pub struct ServedNodes(Mutex<BTreeMap<String, Served>>);
+
+impl ServedNodes {
+    /// What is served now.
+    pub fn snapshot(&self) -> BTreeMap<String, Served> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `node_id` is now served `served`; returns what it was served before.
+    pub fn set(&self, node_id: &str, served: Served) -> Option<Served> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(node_id.to_string(), served)
+    }
+
+    /// `node_id` is no longer served.
+    pub fn remove(&self, node_id: &str) -> Option<Served> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(node_id)
+    }
+
+    /// What `node_id` is served.
+    pub fn get(&self, node_id: &str) -> Option<Served> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(node_id)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_discovery_service() {
+        let c = HaConfig::new(
+            "instance",
+            "ns",
+            "marin3r-instance-abc",
+            Some("uid".into()),
+            15,
+        );
+        assert_eq!(c.service, "marin3r-instance");
+        assert_eq!(c.lease.name, "marin3r-instance-leader");
+        assert_eq!((c.lease.duration, c.lease.grace), (15, 5));
+        let short = HaConfig::new("d", "ns", "p", None, 3);
+        assert_eq!((short.lease.duration, short.lease.grace), (3, 1));
+        let object = report_object(&c);
+        assert_eq!(object["metadata"]["ownerReferences"][0]["kind"], "Pod");
+        assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], "uid");
+        assert_eq!(
+            report_object(&short)["metadata"]["ownerReferences"],
+            serde_json::json!([])
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! A discovery service with several replicas in one test process (`docs/ha.md` §7): one
+//! stateful fake API server ([`marin3r_testkit::apiserver`]), each replica a real
+//! discovery service in Kubernetes mode with `--leader-elect` ([`InProcess`] with a
+//! `KubernetesBackend::with_ha`) on its own ADS port, and a TCP balancer standing in for
+//! the Service (Envoys dial it; it routes each new connection to a live replica, as
+//! kube-proxy does). The test keeps the Service's EndpointSlice and the replicas' Pods in
+//! the fake API server as Kubernetes would: a replica is a ready endpoint once it serves,
+//! terminating while it drains, and gone (with its Pod, whose garbage collection removes
+//! its report) once it stopped.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use marin3r_certs::Bundle;
+use marin3r_control_plane::kubernetes::KubernetesBackend;
+use marin3r_control_plane::kubernetes::ha::HaConfig;
+use marin3r_testkit::apiserver::{FakeApiServer, ResourceKind};
+use marin3r_testkit::proxy::TcpBalancer;
+use marin3r_testkit::wait::poll_ok;
+use marin3r_xds::AdsConfig;
+use serde_json::{Value, json};
+
+use crate::in_process::{CertFiles, InProcess, bind_localhost};
+use crate::xds::issue_bundle;
+
+/// The namespace of everything.
+pub const NS: &str = "default";
+/// The DiscoveryService the replicas belong to (Service `marin3r-<DS>`).
+pub const DS: &str = "discoveryservice";
+/// Marin3r's API group.
+const GROUP: &str = "marin3r.3scale.net";
+
+/// The fake API server with marin3r's kinds registered.
+pub fn api_server() -> FakeApiServer {
+    let api = FakeApiServer::new();
+    for (plural, kind) in [
+        ("envoyconfigs", "EnvoyConfig"),
+        ("envoyconfigrevisions", "EnvoyConfigRevision"),
+        ("discoveryservicereplicas", "DiscoveryServiceReplica"),
+    ] {
+        api.register(ResourceKind::new(GROUP, "v1alpha1", plural, kind).with_status());
+    }
+    api
+}
+
+/// An EnvoyConfig object named `name` in [`NS`] with `spec`.
+pub fn envoyconfig(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"),
+        "kind": "EnvoyConfig",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
+/// How a fleet's replicas run.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// `--nack-threshold`.
+    pub threshold: u64,
+    /// `--lease-duration` (seconds).
+    pub lease_seconds: u64,
+    /// `--drain-delay`, `--drain-time`.
+    pub drain_delay: Duration,
+    pub drain_time: Duration,
+    /// How often each replica evaluates the NACK statistics.
+    pub evaluate_interval: Duration,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        Self {
+            threshold: 3,
+            lease_seconds: 4,
+            drain_delay: Duration::from_millis(500),
+            drain_time: Duration::from_millis(500),
+            evaluate_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// One replica: its Pod's name and UID, and the running discovery service.
+pub struct Replica {
+    pub name: String,
+    pub uid: String,
+    pub server: InProcess,
+    /// Draining (SIGTERM received): its endpoint is terminating.
+    pub terminating: bool,
+}
+
+/// Several replicas of one discovery service; see the module docs.
+pub struct Fleet {
+    pub api: FakeApiServer,
+    pub balancer: TcpBalancer,
+    pub bundle: Bundle,
+    pub options: FleetOptions,
+    pub replicas: BTreeMap<String, Replica>,
+    certs: CertFiles,
+    dir: tempfile::TempDir,
+    started: usize,
+}
+
+impl Fleet {
+    /// `replicas` replicas (named `ds-0`, `ds-1`, …) behind a balancer, against `api`.
+    pub async fn start(
+        api: FakeApiServer,
+        replicas: usize,
+        options: FleetOptions,
+    ) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let bundle = issue_bundle()?;
+        let certs_dir = dir.path().join("certs");
+        bundle
+            .write_to(&certs_dir)
+            .map_err(|e| format!("write certificates: {e}"))?;
+        let mut fleet = Self {
+            api,
+            balancer: TcpBalancer::start(Vec::new()).await,
+            bundle,
+            options,
+            replicas: BTreeMap::new(),
+            certs: CertFiles::in_dir(&certs_dir),
+            dir,
+            started: 0,
+        };
+        for _ in 0..replicas {
+            fleet.add_replica().await?;
+        }
+        Ok(fleet)
+    }
+
+    /// Where the Envoys' certificates are (`client/`, `ca/`).
+    pub fn certs_dir(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    /// The Service's address (the balancer).
+    pub fn service(&self) -> SocketAddr {
+        self.balancer.addr()
+    }
+
+    /// Starts one more replica (a new Pod) and waits until it is ready; it then becomes
+    /// a ready endpoint of the Service. Returns its name.
+    pub async fn add_replica(&mut self) -> Result<String, String> {
+        let name = format!("ds-{}", self.started);
+        self.started += 1;
+        let pod = self
+            .api
+            .put(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/component": "discoveryservice"}},
+                "spec": {"containers": [{"name": "discovery-service", "image": "marin3r"}]},
+            }))
+            .map_err(|e| format!("create pod {name}: {e:?}"))?;
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .ok_or("the pod has no uid")?
+            .to_string();
+        let o = &self.options;
+        let backend = KubernetesBackend::new(self.api.client(), NS, o.threshold)
+            .with_evaluate_interval(o.evaluate_interval)
+            .with_ha(HaConfig::new(
+                DS,
+                NS,
+                &name,
+                Some(uid.clone()),
+                o.lease_seconds,
+            ));
+        let ads = AdsConfig {
+            drain_delay: o.drain_delay,
+            drain_time: o.drain_time,
+            ..AdsConfig::default()
+        };
+        let server = InProcess::launch(bind_localhost().await?, &self.certs, ads, backend).await?;
+        let health = server.health;
+        self.replicas.insert(
+            name.clone(),
+            Replica {
+                name: name.clone(),
+                uid,
+                server,
+                terminating: false,
+            },
+        );
+        poll_ok(
+            format!("replica {name} ready"),
+            Duration::from_secs(30),
+            marin3r_testkit::wait::POLL,
+            || async move {
+                let r = crate::xds::get(health, "/readyz").await?;
+                if r.status == 200 {
+                    Ok(())
+                } else {
+                    Err(format!("/readyz {}", r.status))
+                }
+            },
+        )
+        .await?;
+        self.sync_endpoints()?;
+        Ok(name)
+    }
+
+    /// Writes the Service's EndpointSlice (ready and terminating replicas) and points the
+    /// balancer at the ready ones.
+    pub fn sync_endpoints(&self) -> Result<(), String> {
+        let endpoints: Vec<Value> = self
+            .replicas
+            .values()
+            .map(|r| {
+                json!({
+                    "addresses": [r.server.xdss.ip().to_string()],
+                    "conditions": {"ready": !r.terminating, "serving": true, "terminating": r.terminating},
+                    "targetRef": {"kind": "Pod", "name": r.name, "namespace": NS, "uid": r.uid},
+                })
+            })
+            .collect();
+        let service = marin3r_wire::object_names::discovery_service(DS);
+        self.api
+            .put(json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("{service}-abcde"), "namespace": NS,
+                             "labels": {"kubernetes.io/service-name": service}},
+                "addressType": "IPv4",
+                "endpoints": endpoints,
+                "ports": [{"name": "discovery", "port": 18000, "protocol": "TCP"}],
+            }))
+            .map_err(|e| format!("write the EndpointSlice: {e:?}"))?;
+        self.balancer.set_backends(
+            self.replicas
+                .values()
+                .filter(|r| !r.terminating)
+                .map(|r| r.server.xdss)
+                .collect(),
+        );
+        Ok(())
+    }
+
+    /// Stops replica `name` as Kubernetes does on a rolling update or a drain: its
+    /// endpoint turns terminating and SIGTERM arrives; once it has exited, its Pod (and
+    /// with it, by garbage collection, its report) and endpoint are gone.
+    pub async fn stop_replica(&mut self, name: &str) -> Result<(), String> {
+        let replica = self
+            .replicas
+            .get_mut(name)
+            .ok_or_else(|| format!("no replica {name}"))?;
+        replica.terminating = true;
+        replica.server.signal_stop();
+        self.sync_endpoints()?;
+        let replica = self
+            .replicas
+            .remove(name)
+            .ok_or_else(|| format!("no replica {name}"))?;
+        replica.server.stop(Duration::from_secs(30)).await?;
+        self.remove_pod(name)?;
+        self.sync_endpoints()
+    }
+
+    /// Kills replica `name` at once (a crash, a lost node): no drain, no farewell; its
+    /// endpoint and Pod go away afterwards, as Kubernetes notices.
+    pub fn kill_replica(&mut self, name: &str) -> Result<(), String> {
+        let replica = self
+            .replicas
+            .remove(name)
+            .ok_or_else(|| format!("no replica {name}"))?;
+        drop(replica.server);
+        self.sync_endpoints()?;
+        self.remove_pod(name)
+    }
+
+    fn remove_pod(&self, name: &str) -> Result<(), String> {
+        self.api
+            .delete("pods", NS, name)
+            .map(|_| ())
+            .map_err(|e| format!("delete pod {name}: {e:?}"))
+    }
+
+    /// The holder of the leader Lease, as the Lease says.
+    pub fn lease_holder(&self) -> Option<String> {
+        let lease = self.api.get(
+            "leases",
+            NS,
+            &marin3r_wire::object_names::discovery_service_lease(DS),
+        )?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_string)
+    }
+
+    /// The replica whose `marin3r_ha_leader` says it leads (the one writing).
+    pub async fn leader(&self) -> Option<String> {
+        for r in self.replicas.values() {
+            let text = crate::xds::get(r.server.metrics, "/metrics")
+                .await
+                .ok()?
+                .body;
+            if text.lines().any(|l| l.trim() == "marin3r_ha_leader 1") {
+                return Some(r.name.clone());
+            }
+        }
+        None
+    }
+
+    /// Waits until one replica leads; returns it.
+    pub async fn wait_leader(&self, within: Duration) -> Result<String, String> {
+        poll_ok(
+            "a replica leads",
+            within,
+            marin3r_testkit::wait::POLL,
+            || async { self.leader().await.ok_or("no leader yet") },
+        )
+        .await
+    }
+
+    /// The EnvoyConfig `name`.
+    pub fn envoyconfig(&self, name: &str) -> Option<Value> {
+        self.api.get("envoyconfigs", NS, name)
+    }
+
+    /// Every EnvoyConfigRevision.
+    pub fn revisions(&self) -> Vec<Value> {
+        self.api.list("envoyconfigrevisions")
+    }
+
+    /// Every report (DiscoveryServiceReplica).
+    pub fn reports(&self) -> Vec<Value> {
+        self.api.list("discoveryservicereplicas")
+    }
+}
