@@ -3,16 +3,18 @@
 //!
 //! For SotW and for Delta: the discovery service in-process serving a local config folder
 //! with the walkthrough's direct-response listener, and one real Envoy 1.40 talking ADS to
-//! it over mTLS (the harness in `marin3r_tests::xds`, as in `tests/xds_e2e.rs`). Then
+//! it over mTLS (the harness in `marin3r_tests::xds`, as in `tests/tests/xds_e2e.rs`). Then
 //! [`EDITS`] times: replace the file atomically with a new direct-response body and poll
 //! Envoy's listener every [`PROBE_INTERVAL`] until it answers with that body (at most
 //! [`DEADLINE`]); the time from the rename to the first such answer is one sample.
 //!
-//! The folder is re-scanned every `marin3r_control_plane::local::POLL_INTERVAL`, so a sample is
-//! dominated by where in that period the write lands. Answering the previous edit right
-//! after a scan and then editing at once would put every edit at the same phase (and
-//! every sample near one full period), so each edit first waits a different fraction of
-//! the period, spreading the writes evenly over it.
+//! The folder is watched with inotify: the rename wakes the discovery service's scan at
+//! once (`control-plane/src/local/backend.rs`), so a sample is that scan, the push to
+//! Envoy and its apply. Without inotify (instance or watch limits reached) the folder is
+//! scanned every `marin3r_control_plane::local::POLL_INTERVAL` instead, and a sample then
+//! depends on where in that period the write lands: answering the previous edit right
+//! after a scan and editing at once would put every edit at the same phase, so each edit
+//! first waits a different fraction of the period, spreading the writes evenly over it.
 //!
 //! Everything binds 127.0.0.1. Envoy is killed (and the service stopped) also when
 //! something fails; then the reason and Envoy's log tail go to stderr and the exit status
@@ -89,8 +91,7 @@ fn run() -> Result<(), String> {
         );
     }
     println!(
-        "note: the config folder is polled every {} ms (control-plane/src/local.rs POLL_INTERVAL), which bounds these figures: an edit waits 0–{} ms for the next scan, then the push to Envoy and its apply.",
-        POLL_INTERVAL.as_millis(),
+        "note: the config folder is watched with inotify (control-plane/src/local/backend.rs): the rename wakes the scan at once, so a figure is the scan, the push to Envoy and its apply; without inotify the folder is scanned every {} ms (POLL_INTERVAL) and an edit may wait up to that long first.",
         POLL_INTERVAL.as_millis()
     );
     Ok(())

@@ -1,4 +1,4 @@
-//! No secret material in any log line, at any level (SPEC §4, docs/reliability.md).
+//! No secret material in any log line, at any level (design.md §4, docs/reliability.md).
 //!
 //! This test binary installs one global `tracing` subscriber at DEBUG (TRACE for the
 //! marin3r crates), in text and JSON format, also receiving `log` records (rustls),

@@ -1,4 +1,4 @@
-//! Self-healing in local mode (SPEC §4, walkthrough 2) against a real Envoy 1.40.
+//! Self-healing in local mode (design.md §4, walkthrough 2) against a real Envoy 1.40.
 //!
 //! The discovery service runs in-process (`marin3r_control_plane::serve_with` with a
 //! `LocalBackend` and an explicit `--nack-threshold`, listeners on 127.0.0.1:0); Envoys are

@@ -1,4 +1,5 @@
-//! End-to-end tests of the shutdown manager against a real Envoy (SPEC §5, journey 3).
+//! End-to-end tests of the shutdown manager against a real Envoy (design.md §5,
+//! walkthrough 3).
 //!
 //! Each test starts its own Envoy (admin, an HTTP listener with a direct response and a
 //! TCP proxy listener in front of a local echo server, all on 127.0.0.1 port 0: Envoy

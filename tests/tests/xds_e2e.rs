@@ -1,4 +1,4 @@
-//! End-to-end tests of the discovery service (SPEC §2–§4) against a real Envoy 1.40.
+//! End-to-end tests of the discovery service (design.md §2–§4) against a real Envoy 1.40.
 //!
 //! Every test runs the discovery service in-process (`marin3r_control_plane::serve_with` and the local backend on
 //! listeners bound to 127.0.0.1:0, config folder in a temp dir, certificates from
