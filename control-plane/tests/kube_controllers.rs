@@ -374,6 +374,29 @@ async fn version_rejected_by_every_pod_is_tainted_and_the_envoyconfig_rolls_back
         rejected_revisions(&world.shared),
         [ObjectRef::new(&bad).within("default")]
     );
+    // The taint is fenced: written only on the revision as it was judged (its
+    // resourceVersion), so a replica that led on an older view gets 409 instead.
+    let judged = to_json(world.revision(&bad).valid().unwrap());
+    let (result, got) = run(
+        reconcile_revision(world.revision(&bad), world.shared.clone()),
+        api.expect(
+            "PATCH",
+            &format!("{REVISIONS}/{bad}/status{APPLY}"),
+            409,
+            |_| status_failure(409, "Conflict", "the object has been modified"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        got.body["metadata"]["resourceVersion"],
+        judged["metadata"]["resourceVersion"]
+    );
+    assert_eq!(got.body["status"]["tainted"], true);
+    assert_eq!(
+        result.unwrap(),
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1)),
+        "a conflict is looked at again, not an error"
+    );
     let tainted = reconcile_revision_with_status(&mut world, &mut api, &bad).await;
     let ts = &tainted["status"];
     assert_eq!(ts["tainted"], true);

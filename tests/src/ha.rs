@@ -326,3 +326,96 @@ impl Fleet {
         self.api.list("discoveryservicereplicas")
     }
 }
+
+impl Fleet {
+    /// The sum of `metric` with `labels` over every live replica's `/metrics`.
+    pub async fn metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        let mut sum = 0.0;
+        for r in self.replicas.values() {
+            if let Ok(m) = crate::xds::get(r.server.metrics, "/metrics").await {
+                sum += crate::xds::metric_sum(&m.body, metric, labels);
+            }
+        }
+        sum
+    }
+
+    /// Open ADS streams of `node_id` on each live replica.
+    pub async fn streams(&self, node_id: &str) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for r in self.replicas.values() {
+            let text = crate::xds::get(r.server.metrics, "/metrics")
+                .await
+                .map(|m| m.body)
+                .unwrap_or_default();
+            out.insert(
+                r.name.clone(),
+                crate::xds::metric_sum(&text, "marin3r_xdss_streams", &[("node_id", node_id)]),
+            );
+        }
+        out
+    }
+
+    /// Whether every live replica answers `/readyz` 200.
+    pub async fn all_ready(&self) -> Result<(), String> {
+        for r in self.replicas.values() {
+            let status = crate::xds::get(r.server.health, "/readyz").await?.status;
+            if status != 200 {
+                return Err(format!("{} /readyz {status}", r.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies (creates or replaces) the EnvoyConfig `name` with `spec`, as a user does.
+    pub fn apply(&self, name: &str, spec: Value) -> Result<(), String> {
+        self.api
+            .put(envoyconfig(name, spec))
+            .map(|_| ())
+            .map_err(|e| format!("apply EnvoyConfig {name}: {e:?}"))
+    }
+}
+
+/// Requests sent to `GET http://127.0.0.1:<port>/` every few milliseconds while it runs,
+/// counting the answers that are not `200 <body>`.
+pub struct Traffic {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<TrafficReport>,
+}
+
+/// What [`Traffic`] saw.
+#[derive(Debug, Clone, Default)]
+pub struct TrafficReport {
+    pub ok: usize,
+    /// Each failed request: what came back instead.
+    pub failed: Vec<String>,
+}
+
+impl Traffic {
+    /// Starts sending; an answer counts as good when its body is one of `bodies` (the
+    /// configs the test switches between).
+    pub fn start(port: u16, bodies: Vec<String>) -> Self {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut report = TrafficReport::default();
+            let addr = crate::xds::localhost(port);
+            loop {
+                match crate::xds::get(addr, "/").await {
+                    Ok(r) if r.status == 200 && bodies.contains(&r.body) => report.ok += 1,
+                    Ok(r) => report.failed.push(format!("{} {:?}", r.status, r.body)),
+                    Err(e) => report.failed.push(e),
+                }
+                tokio::select! {
+                    _ = stopped.changed() => return report,
+                    () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops sending; what was seen.
+    pub async fn stop(self) -> TrafficReport {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
+}
