@@ -16,7 +16,6 @@
 //! machine's cores).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use marin3r_sidecar::bootstrap::ApiType;
@@ -166,7 +165,7 @@ async fn serving_fleet(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_envoy_rejecting_gives_one_taint_and_one_rollback_over_three_replicas() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let (fleet, _envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
     let in_sync = wait_status(&fleet, "InSync, every replica serving", |s| {
         s["cacheState"] == "InSync"
@@ -217,7 +216,7 @@ async fn every_envoy_rejecting_gives_one_taint_and_one_rollback_over_three_repli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_one_envoy_accepts_is_never_tainted() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     // A cluster whose CA file (a relative name) exists only in Envoy 0's directory:
     // Envoy 0 accepts it, Envoys 1 and 2 reject it.
     let with_ca = tempfile::tempdir().unwrap();
@@ -251,7 +250,7 @@ async fn an_update_one_envoy_accepts_is_never_tainted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_finishes_the_episode_the_dead_leader_left() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     // Four NACKs take Envoy's backoff ~1.5 s: the leader dies before it can judge.
     let options = FleetOptions {
         threshold: 4,
@@ -313,7 +312,7 @@ async fn a_new_leader_finishes_the_episode_the_dead_leader_left() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let (mut fleet, _envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
     let leader = fleet.wait_leader(CONVERGE).await.must();
     let traffic = Traffic::start(port, vec!["v1\n".into(), "v2\n".into()]);
@@ -358,7 +357,7 @@ async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_restarted_one_by_one_under_traffic() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let (mut fleet, _envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
     let traffic = Traffic::start(port, vec!["v1\n".into(), "v2\n".into()]);
     let old: Vec<String> = fleet.replicas.keys().cloned().collect();
@@ -417,7 +416,7 @@ async fn every_replica_restarted_one_by_one_under_traffic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_outage_of_30_s_keeps_every_replica_serving_and_ready() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let (fleet, _envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
     let traffic = Traffic::start(port, vec!["v1\n".into(), "v2\n".into()]);
     fleet.api.set_outage(Outage::Refuse);
