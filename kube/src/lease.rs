@@ -57,11 +57,13 @@ impl LeaseSettings {
         Duration::from_secs(self.duration)
     }
 
-    /// How long after the last renewal this process stops writing: the duration minus
-    /// the smaller of 2 s and a third of the duration (clock skew and request latency).
+    /// How long after the last renewal this process stops writing: the duration minus a
+    /// margin for clock skew and request latency — 2 s, or half the grace when that is
+    /// less, so that the next renewal (due `grace` before expiry) always comes inside
+    /// the window and a holder that renews on time never stops writing.
     pub fn write_window(&self) -> Duration {
-        let d = self.duration();
-        d.saturating_sub((d / 3).min(Duration::from_secs(2)))
+        let margin = Duration::from_secs(2).min(Duration::from_secs(self.grace) / 2);
+        self.duration().saturating_sub(margin)
     }
 }
 
@@ -358,16 +360,24 @@ mod tests {
 
     #[test]
     fn the_write_window_leaves_a_margin() {
-        let s = |duration| LeaseSettings {
+        let s = |duration, grace| LeaseSettings {
             namespace: "ns".into(),
             name: "l".into(),
             identity: "me".into(),
             manager: "m".into(),
             duration,
-            grace: 5,
+            grace,
         };
-        assert_eq!(s(15).write_window(), Duration::from_secs(13));
-        assert_eq!(s(3).write_window(), Duration::from_secs(2));
+        assert_eq!(s(15, 5).write_window(), Duration::from_secs(13));
+        // Renewed every 3 s (4 - 1): writes stay covered until 3.5 s after a renewal.
+        assert_eq!(s(4, 1).write_window(), Duration::from_millis(3500));
+        for (duration, grace) in [(15, 5), (4, 1), (3, 1), (60, 20), (2, 1)] {
+            let settings = s(duration, grace);
+            assert!(
+                settings.write_window() > Duration::from_secs(duration - grace),
+                "the next renewal comes inside the window: {settings:?}"
+            );
+        }
     }
 
     #[test]

@@ -30,14 +30,9 @@ use serde_json::{Value, json};
 
 const NODE: &str = "kuard";
 
-/// One scenario at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+/// One scenario at a time (each test has its own runtime; tokio's mutex is not tied to
+/// one).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A listener on `port` answering `body`.
 fn good(port: u16, body: &str) -> Value {
@@ -96,6 +91,36 @@ async fn wait_counted(fleet: &Fleet, kind: &str, resource_type: &str, pods: &[St
                     Ok(())
                 } else {
                     Err(format!("{got}"))
+                }
+            },
+        )
+        .await
+        .must();
+    }
+}
+
+/// Waits until every Envoy has the listener answering `body` (its admin config dump):
+/// each one, not only the one the kernel picks for a request to the shared port.
+async fn wait_every_envoy_serves(envoys: &[Envoy], body: &str) {
+    let escaped = serde_json::to_string(body).unwrap();
+    for envoy in envoys {
+        let admin = envoy.admin;
+        poll_ok(
+            format!("{} serves {body:?}", envoy.node_id),
+            CONVERGE,
+            POLL,
+            || {
+                let escaped = escaped.clone();
+                async move {
+                    let dump =
+                        marin3r_tests::xds::get(admin, "/config_dump?resource=dynamic_listeners")
+                            .await?
+                            .body;
+                    if dump.contains(&escaped) {
+                        Ok(())
+                    } else {
+                        Err(dump.chars().take(2500).collect::<String>())
+                    }
                 }
             },
         )
@@ -182,7 +207,10 @@ async fn every_envoy_rejecting_gives_one_taint_and_one_rollback_over_three_repli
     let traffic = Traffic::start(port, vec!["v1\n".into()]);
 
     fleet.apply(NODE, broken(port)).must();
-    let rolled_back = wait_status(&fleet, "Rollback", |s| s["cacheState"] == "Rollback").await;
+    let rolled_back = wait_status(&fleet, "Rollback, the previous version served", |s| {
+        s["cacheState"] == "Rollback" && s["desiredVersion"] != s["publishedVersion"]
+    })
+    .await;
     let taints = tainted(&fleet);
     assert_eq!(taints.len(), 1, "one taint: {taints:?}");
     let reason = condition(&taints[0]["status"], "RevisionTainted").unwrap()["message"].to_string();
@@ -272,11 +300,19 @@ async fn a_new_leader_finishes_the_episode_the_dead_leader_left() {
                     .clone();
             let published = fleet
                 .revisions()
-                .into_iter()
-                .find(|r| r["status"]["published"] == true);
-            match published {
-                Some(r) if r["spec"]["version"] == desired => Ok(()),
-                _ => Err("not yet"),
+                .iter()
+                .any(|r| r["status"]["published"] == true && r["spec"]["version"] == desired);
+            if published {
+                Ok(())
+            } else {
+                Err(format!(
+                    "desired {desired}; revisions {:?}",
+                    fleet
+                        .revisions()
+                        .iter()
+                        .map(|r| (r["spec"]["version"].clone(), r["status"].clone()))
+                        .collect::<Vec<_>>()
+                ))
             }
         },
     )
@@ -313,7 +349,7 @@ async fn a_new_leader_finishes_the_episode_the_dead_leader_left() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
     let _serial = SERIAL.lock().await;
-    let (mut fleet, _envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
+    let (mut fleet, envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
     let leader = fleet.wait_leader(CONVERGE).await.must();
     let traffic = Traffic::start(port, vec!["v1\n".into(), "v2\n".into()]);
     let streams = fleet.streams(NODE).await;
@@ -340,7 +376,7 @@ async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
     .must();
     // They are served: an edit reaches all of them.
     fleet.apply(NODE, good(port, "v2\n")).must();
-    wait_counted(&fleet, "ack", "listener", &pods(3), 2.0).await;
+    wait_every_envoy_serves(&envoys, "v2\n").await;
     wait_status(&fleet, "InSync with v2", |s| {
         s["cacheState"] == "InSync" && s["desiredVersion"] == s["publishedVersion"]
     })
@@ -358,7 +394,7 @@ async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_restarted_one_by_one_under_traffic() {
     let _serial = SERIAL.lock().await;
-    let (mut fleet, _envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
+    let (mut fleet, envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
     let traffic = Traffic::start(port, vec!["v1\n".into(), "v2\n".into()]);
     let old: Vec<String> = fleet.replicas.keys().cloned().collect();
     for name in &old {
@@ -379,7 +415,7 @@ async fn every_replica_restarted_one_by_one_under_traffic() {
     .await
     .must();
     fleet.apply(NODE, good(port, "v2\n")).must();
-    wait_counted(&fleet, "ack", "listener", &pods(3), 1.0).await;
+    wait_every_envoy_serves(&envoys, "v2\n").await;
     let status = wait_status(&fleet, "InSync with v2 on every replica", |s| {
         s["cacheState"] == "InSync"
             && s["desiredVersion"] == s["publishedVersion"]

@@ -48,6 +48,8 @@ pub const FIELD_MANAGER: &str = "marin3r";
 const WAIT_FOR_DELETION: Duration = Duration::from_secs(2);
 /// Retry delay while a Secret or EndpointSlice a revision needs is missing.
 const RETRY_OUT_OF_SYNC: Duration = Duration::from_secs(30);
+/// Retry delay of a write skipped while this replica's Lease renewal is late.
+const RETRY_RENEWAL: Duration = Duration::from_secs(1);
 /// Retry delay after a write refused because the object changed meanwhile.
 const RETRY_CONFLICT: Duration = Duration::from_secs(1);
 /// Retry delay while the owner of a revision is not in the cache yet.
@@ -114,6 +116,16 @@ impl Shared {
     /// one of several only while its Lease is current. Checked right before every write.
     pub fn may_write(&self) -> bool {
         self.ha.as_ref().is_none_or(|ha| ha.leadership.is_current())
+    }
+
+    /// What a reconcile does after a write it could not make ([`Shared::may_write`]):
+    /// while this replica still holds the Lease (a renewal is late, or in flight) it
+    /// looks again soon; otherwise it waits — winning the Lease reconciles everything.
+    pub fn write_skipped(&self) -> Action {
+        match &self.ha {
+            Some(ha) if ha.leadership.view().holder => Action::requeue(RETRY_RENEWAL),
+            _ => Action::await_change(),
+        }
     }
 
     /// This replica's digest of every node it serves or has streams for.
@@ -216,7 +228,7 @@ pub async fn reconcile_envoyconfig(
     }
     if !ctx.may_write() {
         // Another replica leads: it creates the revisions and writes the status.
-        return Ok(Action::await_change());
+        return Ok(ctx.write_skipped());
     }
     let all = ctx.revisions_in(&namespace);
     let mut plan = match plan_envoyconfig(ec, all.iter().filter_map(|r| r.valid().ok()), now()) {
@@ -234,8 +246,15 @@ pub async fn reconcile_envoyconfig(
         }
     }
     let revisions: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Leadership is checked right before each write; one skipped means a retry.
+    let mut skipped = false;
+    let mut may_write = || {
+        let may = ctx.may_write();
+        skipped |= !may;
+        may
+    };
     if let Some(new) = &plan.create
-        && ctx.may_write()
+        && may_write()
     {
         let revision = new.name_any();
         match revisions.create(&PostParams::default(), new).await {
@@ -251,7 +270,7 @@ pub async fn reconcile_envoyconfig(
         }
     }
     if let Some((revision, applied_at)) = &plan.touch
-        && ctx.may_write()
+        && may_write()
     {
         let patch = json!({"metadata": {"annotations": {
             marin3r_envoyconfig::envoyconfigrevision::APPLIED_AT_ANNOTATION: applied_at
@@ -266,7 +285,7 @@ pub async fn reconcile_envoyconfig(
             "re-applied a known revision"
         );
     }
-    for revision in plan.delete.iter().filter(|_| ctx.may_write()) {
+    for revision in plan.delete.iter().filter(|_| may_write()) {
         match revisions.delete(revision, &DeleteParams::default()).await {
             Ok(_) => tracing::info!(
                 namespace,
@@ -280,13 +299,16 @@ pub async fn reconcile_envoyconfig(
     }
     if let Some(status) = &plan.status
         && ec.status.as_ref() != Some(status)
-        && ctx.may_write()
+        && may_write()
     {
         let configs: Api<EnvoyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
         apply_status(&configs, &name, status).await?;
     }
     if plan.wait_for_deletion {
         action = Action::requeue(WAIT_FOR_DELETION);
+    }
+    if skipped {
+        action = ctx.write_skipped();
     }
     Ok(action)
 }
@@ -411,7 +433,10 @@ pub async fn reconcile_revision(
                 error,
                 "malformed EnvoyConfigRevision; skipped"
             );
-            if deleting && has_finalizer(&meta) && ctx.may_write() {
+            if deleting && has_finalizer(&meta) {
+                if !ctx.may_write() {
+                    return Ok(ctx.write_skipped());
+                }
                 // Never block the deletion of an object we cannot read.
                 remove_finalizer(&api, &meta).await?;
             }
@@ -421,16 +446,20 @@ pub async fn reconcile_revision(
     if deleting {
         // Finalizers are the leader's; every replica forgets unclaimed nodes by itself
         // (`forget_unclaimed_nodes`).
-        if has_finalizer(&meta) && ctx.may_write() {
+        if has_finalizer(&meta) {
+            if !ctx.may_write() {
+                return Ok(ctx.write_skipped());
+            }
             cleanup(&ctx, ecr).await?;
             remove_finalizer(&api, &meta).await?;
         }
         return Ok(Action::await_change());
     }
     if !has_finalizer(&meta) {
-        if ctx.may_write() {
-            add_finalizer(&api, &meta).await?;
+        if !ctx.may_write() {
+            return Ok(ctx.write_skipped());
         }
+        add_finalizer(&api, &meta).await?;
         // The patch triggers the next reconcile.
         return Ok(Action::await_change());
     }
@@ -465,7 +494,15 @@ pub async fn reconcile_revision(
         log_outcome(&namespace, &name, &ecr.spec.node_id, &outcome);
     }
     let new_status = plan_revision_status(&status, meta.generation, &outcome, now());
-    if new_status != status && ctx.may_write() {
+    let retry = match outcome {
+        Outcome::OutOfSync { .. } => Action::requeue(RETRY_OUT_OF_SYNC),
+        _ => Action::await_change(),
+    };
+    if new_status != status && !ctx.may_write() {
+        let holder = ctx.ha.as_ref().is_some_and(|ha| ha.leadership.view().holder);
+        return Ok(if holder { ctx.write_skipped() } else { retry });
+    }
+    if new_status != status {
         if matches!(outcome, Outcome::Tainted { .. }) {
             // Fenced: the taint is written only on the revision as it was judged (another
             // replica may have led meanwhile).
@@ -491,10 +528,7 @@ pub async fn reconcile_revision(
             apply_status(&api, &name, &new_status).await?;
         }
     }
-    Ok(match outcome {
-        Outcome::OutOfSync { .. } => Action::requeue(RETRY_OUT_OF_SYNC),
-        _ => Action::await_change(),
-    })
+    Ok(retry)
 }
 
 fn log_outcome(namespace: &str, name: &str, node_id: &str, outcome: &Outcome) {

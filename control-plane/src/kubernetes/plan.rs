@@ -258,6 +258,9 @@ pub fn plan_envoyconfig<'a>(
     all: impl IntoIterator<Item = &'a EnvoyConfigRevision>,
     now: Timestamp,
 ) -> Result<EnvoyConfigPlan, PlanError> {
+    // The applied-at annotation orders the revisions: it keeps microseconds, so two
+    // edits within one second stay in order. Status times have Kubernetes' seconds.
+    let applied_at = rfc3339_micros(now);
     let now = truncate_to_seconds(now);
     let uid = ec
         .metadata
@@ -317,7 +320,6 @@ pub fn plan_envoyconfig<'a>(
     let was_top = current.last().map(|e| e.spec.version.as_str()) == Some(desired.as_str());
     revisions.apply(&std::sync::Arc::new(ec.spec.clone()), SystemTime::from(now));
 
-    let applied_at = rfc3339_micros(now);
     match existing {
         Some(e) if !was_top => plan.touch = Some((e.name_any(), applied_at)),
         Some(_) => {}
@@ -718,6 +720,27 @@ mod tests {
         );
         assert_eq!(condition(&status, ROLLBACK_FAILED).status, "False");
         assert!(plan.delete.is_empty() && plan.touch.is_none());
+    }
+
+    /// Two edits within one second: the second spec's revision is on top (its applied-at
+    /// keeps microseconds), so nothing is re-applied; with whole seconds the two tied and
+    /// their names decided, and the reconciles touched them in turn until the second
+    /// rolled over.
+    #[test]
+    fn two_edits_in_one_second_stay_in_order() {
+        let at = |millis: i64| Timestamp::from_millisecond(1_700_000_000_000 + millis).unwrap();
+        let first = plan_envoyconfig(&ec(1), [], at(100)).unwrap().create.unwrap();
+        let second = plan_envoyconfig(&ec(2), [&first], at(600)).unwrap();
+        let second = second.create.unwrap();
+        assert_eq!(
+            second.annotations()[APPLIED_AT_ANNOTATION],
+            "2023-11-14T22:13:20.600000Z"
+        );
+        for (a, b) in [(&first, &second), (&second, &first)] {
+            let again = plan_envoyconfig(&ec(2), [a, b], at(900)).unwrap();
+            assert_eq!(again.touch, None, "the newest spec is already on top");
+            assert!(again.create.is_none());
+        }
     }
 
     /// (case, existing revisions as (port, applied-at, status), desired port) →
