@@ -456,9 +456,9 @@ impl Engine {
             self.unsaved.insert(key.clone());
             sync(t, key, &self.secrets, Some(taint), now, &mut effects);
         }
-        if !effects.is_empty() {
-            self.persist(&mut effects);
-        }
+        // A taint is saved even when it leaves nothing to publish (RollbackFailed: the
+        // last good snapshot stays served, no other effect).
+        self.persist(&mut effects);
         effects
     }
 
@@ -1391,6 +1391,29 @@ mod tests {
             served_cluster_version(&ctx),
             e.report().envoy_configs[0].revisions[0].provides_versions["cluster"]
         );
+    }
+
+    #[test]
+    fn a_taint_that_leaves_nothing_to_publish_is_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            nack_threshold: 1,
+            state_dir: Some(dir.path().join("state")),
+        };
+        let ctx = ctx();
+        let mut e = Engine::new(options.clone());
+        assert_eq!(load_state(&mut e), 0);
+        let only = manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]);
+        reconcile(&mut e, &only, &ctx, t(1));
+        connect(&ctx, "pod-a");
+        nack(&ctx, "pod-a", ResourceType::Cluster, &served_cluster_version(&ctx), 1);
+        evaluate(&mut e, &ctx, t(2));
+        assert_eq!(report(&e).cache_state, Some(CacheState::RollbackFailed));
+        // A new process finds the taint: RollbackFailed, not a fresh untainted revision.
+        let mut restarted = Engine::new(options);
+        assert_eq!(load_state(&mut restarted), 1);
+        reconcile(&mut restarted, &only, &ctx, t(3));
+        assert_eq!(report(&restarted).cache_state, Some(CacheState::RollbackFailed));
     }
 
     #[test]
