@@ -131,3 +131,30 @@ async fn local_mode_stops_at_once() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     running.stops_within_two_seconds().await;
 }
+
+/// One of several replicas (`--leader-elect`): the Lease, its report and its farewell (a
+/// last report, its deletion, the Lease released) all go to an API server that never
+/// answers; each is bounded, side by side.
+#[tokio::test(start_paused = true)]
+async fn a_replica_of_several_stops_when_the_api_server_never_answers() {
+    use marin3r_control_plane::kubernetes::ha::HaConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let (client, api) = mock_client();
+    let received = never_answering(api);
+    let ha = HaConfig::new(
+        "discoveryservice",
+        "default",
+        "ds-0",
+        Some("uid-0".into()),
+        15,
+    );
+    let running = start(
+        dir.path(),
+        KubernetesBackend::new(client, "", 5).with_ha(ha),
+    )
+    .await;
+    tokio::time::sleep(INITIAL_SYNC + Duration::from_secs(1)).await;
+    // The four kinds, the reports, the Service's EndpointSlices and the Lease.
+    assert!(received.load(Ordering::SeqCst) >= 7, "{received:?}");
+    running.stops_within_two_seconds().await;
+}

@@ -499,7 +499,10 @@ pub async fn reconcile_revision(
         _ => Action::await_change(),
     };
     if new_status != status && !ctx.may_write() {
-        let holder = ctx.ha.as_ref().is_some_and(|ha| ha.leadership.view().holder);
+        let holder = ctx
+            .ha
+            .as_ref()
+            .is_some_and(|ha| ha.leadership.view().holder);
         return Ok(if holder { ctx.write_skipped() } else { retry });
     }
     if new_status != status {

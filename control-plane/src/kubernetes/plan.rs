@@ -729,7 +729,10 @@ mod tests {
     #[test]
     fn two_edits_in_one_second_stay_in_order() {
         let at = |millis: i64| Timestamp::from_millisecond(1_700_000_000_000 + millis).unwrap();
-        let first = plan_envoyconfig(&ec(1), [], at(100)).unwrap().create.unwrap();
+        let first = plan_envoyconfig(&ec(1), [], at(100))
+            .unwrap()
+            .create
+            .unwrap();
         let second = plan_envoyconfig(&ec(2), [&first], at(600)).unwrap();
         let second = second.create.unwrap();
         assert_eq!(

@@ -1406,14 +1406,23 @@ mod tests {
         let only = manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]);
         reconcile(&mut e, &only, &ctx, t(1));
         connect(&ctx, "pod-a");
-        nack(&ctx, "pod-a", ResourceType::Cluster, &served_cluster_version(&ctx), 1);
+        nack(
+            &ctx,
+            "pod-a",
+            ResourceType::Cluster,
+            &served_cluster_version(&ctx),
+            1,
+        );
         evaluate(&mut e, &ctx, t(2));
         assert_eq!(report(&e).cache_state, Some(CacheState::RollbackFailed));
         // A new process finds the taint: RollbackFailed, not a fresh untainted revision.
         let mut restarted = Engine::new(options);
         assert_eq!(load_state(&mut restarted), 1);
         reconcile(&mut restarted, &only, &ctx, t(3));
-        assert_eq!(report(&restarted).cache_state, Some(CacheState::RollbackFailed));
+        assert_eq!(
+            report(&restarted).cache_state,
+            Some(CacheState::RollbackFailed)
+        );
     }
 
     #[test]
