@@ -99,6 +99,20 @@ async fn wait_counted(fleet: &Fleet, kind: &str, resource_type: &str, pods: &[St
     }
 }
 
+/// Waits until the live replicas have `n` streams of [`NODE`] between them.
+async fn wait_streams(fleet: &Fleet, n: usize, what: &str) {
+    poll_ok(what, CONVERGE, POLL, || async {
+        let total: f64 = fleet.streams(NODE).await.values().sum();
+        if total >= n as f64 {
+            Ok(())
+        } else {
+            Err(format!("{total} streams"))
+        }
+    })
+    .await
+    .must();
+}
+
 /// Waits until every Envoy has the listener answering `body` (its admin config dump):
 /// each one, not only the one the kernel picks for a request to the shared port.
 async fn wait_every_envoy_serves(envoys: &[Envoy], body: &str) {
@@ -359,21 +373,7 @@ async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
         .map(|(name, _)| name.clone())
         .expect("a replica other than the leader has an Envoy");
     fleet.kill_replica(&victim).must();
-    poll_ok(
-        "every Envoy is back on a live replica",
-        CONVERGE,
-        POLL,
-        || async {
-            let total: f64 = fleet.streams(NODE).await.values().sum();
-            if total >= 3.0 {
-                Ok(())
-            } else {
-                Err(format!("{total} streams"))
-            }
-        },
-    )
-    .await
-    .must();
+    wait_streams(&fleet, 3, "every Envoy is back on a live replica").await;
     // They are served: an edit reaches all of them.
     fleet.apply(NODE, good(port, "v2\n")).must();
     wait_every_envoy_serves(&envoys, "v2\n").await;
@@ -404,16 +404,7 @@ async fn every_replica_restarted_one_by_one_under_traffic() {
     }
     assert!(old.iter().all(|n| !fleet.replicas.contains_key(n)));
     fleet.wait_leader(CONVERGE).await.must();
-    poll_ok("every Envoy on a new replica", CONVERGE, POLL, || async {
-        let total: f64 = fleet.streams(NODE).await.values().sum();
-        if total >= 3.0 {
-            Ok(())
-        } else {
-            Err(format!("{total} streams"))
-        }
-    })
-    .await
-    .must();
+    wait_streams(&fleet, 3, "every Envoy on a new replica").await;
     fleet.apply(NODE, good(port, "v2\n")).must();
     wait_every_envoy_serves(&envoys, "v2\n").await;
     let status = wait_status(&fleet, "InSync with v2 on every replica", |s| {
