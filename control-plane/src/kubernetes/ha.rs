@@ -537,6 +537,71 @@ impl ServedNodes {
 mod tests {
     use super::*;
 
+    fn fleet_serving(revisions: &[&str]) -> Fleet {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        Fleet {
+            reports: revisions
+                .iter()
+                .enumerate()
+                .map(|(i, uid)| {
+                    let digest = NodeDigest {
+                        node_id: "kuard".into(),
+                        revision: Some((*uid).into()),
+                        pods: 1,
+                        ..NodeDigest::default()
+                    };
+                    (format!("ds-{i}"), Report::new(Some(now), [digest]))
+                })
+                .collect(),
+            endpoints: (0..revisions.len()).map(|i| format!("ds-{i}")).collect(),
+            now: Some(now),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lag_is_reported_only_once_it_lasted_the_debounce() {
+        let config = HaConfig::new("d", "ns", "ds-0", None, 15);
+        let ha = Ha::new(
+            config,
+            Leadership::always(),
+            kube::runtime::reflector::store().0,
+            kube::runtime::reflector::store().0,
+            HaMetrics::default(),
+        );
+        let t0 = Instant::now();
+        let lagging = fleet_serving(&["new", "new", "old"]);
+        let in_sync = fleet_serving(&["new", "new", "new"]);
+        assert_eq!(
+            ha.replicas_in_sync(&in_sync, "kuard", "new", t0),
+            (Some((true, 3, 3)), None)
+        );
+        // An ordinary edit: one replica catches up within the debounce, nothing written.
+        assert_eq!(
+            ha.replicas_in_sync(&lagging, "kuard", "new", t0),
+            (None, Some(REPLICAS_IN_SYNC_DEBOUNCE))
+        );
+        let later = t0 + Duration::from_secs(4);
+        assert_eq!(
+            ha.replicas_in_sync(&lagging, "kuard", "new", later),
+            (
+                None,
+                Some(REPLICAS_IN_SYNC_DEBOUNCE - Duration::from_secs(4))
+            )
+        );
+        assert_eq!(
+            ha.replicas_in_sync(&in_sync, "kuard", "new", later),
+            (Some((true, 3, 3)), None),
+            "caught up: the lag is forgotten"
+        );
+        // A lag that lasts is reported.
+        let since = t0 + Duration::from_secs(5);
+        assert_eq!(ha.replicas_in_sync(&lagging, "kuard", "new", since).0, None);
+        assert_eq!(
+            ha.replicas_in_sync(&lagging, "kuard", "new", since + REPLICAS_IN_SYNC_DEBOUNCE),
+            (Some((false, 2, 3)), None)
+        );
+    }
+
     #[test]
     fn names_follow_the_discovery_service() {
         let c = HaConfig::new(
