@@ -335,19 +335,16 @@ fn replicas_in_sync(
         revision_uid,
         tokio::time::Instant::now(),
     );
+    // The plan writes its own conditions afresh: carry this one over, so that its
+    // transition time moves only with its status.
+    if let Some(kept) = previous.iter().find(|c| c.type_ == plan::REPLICAS_IN_SYNC) {
+        conditions.retain(|c| c.type_ != plan::REPLICAS_IN_SYNC);
+        conditions.push(kept.clone());
+    }
     match verdict {
-        Some((in_sync, serving, expected)) => {
-            let (reason, message) = if in_sync {
-                (
-                    "ReplicasInSync",
-                    format!("{serving}/{expected} replicas serve {}", elected.name_any()),
-                )
-            } else {
-                (
-                    "ReplicaLagging",
-                    format!("{serving}/{expected} replicas serve {}", elected.name_any()),
-                )
-            };
+        Some(verdict) => {
+            let (in_sync, reason, message) =
+                ha::replicas_in_sync_condition(verdict, &elected.name_any());
             plan::set_condition(
                 conditions,
                 plan::REPLICAS_IN_SYNC,
@@ -358,12 +355,8 @@ fn replicas_in_sync(
                 now(),
             );
         }
-        None => {
-            if let Some(kept) = previous.iter().find(|c| c.type_ == plan::REPLICAS_IN_SYNC) {
-                conditions.retain(|c| c.type_ != plan::REPLICAS_IN_SYNC);
-                conditions.push(kept.clone());
-            }
-        }
+        // A lag younger than the debounce: what the status says stays.
+        None => {}
     }
     again
 }

@@ -18,12 +18,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, Client, Resource as _, ResourceExt as _};
 use marin3r_envoyconfig::discoveryservicereplica::{
     DiscoveryServiceReplica, DiscoveryServiceReplicaStatus, NodeDigest,
 };
 use marin3r_kube::Lenient;
 use marin3r_kube::lease::{Leadership, LeaseSettings};
+use marin3r_wire::app_labels;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -313,6 +314,24 @@ impl Ha {
     }
 }
 
+/// The `ReplicasInSync` condition of a verdict of [`Ha::replicas_in_sync`] on the
+/// elected revision `revision`: its status, reason and message ("2/3 replicas serve …").
+pub fn replicas_in_sync_condition(
+    (in_sync, serving, expected): (bool, usize, usize),
+    revision: &str,
+) -> (bool, &'static str, String) {
+    let reason = if in_sync {
+        "ReplicasInSync"
+    } else {
+        "ReplicaLagging"
+    };
+    (
+        in_sync,
+        reason,
+        format!("{serving}/{expected} replicas serve {revision}"),
+    )
+}
+
 /// How many of the expected replicas with a fresh report serve revision `uid` to
 /// `node_id`, and how many replicas are expected.
 pub fn serving(fleet: &Fleet, node_id: &str, uid: &str) -> (usize, usize) {
@@ -413,12 +432,12 @@ fn report_object(config: &HaConfig) -> serde_json::Value {
         })
         .collect();
     json!({
-        "apiVersion": "marin3r.3scale.net/v1alpha1",
-        "kind": "DiscoveryServiceReplica",
+        "apiVersion": DiscoveryServiceReplica::api_version(&()),
+        "kind": DiscoveryServiceReplica::kind(&()),
         "metadata": {
             "name": config.replica,
             "namespace": config.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "marin3r", "marin3r.3scale.net/discovery-service": config.service},
+            "labels": {app_labels::NAME: app_labels::MARIN3R, app_labels::COMPONENT: "discoveryservice"},
             "ownerReferences": owners,
         },
         "spec": {"discoveryService": config.service},
@@ -450,8 +469,8 @@ async fn write_report(
         nodes: nodes.to_vec(),
     };
     let body = json!({
-        "apiVersion": "marin3r.3scale.net/v1alpha1",
-        "kind": "DiscoveryServiceReplica",
+        "apiVersion": DiscoveryServiceReplica::api_version(&()),
+        "kind": DiscoveryServiceReplica::kind(&()),
         "status": status,
     });
     match api

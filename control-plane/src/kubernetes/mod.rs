@@ -628,17 +628,17 @@ fn replicas_in_sync_changes(
                 elected.metadata.uid.as_deref()?,
                 now,
             );
-            let (in_sync, _, _) = verdict?;
-            let current = ec
-                .status
-                .as_ref()
-                .and_then(|s| {
-                    s.conditions
-                        .iter()
-                        .find(|c| c.type_ == plan::REPLICAS_IN_SYNC)
-                })
-                .map(|c| c.status == "True");
-            (current != Some(in_sync)).then(|| ObjectRef::new(&ec.name_any()).within(&namespace))
+            let (in_sync, _, message) =
+                ha::replicas_in_sync_condition(verdict?, &elected.name_any());
+            let current = ec.status.as_ref().and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == plan::REPLICAS_IN_SYNC)
+            });
+            // The count changes too ("2/2" → "3/3" after a replica joined).
+            let same =
+                current.is_some_and(|c| (c.status == "True") == in_sync && c.message == message);
+            (!same).then(|| ObjectRef::new(&ec.name_any()).within(&namespace))
         })
         .collect()
 }
