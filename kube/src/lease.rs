@@ -11,7 +11,10 @@
 //! by the library; [`Leadership::is_current`] therefore also requires the last renewal
 //! this process saw on the Lease (through a watch of that one object) to be younger than
 //! the Lease duration minus a safety margin, so writes stop before another process can
-//! take over — even when the API server stops answering.
+//! take over — even when the API server stops answering. [`Leadership::until_current`]
+//! and [`Leadership::until_not_current`] wait for that condition to change, the window
+//! passing included, for a process that starts and stops work with it (the operator's
+//! controllers).
 //!
 //! Each process writes the Lease under its own field manager ([`field_manager`]): two
 //! processes racing for a free lock then conflict (409) instead of both believing they
@@ -96,17 +99,24 @@ impl LeaseView {
     /// Whether a write at `now` is still covered by the lock: this process holds it and
     /// renewed it less than `window` ago (by its own clock, which wrote `renewTime`).
     pub fn is_current(&self, now: SystemTime, window: Duration) -> bool {
-        self.holder
-            && self
-                .renewed
-                .is_some_and(|r| now.duration_since(r).map_or(true, |age| age < window))
+        self.covered_for(now, window).is_some()
+    }
+
+    /// How much longer than `now` writes stay covered without another renewal (`None`:
+    /// not covered now). A renewal dated after `now` counts as made at `now`.
+    pub fn covered_for(&self, now: SystemTime, window: Duration) -> Option<Duration> {
+        let renewed = self.renewed.filter(|_| self.holder)?;
+        let age = now.duration_since(renewed).unwrap_or_default();
+        window.checked_sub(age).filter(|left| !left.is_zero())
     }
 }
 
 /// The leadership of this process, cheap to clone: checked right before every write.
 #[derive(Debug, Clone)]
 pub struct Leadership {
-    view: Arc<Mutex<LeaseView>>,
+    /// What is known of the Lease; every update wakes [`Leadership::until_current`] and
+    /// [`Leadership::until_not_current`].
+    view: Arc<watch::Sender<LeaseView>>,
     window: Duration,
     changes: Arc<watch::Sender<bool>>,
 }
@@ -116,7 +126,7 @@ impl Leadership {
     /// ([`LeaseSettings::write_window`]).
     pub fn new(window: Duration) -> Self {
         Self {
-            view: Arc::default(),
+            view: Arc::new(watch::channel(LeaseView::default()).0),
             window,
             changes: Arc::new(watch::channel(false).0),
         }
@@ -139,24 +149,56 @@ impl Leadership {
 
     /// What is known of the Lease.
     pub fn view(&self) -> LeaseView {
-        self.view
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.view.borrow().clone()
     }
 
     /// Follows `holder` (true when this process becomes the holder, false when it stops
-    /// being one).
+    /// being one). [`Leadership::until_not_current`] also sees a renewal that is late.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.changes.subscribe()
     }
 
+    /// Resolves once [`Leadership::is_current`] holds (at once if it does).
+    pub async fn until_current(&self) {
+        self.until(true).await;
+    }
+
+    /// Resolves once [`Leadership::is_current`] no longer holds (at once if it does
+    /// not): the Lease lost, a failed renewal, or no renewal seen for the write window.
+    pub async fn until_not_current(&self) {
+        self.until(false).await;
+    }
+
+    async fn until(&self, current: bool) {
+        let mut views = self.view.subscribe();
+        loop {
+            let covered = views
+                .borrow_and_update()
+                .covered_for(SystemTime::now(), self.window);
+            if covered.is_some() == current {
+                return;
+            }
+            // Only news changes the answer, or, while covered, the window passing.
+            let news = views.changed();
+            match covered {
+                Some(left) => tokio::select! {
+                    _ = news => {}
+                    () = tokio::time::sleep(left) => {}
+                },
+                // The sender lives in `self`: `changed` cannot fail.
+                None => {
+                    let _ = news.await;
+                }
+            }
+        }
+    }
+
     fn update(&self, f: impl FnOnce(&mut LeaseView)) {
-        let holder = {
-            let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut view);
-            view.holder
-        };
+        let mut holder = false;
+        self.view.send_modify(|view| {
+            f(view);
+            holder = view.holder;
+        });
         self.changes
             .send_if_modified(|h| std::mem::replace(h, holder) != holder);
     }
@@ -187,17 +229,18 @@ pub async fn elect(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), LeaseError> {
     let mut shutdown = std::pin::pin!(shutdown);
-    let watch_task = tokio::spawn(watch_lease(
+    // Aborted also when this future is dropped (an aborted election task).
+    let watch_task = AbortOnDrop(tokio::spawn(watch_lease(
         Api::namespaced(client.clone(), &settings.namespace),
         settings.clone(),
         leadership.clone(),
-    ));
+    )));
     let slot = ManagerSlot::default();
     let result = tokio::select! {
         result = run_elections(client, &settings, &slot, |holder| leadership.set_holder(holder)) => result,
         () = &mut shutdown => Ok(()),
     };
-    watch_task.abort();
+    drop(watch_task);
     let was_holder = leadership.view().holder;
     leadership.set_holder(false);
     result?;
@@ -216,6 +259,15 @@ pub async fn elect(
         }
     }
     Ok(())
+}
+
+/// A task aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The current manager of [`run_elections`], for the release at shutdown.
@@ -351,10 +403,26 @@ mod tests {
         assert!(
             !LeaseView {
                 renewed: None,
-                ..held
+                ..held.clone()
             }
             .is_current(at(1), window),
             "no renewal seen"
+        );
+        // How much longer: until the window after the renewal has passed.
+        assert_eq!(held.covered_for(at(0), window), Some(window));
+        assert_eq!(
+            held.covered_for(at(12), window),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(held.covered_for(at(13), window), None);
+        assert_eq!(
+            LeaseView {
+                renewed: Some(at(5)),
+                ..held
+            }
+            .covered_for(at(0), window),
+            Some(window),
+            "a renewal dated later (the clock stepped back) counts as made now"
         );
     }
 
@@ -399,5 +467,58 @@ mod tests {
         l.observe(&lease, "someone-else");
         assert!(!l.is_current());
         assert!(Leadership::always().is_current());
+    }
+
+    fn renewed_now(identity: &str) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "l"},
+            "spec": {"holderIdentity": identity, "renewTime": k8s_openapi::jiff::Timestamp::now().to_string()}
+        }))
+        .unwrap()
+    }
+
+    /// Real time: the window is measured on the system clock, as `renewTime` is.
+    #[tokio::test]
+    async fn waits_end_when_the_lease_is_won_lost_or_not_renewed_in_time() {
+        let bound = Duration::from_secs(5);
+        let window = Duration::from_millis(300);
+        let l = Leadership::new(window);
+        tokio::time::timeout(bound, l.until_not_current())
+            .await
+            .expect("not current yet: at once");
+        // Won: the holder, then its renewal seen.
+        let waiting = tokio::spawn({
+            let l = l.clone();
+            async move { l.until_current().await }
+        });
+        l.set_holder(true);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "no renewal seen yet");
+        l.observe(&renewed_now("me"), "me");
+        tokio::time::timeout(bound, waiting).await.unwrap().unwrap();
+        // Not renewed in time: ends once the window has passed, not before.
+        let started = std::time::Instant::now();
+        tokio::time::timeout(bound, l.until_not_current())
+            .await
+            .expect("the window passed without a renewal");
+        assert!(started.elapsed() >= window / 2, "{:?}", started.elapsed());
+        assert!(!l.is_current());
+        // Renewed again, then lost: ends at once.
+        l.observe(&renewed_now("me"), "me");
+        tokio::time::timeout(bound, l.until_current())
+            .await
+            .unwrap();
+        let l = Leadership {
+            window: Duration::from_secs(3600),
+            ..l
+        };
+        let waiting = tokio::spawn({
+            let l = l.clone();
+            async move { l.until_not_current().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        l.set_holder(false);
+        tokio::time::timeout(bound, waiting).await.unwrap().unwrap();
     }
 }

@@ -33,7 +33,7 @@ pub enum Error {
     Process(#[from] marin3r_process::Error),
     /// Leader election failed.
     #[error(transparent)]
-    Leader(leader::LeaderError),
+    Leader(leader::LeaseError),
     /// An operator resource whose spec cannot be turned into objects (a duration or a
     /// port out of range); the source names the field.
     #[error("invalid {kind} {name:?}: {source}")]

@@ -1,509 +1,424 @@
-//! Leader election of `marin3r operator` against a mock API server that keeps one Lease
-//! (create, get, server-side apply and strategic merge patches, as the API server
-//! applies them): the controllers start only once the Lease is held by this pod, and
-//! stop before the Lease is released on shutdown.
+//! Leader election of `marin3r operator` against the stateful fake API server (server-side
+//! apply conflicts between field managers, strategic merge patches, the Lease watch):
+//! the controllers run only while this replica holds the Lease and stop before it is
+//! released; they stop when the Lease is lost, when renewals fail and when they hang —
+//! before the Lease expires; a follower neither starts them nor writes the Lease; two
+//! replicas racing for a free Lease never both run them.
+//!
+//! Real time: kube-lease-manager and the write window measure the Lease on the system
+//! clock (`renewTime`), which tokio's paused clock does not move.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use marin3r_operator::leader::{
-    LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LEASE_NAME, lease_field_manager, run_while_leader,
+    LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LEASE_NAME, LeaseError, lease_field_manager,
+    lease_settings, run_while_leader,
 };
-use marin3r_testkit::kube::*;
+use marin3r_testkit::apiserver::{FakeApiServer, Fault, Verb};
+use marin3r_testkit::kube::TIMEOUT;
 use marin3r_testkit::wait_until;
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
-const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/marin3r-system/leases";
+const NS: &str = "marin3r-system";
+const POD_1: &str = "operator-pod-1";
+const POD_2: &str = "operator-pod-2";
+/// How often the holder renews the Lease.
+const RENEW_EVERY: Duration = Duration::from_secs(LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS);
+/// How long a lock lasts without renewal.
+const LEASE_DURATION: Duration = Duration::from_secs(LEASE_DURATION_SECONDS);
 
-/// Serves the Lease until the client goes away; records `method uri` of each request.
-async fn lease_server(mut api: ApiServer, log: Arc<Mutex<Vec<(String, Value)>>>) {
-    let mut lease: Option<Value> = None;
-    while let Some((request, send)) = api.0.next_request().await {
-        let got = read(request).await;
-        log.lock().unwrap().push((
-            format!("{} {}", got.method, got.uri.split('?').next().unwrap()),
-            got.body.clone(),
-        ));
-        let (status, body) = match got.method.as_str() {
-            "GET" => match &lease {
-                Some(l) => (200, l.clone()),
-                None => (404, status_failure(404, "NotFound", "lease not found")),
-            },
-            "POST" => {
-                let mut created = got.body.clone();
-                created["metadata"]["resourceVersion"] = json!("1");
-                lease = Some(created.clone());
-                (201, created)
-            }
-            "PATCH" => match &mut lease {
-                Some(l) => {
-                    json_patch::merge(&mut l["spec"], &got.body["spec"]);
-                    (200, l.clone())
-                }
-                None => (404, status_failure(404, "NotFound", "lease not found")),
-            },
-            other => panic!("unexpected {other} {}", got.uri),
-        };
-        send.send_response(json_response(status, &body));
-    }
+fn lease(server: &FakeApiServer) -> Option<Lease> {
+    let lease = server.get("leases", NS, LEASE_NAME)?;
+    Some(serde_json::from_value(lease).unwrap())
 }
 
-#[tokio::test]
-async fn the_controllers_run_only_while_the_lease_is_held_and_it_is_released_after_them() {
-    let (client, api) = mock_client();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let server = tokio::spawn(lease_server(api, log.clone()));
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-    let started_tx = Mutex::new(Some(started_tx));
-    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
-    let stopped = Arc::new(Mutex::new(false));
-    let changes = Arc::new(Mutex::new(Vec::new()));
-    let (stopped2, changes2, log2) = (stopped.clone(), changes.clone(), log.clone());
-    let work = move |stop: tokio::sync::oneshot::Receiver<()>| {
-        let started = started_tx.lock().unwrap().take();
-        let (stopped, log) = (stopped2.clone(), log2.clone());
-        async move {
-            // The lease is held by this pod when the controllers start.
-            let held = log.lock().unwrap().iter().any(|(what, body)| {
-                what == &format!("PATCH {LEASES}/{LEASE_NAME}")
-                    && body["spec"]["holderIdentity"] == "operator-pod-1"
-            });
-            assert!(held, "controllers started before the lease was taken");
-            if let Some(s) = started {
-                let _ = s.send(());
-            }
-            let _ = stop.await;
-            *stopped.lock().unwrap() = true;
-        }
-    };
-    let run = run_while_leader(
-        client,
-        "marin3r-system",
-        "operator-pod-1",
-        work,
-        move |leader| changes2.lock().unwrap().push(leader),
-        async {
-            let _ = shutdown_rx.await;
-        },
-    );
-    let driver = async {
-        tokio::time::timeout(TIMEOUT, started_rx)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(!*stopped.lock().unwrap());
-        shutdown_tx.send(()).unwrap();
-    };
-    let (result, ()) = tokio::time::timeout(TIMEOUT, async { tokio::join!(run, driver) })
-        .await
-        .unwrap();
-    result.unwrap();
-    assert!(*stopped.lock().unwrap(), "the controllers were stopped");
-    assert_eq!(*changes.lock().unwrap(), [true, false]);
-    let log = log.lock().unwrap().clone();
-    let what: Vec<&str> = log.iter().map(|(w, _)| w.as_str()).collect();
-    let lease = format!("{LEASES}/{LEASE_NAME}");
-    assert_eq!(what[0], format!("GET {lease}"), "{what:?}");
-    assert_eq!(
-        what[1],
-        format!("POST {LEASES}"),
-        "created when missing: {what:?}"
-    );
-    assert_eq!(log[1].1["metadata"]["name"], LEASE_NAME);
-    // The lock: holder and duration.
-    let lock = log
-        .iter()
-        .find(|(w, b)| {
-            *w == format!("PATCH {lease}") && b["spec"]["holderIdentity"] == "operator-pod-1"
-        })
-        .unwrap();
-    assert_eq!(lock.1["spec"]["leaseDurationSeconds"], 15);
-    // The last write releases it.
-    let release = log
-        .iter()
-        .rev()
-        .find(|(w, _)| w.starts_with("PATCH"))
-        .unwrap();
-    assert!(release.1["spec"]["holderIdentity"].is_null(), "{release:?}");
-    assert!(
-        release.1["spec"]
-            .as_object()
-            .unwrap()
-            .contains_key("holderIdentity")
-    );
-    drop(log);
-    server.abort();
+fn holder(server: &FakeApiServer) -> Option<String> {
+    lease(server)?.spec?.holder_identity
 }
 
-// ---------------------------------------------------------------------------------------
-// Losing the lease: to another holder, or because renewals fail. A one-Lease server
-// whose Lease a test can take over, and whose patches it can make fail.
-
-/// The Lease and what the server does with writes.
-#[derive(Default)]
-struct Cluster {
-    lease: Option<Value>,
-    /// Answer every PATCH with 500 (an API server that cannot write).
-    fail_patches: bool,
-    /// `METHOD path` of every request.
-    log: Vec<String>,
-    /// The field manager owning `spec.holderIdentity` (server-side apply semantics: an
-    /// apply by another manager that changes it is a 409 Conflict; any write setting it
-    /// takes it over, clearing it drops the owner).
-    holder_owner: Option<String>,
-    /// Applies refused with 409.
-    conflicts: usize,
-    /// Called on an apply that takes an orphaned lease, before it is processed: a test
-    /// lands another replica's write first.
-    before_take: Option<BeforeTake>,
-}
-
-type SharedCluster = Arc<Mutex<Cluster>>;
-
-/// A write landed by another replica: (the Lease, the owner of its holder).
-type BeforeTake = Box<dyn FnMut(&mut Option<Value>, &mut Option<String>) + Send>;
-
-fn cluster_server(mut api: ApiServer, cluster: SharedCluster) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        while let Some((request, send)) = api.0.next_request().await {
-            let got = read(request).await;
-            let mut c = cluster.lock().unwrap();
-            c.log.push(format!(
-                "{} {}",
-                got.method,
-                got.uri.split('?').next().unwrap()
-            ));
-            let manager = got
-                .uri
-                .split(['?', '&'])
-                .find_map(|p| p.strip_prefix("fieldManager="))
-                .unwrap_or_default()
-                .to_string();
-            let apply = got.content_type.contains("apply-patch");
-            let wanted = got.body["spec"].get("holderIdentity").cloned();
-            if apply
-                && wanted.as_ref().is_some_and(Value::is_string)
-                && c.lease
-                    .as_ref()
-                    .is_some_and(|l| l["spec"]["holderIdentity"].is_null())
-                && let Some(mut hook) = c.before_take.take()
-            {
-                let Cluster {
-                    lease,
-                    holder_owner,
-                    ..
-                } = &mut *c;
-                hook(lease, holder_owner);
-            }
-            let current = c
-                .lease
-                .as_ref()
-                .map(|l| l["spec"]["holderIdentity"].clone())
-                .unwrap_or(Value::Null);
-            let conflict = apply
-                && wanted.as_ref().is_some_and(|w| *w != current)
-                && !current.is_null()
-                && c.holder_owner.as_deref().is_some_and(|o| o != manager);
-            if conflict {
-                c.conflicts += 1;
-            }
-            let (status, body) = match got.method.as_str() {
-                "PATCH" if conflict => (
-                    409,
-                    status_failure(
-                        409,
-                        "Conflict",
-                        "Apply failed with 1 conflict: conflict with \"other\": .spec.holderIdentity",
-                    ),
-                ),
-                "PATCH" if c.fail_patches => (
-                    500,
-                    status_failure(500, "InternalError", "etcd is unavailable"),
-                ),
-                "GET" => match &c.lease {
-                    Some(l) => (200, l.clone()),
-                    None => (404, status_failure(404, "NotFound", "lease not found")),
-                },
-                "POST" => {
-                    let mut created = got.body.clone();
-                    created["metadata"]["resourceVersion"] = json!("1");
-                    c.lease = Some(created.clone());
-                    (201, created)
-                }
-                "PATCH" => {
-                    match &wanted {
-                        Some(Value::Null) => c.holder_owner = None,
-                        Some(_) => c.holder_owner = Some(manager.clone()),
-                        None => {}
-                    }
-                    match &mut c.lease {
-                        Some(l) => {
-                            json_patch::merge(&mut l["spec"], &got.body["spec"]);
-                            (200, l.clone())
-                        }
-                        None => (404, status_failure(404, "NotFound", "lease not found")),
-                    }
-                }
-                other => panic!("unexpected {other} {}", got.uri),
-            };
-            drop(c);
-            send.send_response(json_response(status, &body));
-        }
-    })
-}
-
-fn holder(cluster: &SharedCluster) -> Option<String> {
-    cluster
-        .lock()
-        .unwrap()
-        .lease
-        .as_ref()
-        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+/// `spec.renewTime` of the Lease.
+fn renewed(server: &FakeApiServer) -> SystemTime {
+    let renew = lease(server).unwrap().spec.unwrap().renew_time.unwrap();
+    SystemTime::from(renew.0)
 }
 
 fn now() -> Value {
     serde_json::to_value(MicroTime(k8s_openapi::jiff::Timestamp::now())).unwrap()
 }
 
-/// Terms started and ended (controllers stopped) of one `run_while_leader`.
+/// How many replicas run the controllers, now and at most.
+#[derive(Default)]
+struct Leaders {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// The terms (controllers started, then stopped) of one replica.
 #[derive(Default)]
 struct Terms {
     started: AtomicUsize,
     ended: AtomicUsize,
+    /// The Lease's holder when each term started and when its controllers stopped.
+    holders: Mutex<Vec<(&'static str, Option<String>)>>,
+    /// When the controllers of each term stopped.
+    stopped_at: Mutex<Vec<SystemTime>>,
+    /// What `on_change` was told.
+    changes: Mutex<Vec<bool>>,
 }
 
-/// Runs leader election as `operator-pod-1` until the returned sender fires.
-fn elect(
-    client: kube::Client,
-) -> (
-    Arc<Terms>,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-) {
+impl Terms {
+    fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    fn ended(&self) -> usize {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    fn first_stop(&self) -> SystemTime {
+        self.stopped_at.lock().unwrap()[0]
+    }
+}
+
+/// A replica running `run_while_leader` with controllers that record their terms.
+struct Replica {
+    terms: Arc<Terms>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), LeaseError>>,
+}
+
+fn start(server: &FakeApiServer, identity: &'static str, leaders: &Arc<Leaders>) -> Replica {
     let terms = Arc::new(Terms::default());
-    let (stop_all, stopped_all) = tokio::sync::oneshot::channel::<()>();
-    let t = terms.clone();
-    let task = tokio::spawn(async move {
-        let work = move |stop: tokio::sync::oneshot::Receiver<()>| {
-            let t = t.clone();
-            t.started.fetch_add(1, Ordering::SeqCst);
+    let work = {
+        let (terms, leaders, server) = (terms.clone(), leaders.clone(), server.clone());
+        move |stop: oneshot::Receiver<()>| {
+            terms.started.fetch_add(1, Ordering::SeqCst);
+            let running = leaders.now.fetch_add(1, Ordering::SeqCst) + 1;
+            leaders.most.fetch_max(running, Ordering::SeqCst);
+            terms
+                .holders
+                .lock()
+                .unwrap()
+                .push(("start", holder(&server)));
+            let (terms, leaders, server) = (terms.clone(), leaders.clone(), server.clone());
             async move {
                 let _ = stop.await;
-                t.ended.fetch_add(1, Ordering::SeqCst);
+                terms.stopped_at.lock().unwrap().push(SystemTime::now());
+                terms
+                    .holders
+                    .lock()
+                    .unwrap()
+                    .push(("stop", holder(&server)));
+                leaders.now.fetch_sub(1, Ordering::SeqCst);
+                terms.ended.fetch_add(1, Ordering::SeqCst);
             }
-        };
-        run_while_leader(
-            client,
-            "marin3r-system",
-            "operator-pod-1",
-            work,
-            |_| {},
-            async {
-                let _ = stopped_all.await;
-            },
-        )
+        }
+    };
+    let on_change = {
+        let terms = terms.clone();
+        move |leading| terms.changes.lock().unwrap().push(leading)
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let client = server.client();
+    let task = tokio::spawn(async move {
+        run_while_leader(client, NS, identity, work, on_change, async {
+            let _ = stopped.await;
+        })
         .await
-        .unwrap();
     });
-    (terms, stop_all, task)
+    Replica { terms, stop, task }
+}
+
+impl Replica {
+    /// Signals shutdown and waits for `run_while_leader` to return `Ok`.
+    async fn shut_down(self) -> Arc<Terms> {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(TIMEOUT, self.task)
+            .await
+            .expect("run_while_leader did not return after shutdown")
+            .unwrap()
+            .unwrap();
+        self.terms
+    }
+}
+
+/// operator-pod-1 alone, once its first term has started.
+async fn first_term(server: &FakeApiServer) -> Replica {
+    let replica = start(server, POD_1, &Arc::default());
+    wait_until("the first term", TIMEOUT, || replica.terms.started() == 1).await;
+    replica
+}
+
+/// Lease writes with `identity`'s field manager since `mark`.
+fn lease_writes_by(
+    server: &FakeApiServer,
+    mark: marin3r_testkit::apiserver::Mark,
+    identity: &str,
+) -> Vec<String> {
+    let manager = lease_field_manager(identity);
+    server
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.resource == "leases" && r.is_write())
+        .filter(|r| r.field_manager.as_deref() == Some(manager.as_str()))
+        .map(|r| format!("{} {} {}", r.method, r.content_type, r.code))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_controllers_run_only_while_the_lease_is_held_and_stop_before_it_is_released() {
+    let server = FakeApiServer::new();
+    let replica = first_term(&server).await;
+    let lock = lease(&server).unwrap().spec.unwrap();
+    assert_eq!(lock.lease_duration_seconds, Some(15));
+    assert_eq!(lock.holder_identity.as_deref(), Some(POD_1));
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.resource == "leases" && r.verb == Some(Verb::Create)),
+        "created when missing"
+    );
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.resource == "leases" && r.verb == Some(Verb::Patch))
+            .all(|r| r.field_manager.as_deref() == Some(lease_field_manager(POD_1).as_str())),
+        "every Lease patch under the replica's own field manager"
+    );
+
+    let terms = replica.shut_down().await;
+    assert_eq!(terms.ended(), 1, "the controllers were stopped");
+    assert_eq!(
+        *terms.holders.lock().unwrap(),
+        [
+            ("start", Some(POD_1.to_string())),
+            ("stop", Some(POD_1.to_string()))
+        ],
+        "started once the Lease was held; stopped before it was released"
+    );
+    assert_eq!(holder(&server), None, "released on shutdown");
+    assert_eq!(*terms.changes.lock().unwrap(), [true, false]);
 }
 
 #[tokio::test]
 async fn losing_the_lease_to_another_holder_stops_the_controllers_until_it_is_won_back() {
-    let (client, api) = mock_client();
-    let cluster = SharedCluster::default();
-    let server = cluster_server(api, cluster.clone());
-    let (terms, stop_all, task) = elect(client);
-    wait_until("the first term", Duration::from_secs(10), || {
-        terms.started.load(Ordering::SeqCst) == 1
+    let server = FakeApiServer::new();
+    let replica = first_term(&server).await;
+    let terms = replica.terms.clone();
+    // Another replica takes the lock over (as after a partition healed: it found the
+    // lock expired by its clock).
+    let leases: Api<Lease> = Api::namespaced(server.client(), NS);
+    let take_over = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "spec": {"holderIdentity": POD_2, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                 "acquireTime": now(), "renewTime": now()}
+    });
+    let manager = lease_field_manager(POD_2);
+    leases
+        .patch(
+            LEASE_NAME,
+            &PatchParams::apply(&manager).force(),
+            &Patch::Apply(take_over),
+        )
+        .await
+        .unwrap();
+    wait_until("the controllers stopped", RENEW_EVERY, || {
+        terms.ended() == 1
     })
     .await;
-    // Another replica holds it now (as after a partition healed).
-    {
-        let mut c = cluster.lock().unwrap();
-        let spec = &mut c.lease.as_mut().unwrap()["spec"];
-        spec["holderIdentity"] = json!("operator-pod-2");
-        spec["renewTime"] = now();
-    }
-    // Seen at the next renewal (every LEASE_DURATION - LEASE_GRACE seconds).
-    let renew_every = LEASE_DURATION_SECONDS - LEASE_GRACE_SECONDS;
-    wait_until(
-        "the controllers stopped",
-        Duration::from_secs(renew_every + 2),
-        || terms.ended.load(Ordering::SeqCst) == 1,
-    )
-    .await;
-    assert_eq!(terms.started.load(Ordering::SeqCst), 1);
-    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
-    // operator-pod-2 stops renewing: its lock expires, ours again, a new term.
+    assert_eq!(terms.started(), 1);
+    assert_eq!(holder(&server).as_deref(), Some(POD_2));
+    // POD_2 never renews: its lock expires, operator-pod-1 takes it back, a new term.
     wait_until(
         "the lease won back",
-        Duration::from_secs(LEASE_DURATION_SECONDS + 5),
-        || terms.started.load(Ordering::SeqCst) == 2,
+        LEASE_DURATION + RENEW_EVERY + Duration::from_secs(10),
+        || terms.started() == 2,
     )
     .await;
-    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-1"));
-    stop_all.send(()).unwrap();
-    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
-    assert_eq!(terms.ended.load(Ordering::SeqCst), 2);
-    assert_eq!(holder(&cluster), None, "released on shutdown");
-    server.abort();
+    assert_eq!(holder(&server).as_deref(), Some(POD_1));
+    let terms = replica.shut_down().await;
+    assert_eq!(terms.ended(), 2);
+    assert_eq!(holder(&server), None, "released on shutdown");
+    assert_eq!(*terms.changes.lock().unwrap(), [true, false, true, false]);
 }
 
 #[tokio::test]
 async fn failing_renewals_stop_the_controllers_before_the_lease_expires() {
-    let (client, api) = mock_client();
-    let cluster = SharedCluster::default();
-    let server = cluster_server(api, cluster.clone());
-    let (terms, stop_all, task) = elect(client);
-    wait_until("the first term", Duration::from_secs(10), || {
-        terms.started.load(Ordering::SeqCst) == 1
+    let server = FakeApiServer::new();
+    let replica = first_term(&server).await;
+    let terms = replica.terms.clone();
+    // From now on every Lease request fails. Another replica may take the lock once it
+    // expires, LEASE_DURATION after the last renewal: the controllers must be stopped by
+    // then.
+    server.inject(Fault::fail(500).resource("leases"));
+    wait_until("the controllers stopped", LEASE_DURATION, || {
+        terms.ended() == 1
     })
     .await;
-    // From now on no renewal succeeds. Another replica may take the lease once it
-    // expires, LEASE_DURATION_SECONDS after the last renewal it records: the controllers
-    // must be stopped by then, which is the bound of the wait.
-    let expires = {
-        let mut c = cluster.lock().unwrap();
-        c.fail_patches = true;
-        let renewed: k8s_openapi::jiff::Timestamp = c.lease.as_ref().unwrap()["spec"]["renewTime"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        std::time::SystemTime::from(renewed) + Duration::from_secs(LEASE_DURATION_SECONDS)
-    };
-    wait_until(
-        "the controllers stopped while renewals fail, before the lease expires",
-        expires
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default(),
-        || terms.ended.load(Ordering::SeqCst) == 1,
-    )
-    .await;
-    // The API server recovers: the lease is still ours, a new term starts.
-    cluster.lock().unwrap().fail_patches = false;
+    // Nothing is confirmed while the API server fails: no new term.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(terms.started(), 1);
+    assert!(
+        terms.first_stop() < renewed(&server) + LEASE_DURATION,
+        "the controllers stopped after the lease expired"
+    );
+    // The API server recovers: the lease is still, or again, ours; a new term starts.
+    server.clear_faults();
     wait_until("a new term", Duration::from_secs(40), || {
-        terms.started.load(Ordering::SeqCst) == 2
+        terms.started() == 2
     })
     .await;
-    stop_all.send(()).unwrap();
-    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
-    assert_eq!(holder(&cluster), None, "released on shutdown");
-    server.abort();
+    let terms = replica.shut_down().await;
+    assert_eq!(terms.ended(), 2);
+    assert_eq!(holder(&server), None, "released on shutdown");
+}
+
+#[tokio::test]
+async fn a_hanging_renewal_stops_the_controllers_before_the_lease_expires() {
+    let server = FakeApiServer::new();
+    let replica = first_term(&server).await;
+    let terms = replica.terms.clone();
+    // Renewals are accepted and never answered: kube-lease-manager waits and reports
+    // nothing, and the last renewal seen grows old.
+    server.inject(
+        Fault::delay(Duration::from_secs(600))
+            .verb(Verb::Patch)
+            .resource("leases"),
+    );
+    wait_until("the controllers stopped", LEASE_DURATION, || {
+        terms.ended() == 1
+    })
+    .await;
+    let (stopped, last_renewal) = (terms.first_stop(), renewed(&server));
+    assert!(
+        stopped < last_renewal + LEASE_DURATION,
+        "the controllers stopped after the lease expired"
+    );
+    let window = lease_settings(NS, POD_1).write_window();
+    assert!(
+        stopped >= last_renewal + window,
+        "stopped within the write window after a renewal: a holder would stop between renewals"
+    );
+    assert_eq!(holder(&server).as_deref(), Some(POD_1), "never lost");
+    server.clear_faults();
+    let terms = replica.shut_down().await;
+    assert_eq!(terms.started(), 1);
 }
 
 #[tokio::test]
 async fn a_follower_never_starts_the_controllers_nor_writes_the_lease() {
-    let (client, api) = mock_client();
-    let cluster = SharedCluster::default();
-    cluster.lock().unwrap().lease = Some(json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": LEASE_NAME, "namespace": "marin3r-system", "resourceVersion": "1"},
-        "spec": {"holderIdentity": "operator-pod-2", "leaseDurationSeconds": 15,
-                 "acquireTime": now(), "renewTime": now(), "leaseTransitions": 3}
-    }));
-    let server = cluster_server(api, cluster.clone());
-    // operator-pod-2 keeps renewing.
-    let renewer = {
-        let cluster = cluster.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let mut c = cluster.lock().unwrap();
-                c.lease.as_mut().unwrap()["spec"]["renewTime"] = now();
-            }
-        })
-    };
-    let (terms, stop_all, task) = elect(client);
-    // The follower reads the lease, finds it held and waits for it to expire (it never
-    // does: it is renewed). A wrong start or write would follow that read at once: a
-    // negative, so a short fixed window after it.
+    let server = FakeApiServer::new();
+    let leaders = Arc::default();
+    let leader = start(&server, POD_2, &leaders);
+    let leader_terms = leader.terms.clone();
+    wait_until("the leader's term", TIMEOUT, || leader_terms.started() == 1).await;
+    let mark = server.mark();
+    let follower = start(&server, POD_1, &leaders);
+    // The follower reads the Lease and watches it; it waits for the lock to expire (it
+    // never does: it is renewed). Its watch sees the leader renew; a wrong start or
+    // write would have followed at once.
     wait_until("the follower read the lease", TIMEOUT, || {
-        cluster
-            .lock()
-            .unwrap()
-            .log
+        server
+            .requests_since(mark)
             .iter()
-            .any(|r| r.starts_with("GET"))
+            .any(|r| r.resource == "leases" && r.verb == Some(Verb::Get))
+    })
+    .await;
+    let read = renewed(&server);
+    wait_until("a renewal by the leader", RENEW_EVERY * 2, || {
+        renewed(&server) > read
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop_all.send(()).unwrap();
-    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
-    renewer.abort();
-    assert_eq!(terms.started.load(Ordering::SeqCst), 0);
-    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
-    let log = cluster.lock().unwrap().log.clone();
-    assert!(log.iter().all(|r| r.starts_with("GET")), "{log:?}");
-    server.abort();
+    let follower_terms = follower.shut_down().await;
+    assert_eq!(follower_terms.started(), 0);
+    assert!(follower_terms.changes.lock().unwrap().is_empty());
+    assert_eq!(
+        lease_writes_by(&server, mark, POD_1),
+        Vec::<String>::new(),
+        "the follower wrote the Lease"
+    );
+    assert_eq!(holder(&server).as_deref(), Some(POD_2));
+    assert_eq!(leader.shut_down().await.ended(), 1);
+    assert_eq!(leaders.most.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
-    let (client, api) = mock_client();
-    let cluster = SharedCluster::default();
+    let server = FakeApiServer::new();
     // A free Lease (as after a release).
-    cluster.lock().unwrap().lease = Some(json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": LEASE_NAME, "namespace": "marin3r-system", "resourceVersion": "1"},
-        "spec": {"leaseTransitions": 3}
-    }));
-    // operator-pod-2 saw it free too, and its apply lands just before ours.
-    cluster.lock().unwrap().before_take = Some(Box::new(|lease, owner| {
-        let spec = &mut lease.as_mut().unwrap()["spec"];
-        spec["holderIdentity"] = json!("operator-pod-2");
-        spec["leaseDurationSeconds"] = json!(LEASE_DURATION_SECONDS);
-        spec["acquireTime"] = now();
-        spec["renewTime"] = now();
-        *owner = Some(lease_field_manager("operator-pod-2"));
-    }));
-    let server = cluster_server(api, cluster.clone());
-    // operator-pod-2 keeps renewing once it holds the lock.
-    let renewer = {
-        let cluster = cluster.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let mut c = cluster.lock().unwrap();
-                let spec = &mut c.lease.as_mut().unwrap()["spec"];
-                if spec["holderIdentity"] == "operator-pod-2" {
-                    spec["renewTime"] = now();
-                }
-            }
-        })
+    server
+        .put(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": LEASE_NAME, "namespace": NS},
+            "spec": {"leaseTransitions": 3}
+        }))
+        .unwrap();
+    // operator-pod-1's apply taking the lock is held back; operator-pod-2 reads the Lease
+    // free meanwhile and takes it first.
+    server.inject(
+        Fault::delay(Duration::from_secs(1))
+            .verb(Verb::Patch)
+            .resource("leases")
+            .times(1),
+    );
+    let leaders = Arc::default();
+    let pod_1 = start(&server, POD_1, &leaders);
+    // Built (a read), then the Lease read free twice before the apply.
+    wait_until("operator-pod-1 read the lease free", TIMEOUT, || {
+        let reads = server.requests();
+        let reads = reads
+            .iter()
+            .filter(|r| r.resource == "leases" && r.verb == Some(Verb::Get));
+        reads.count() >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let pod_2 = start(&server, POD_2, &leaders);
+    let pod_2_terms = pod_2.terms.clone();
+    wait_until("operator-pod-2 leads", TIMEOUT, || {
+        pod_2_terms.started() == 1
+    })
+    .await;
+    // operator-pod-1's apply lands on operator-pod-2's lock. It must conflict (the two
+    // field managers); operator-pod-1 then reads the Lease again and waits for the lock to
+    // expire (it never does: it is renewed). A wrong start or overwrite would follow at
+    // once.
+    let applies = || {
+        let requests = server.requests();
+        let applies = requests
+            .iter()
+            .filter(|r| r.resource == "leases" && r.content_type == "application/apply-patch+yaml");
+        applies.map(|r| r.code).collect::<Vec<_>>()
     };
-    let (terms, stop_all, task) = elect(client);
-    // Our apply conflicts; we read the lease again, find operator-pod-2 holding it and
-    // wait for it to expire (it never does: it is renewed). A wrong start or overwrite
-    // would follow that read at once: a negative, so a short fixed window after it.
-    wait_until(
-        "the lease read again after our conflicting apply",
-        TIMEOUT,
-        || {
-            let c = cluster.lock().unwrap();
-            let first_patch = c.log.iter().position(|r| r.starts_with("PATCH"));
-            let last_get = c.log.iter().rposition(|r| r.starts_with("GET"));
-            c.conflicts >= 1 && first_patch.is_some_and(|p| last_get.is_some_and(|g| g > p))
-        },
-    )
+    wait_until("both applies answered", TIMEOUT, || applies().len() >= 2).await;
+    let read = renewed(&server);
+    wait_until("a renewal by operator-pod-2", RENEW_EVERY * 2, || {
+        renewed(&server) > read
+    })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        terms.started.load(Ordering::SeqCst),
+        pod_1.terms.started(),
         0,
         "operator-pod-1 overwrote operator-pod-2's fresh lock: two leaders"
     );
-    assert_eq!(holder(&cluster).as_deref(), Some("operator-pod-2"));
-    assert!(
-        cluster.lock().unwrap().conflicts >= 1,
-        "our apply conflicted with operator-pod-2's field manager"
+    assert_eq!(
+        leaders.most.load(Ordering::SeqCst),
+        1,
+        "two leaders at once"
     );
-    stop_all.send(()).unwrap();
-    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
-    renewer.abort();
-    server.abort();
+    assert_eq!(holder(&server).as_deref(), Some(POD_2));
+    assert_eq!(applies()[..2], [200, 409], "the second apply conflicted");
+    pod_1.shut_down().await;
+    pod_2.shut_down().await;
 }

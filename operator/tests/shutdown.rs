@@ -1,7 +1,7 @@
 //! The operator stops within 2 s of its shutdown signal when the API server accepts
 //! requests but never answers them: without leader election (the controllers' lists
-//! hang), with leader election while building the Lease manager (its first read
-//! hangs), and as the leader whose Lease release then hangs.
+//! hang), with leader election while building the Lease manager (its first read and the
+//! Lease watch hang), and as the leader whose Lease release then hangs.
 //!
 //! Everything runs on tokio's paused clock (the probe and metrics listeners are bound
 //! but nobody connects; the API server is kube-rs' in-memory mock), so "2 s" is virtual
@@ -23,8 +23,9 @@ const IDENTITY: &str = "operator-pod-1";
 /// `method path` of every request the mock API server received.
 type Log = Arc<Mutex<Vec<String>>>;
 
-/// Never answers, except (with `lease_held`) reads of the leader Lease, answered with
-/// the Lease held by [`IDENTITY`] and just renewed.
+/// Never answers, except (with `lease_held`) reads of the leader Lease — the object and
+/// the list the Lease watch starts with — answered with the Lease held by [`IDENTITY`]
+/// and just renewed (the watch itself hangs).
 fn api_server(mut api: ApiServer, lease_held: bool) -> Log {
     let log = Log::default();
     let seen = log.clone();
@@ -34,18 +35,26 @@ fn api_server(mut api: ApiServer, lease_held: bool) -> Log {
             let path = request.uri().path().to_string();
             let method = request.method().to_string();
             seen.lock().unwrap().push(format!("{method} {path}"));
-            let lease =
-                format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE_NAME}");
-            if lease_held && method == "GET" && path == lease {
-                let renewed = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+            let watching = request
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("watch=true");
+            let renewed = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            let lease = json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": LEASE_NAME, "namespace": NAMESPACE, "resourceVersion": "1"},
+                "spec": {"holderIdentity": IDENTITY, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                         "acquireTime": renewed, "renewTime": renewed}
+            });
+            if lease_held && method == "GET" && path == format!("{leases}/{LEASE_NAME}") {
+                answer.send_response(json_response(200, &lease));
+            } else if lease_held && method == "GET" && path == leases && !watching {
                 answer.send_response(json_response(
                     200,
-                    &json!({
-                        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": LEASE_NAME, "namespace": NAMESPACE, "resourceVersion": "1"},
-                        "spec": {"holderIdentity": IDENTITY, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-                                 "acquireTime": renewed, "renewTime": renewed}
-                    }),
+                    &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList",
+                            "metadata": {"resourceVersion": "1"}, "items": [lease]}),
                 ));
             } else {
                 pending.push(answer);
@@ -119,7 +128,7 @@ async fn with_leader_election_the_operator_stops_while_the_lease_read_hangs() {
     .await;
     running.stops_within_two_seconds().await;
     assert!(
-        log.lock().unwrap().iter().all(|r| r.contains("/leases/")),
+        log.lock().unwrap().iter().all(|r| r.contains("/leases")),
         "no controller ran without the lease"
     );
 }
