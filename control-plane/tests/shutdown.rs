@@ -2,9 +2,10 @@
 //! Kubernetes mode even when the API server accepts requests but never answers them:
 //! while it still waits for the first lists, and once it serves without them.
 //!
-//! Everything runs on tokio's paused clock (no socket is connected; the API server is
-//! kube-rs' in-memory mock), so "2 s" is virtual time and the timers the process could
-//! wait on (the 30 s initial-sync timeout, the drain, the grace) cost nothing.
+//! Everything runs on tokio's paused clock (the listeners of the in-process launcher are
+//! bound but no socket is connected; the API server is kube-rs' in-memory mock), so
+//! "2 s" is virtual time and the timers the process could wait on (the 30 s
+//! initial-sync timeout, the drain, the grace) cost nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -12,11 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use marin3r_control_plane::Backend;
 use marin3r_control_plane::kubernetes::KubernetesBackend;
 use marin3r_control_plane::local::LocalBackend;
-use marin3r_control_plane::{Backend, Config, Listeners};
 use marin3r_testkit::kube::{ApiServer, mock_client};
-use tokio::task::JoinHandle;
+use marin3r_tests::in_process::{CertFiles, InProcess, bind_localhost};
+use marin3r_tests::xds::issue_bundle;
+use marin3r_xds::AdsConfig;
 use tokio::time::Instant;
 
 /// How long the process may take once signalled.
@@ -39,54 +42,13 @@ fn never_answering(mut api: ApiServer) -> Arc<AtomicUsize> {
     received
 }
 
-struct Running {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: JoinHandle<Result<(), marin3r_control_plane::Error>>,
-}
-
-impl Running {
-    /// Signals shutdown; the process must return `Ok` within [`WITHIN`].
-    async fn stops_within_two_seconds(self) {
-        self.stop.send(()).unwrap();
-        tokio::time::timeout(WITHIN, self.task)
-            .await
-            .expect("the discovery service did not stop within 2 s of its shutdown signal")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-async fn start(dir: &Path, backend: impl Backend) -> Running {
-    let bundle = marin3r_certs::issue(&marin3r_certs::IssueOptions {
-        hosts: vec!["localhost".into()],
-        ..Default::default()
-    })
-    .unwrap();
-    let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
-    std::fs::write(&cert, &bundle.server.cert_pem).unwrap();
-    std::fs::write(&key, &bundle.server.key_pem).unwrap();
-    std::fs::write(&ca, &bundle.ca.cert_pem).unwrap();
-    let localhost = "127.0.0.1:0".parse().unwrap();
-    let config = Config {
-        xdss_addr: localhost,
-        server_cert: cert,
-        server_key: key,
-        ca_file: ca,
-        metrics_addr: localhost,
-        health_addr: localhost,
-        ads: marin3r_xds::AdsConfig::default(),
-    };
-    let listeners = Listeners::bind(&config).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(marin3r_control_plane::serve_with(
-        config,
-        listeners,
-        backend,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
-    Running { stop, task }
+/// The discovery service serving `backend` in-process, with certificates in `dir`.
+async fn start(dir: &Path, backend: impl Backend) -> InProcess {
+    issue_bundle().unwrap().write_to(dir).unwrap();
+    let xdss = bind_localhost().await.unwrap();
+    InProcess::launch(xdss, &CertFiles::in_dir(dir), AdsConfig::default(), backend)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -106,7 +68,7 @@ async fn kubernetes_mode_stops_while_waiting_for_the_first_lists() {
         started.elapsed() < INITIAL_SYNC,
         "still waiting for the first lists"
     );
-    running.stops_within_two_seconds().await;
+    running.stop(WITHIN).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,7 +80,7 @@ async fn kubernetes_mode_stops_when_serving_without_the_first_lists() {
     // Past the initial-sync timeout: the backend runs its controllers, not ready.
     tokio::time::sleep(INITIAL_SYNC + Duration::from_secs(1)).await;
     assert!(received.load(Ordering::SeqCst) >= 4);
-    running.stops_within_two_seconds().await;
+    running.stop(WITHIN).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,7 +91,7 @@ async fn local_mode_stops_at_once() {
     let running = start(dir.path(), LocalBackend::new(&config_dir)).await;
     // Serving: the first scan applied, the folder polled.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    running.stops_within_two_seconds().await;
+    running.stop(WITHIN).await.unwrap();
 }
 
 /// One of several replicas (`--leader-elect`): the Lease, its report and its farewell (a
@@ -156,5 +118,5 @@ async fn a_replica_of_several_stops_when_the_api_server_never_answers() {
     tokio::time::sleep(INITIAL_SYNC + Duration::from_secs(1)).await;
     // The four kinds, the reports, the Service's EndpointSlices and the Lease.
     assert!(received.load(Ordering::SeqCst) >= 7, "{received:?}");
-    running.stops_within_two_seconds().await;
+    running.stop(WITHIN).await.unwrap();
 }
