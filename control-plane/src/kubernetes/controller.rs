@@ -341,22 +341,19 @@ fn replicas_in_sync(
         conditions.retain(|c| c.type_ != plan::REPLICAS_IN_SYNC);
         conditions.push(kept.clone());
     }
-    match verdict {
-        Some(verdict) => {
-            let (in_sync, reason, message) =
-                ha::replicas_in_sync_condition(verdict, &elected.name_any());
-            plan::set_condition(
-                conditions,
-                plan::REPLICAS_IN_SYNC,
-                in_sync,
-                reason,
-                message,
-                ec.metadata.generation,
-                now(),
-            );
-        }
-        // A lag younger than the debounce: what the status says stays.
-        None => {}
+    // A lag younger than the debounce (`None`): what the status says stays.
+    if let Some(verdict) = verdict {
+        let (in_sync, reason, message) =
+            ha::replicas_in_sync_condition(verdict, &elected.name_any());
+        plan::set_condition(
+            conditions,
+            plan::REPLICAS_IN_SYNC,
+            in_sync,
+            reason,
+            message,
+            ec.metadata.generation,
+            now(),
+        );
     }
     again
 }
