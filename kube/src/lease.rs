@@ -93,6 +93,10 @@ pub struct LeaseView {
     pub holder: bool,
     /// `spec.renewTime` of the Lease when `spec.holderIdentity` was this process.
     pub renewed: Option<SystemTime>,
+    /// How many times the Lease was seen go from held to free (its holder released it).
+    pub releases: u64,
+    /// The Lease was last seen held by someone.
+    pub held: bool,
 }
 
 impl LeaseView {
@@ -207,14 +211,37 @@ impl Leadership {
         self.update(|v| v.holder = holder);
     }
 
-    /// A Lease object was seen: records its renewal when this process holds it.
+    /// A Lease object was seen: records its renewal when this process holds it, and a
+    /// release by whoever held it.
     pub fn observe(&self, lease: &Lease, identity: &str) {
         let spec = lease.spec.as_ref();
-        let ours = spec.and_then(|s| s.holder_identity.as_deref()) == Some(identity);
+        let holder = spec.and_then(|s| s.holder_identity.as_deref());
         let renewed = spec
             .and_then(|s| s.renew_time.as_ref())
             .map(|t| SystemTime::from(t.0));
-        self.update(|v| v.renewed = if ours { renewed } else { None });
+        self.update(|v| {
+            v.renewed = if holder == Some(identity) {
+                renewed
+            } else {
+                None
+            };
+            if v.held && holder.is_none() {
+                v.releases += 1;
+            }
+            v.held = holder.is_some();
+        });
+    }
+
+    /// Resolves once the Lease has been released more than `seen` times
+    /// ([`LeaseView::releases`]).
+    async fn until_released(&self, seen: u64) {
+        let mut views = self.view.subscribe();
+        while views.borrow_and_update().releases <= seen {
+            // The sender lives in `self`: `changed` cannot fail.
+            if views.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }
 
@@ -237,7 +264,7 @@ pub async fn elect(
     )));
     let slot = ManagerSlot::default();
     let result = tokio::select! {
-        result = run_elections(client, &settings, &slot, |holder| leadership.set_holder(holder)) => result,
+        result = run_elections(client, &settings, &slot, &leadership) => result,
         () = &mut shutdown => Ok(()),
     };
     drop(watch_task);
@@ -291,14 +318,20 @@ fn builder(client: &Client, settings: &LeaseSettings) -> LeaseManagerBuilder {
 }
 
 /// The election loop: runs until dropped, reporting every change of holdership to
-/// `on_change`; the manager in use is kept in `slot`. Fails only when the Lease cannot be
-/// read or created at start.
+/// `leadership`; the manager in use is kept in `slot`. Fails only when the Lease cannot
+/// be read or created at start.
+///
+/// A process that does not hold the Lease is told by `kube-lease-manager` only when the
+/// holder's lock expires (it sleeps until then); when the watch sees the holder release
+/// it (a rolling update, a drained node), the wait is cut short and the lock taken at
+/// once.
 async fn run_elections(
     client: Client,
     settings: &LeaseSettings,
     slot: &ManagerSlot,
-    mut on_change: impl FnMut(bool),
+    leadership: &Leadership,
 ) -> Result<(), LeaseError> {
+    let on_change = |holder: bool| leadership.set_holder(holder);
     let build = || builder(&client, settings).build();
     let keep = |manager: LeaseManager| {
         let manager = Arc::new(manager);
@@ -308,7 +341,24 @@ async fn run_elections(
     let mut manager = keep(build().await.map_err(|e| error(settings, &e))?);
     let mut backoff = MIN_BACKOFF;
     loop {
-        match manager.changed().await {
+        let changed = if leadership.view().holder {
+            manager.changed().await
+        } else {
+            let released = leadership.view().releases;
+            tokio::select! {
+                changed = manager.changed() => changed,
+                () = leadership.until_released(released) => {
+                    // The manager trusts its cached lock until it expires: a fresh one
+                    // reads the Lease again and takes it.
+                    tracing::debug!(lease = settings.name, "the lease was released; taking it");
+                    if let Ok(fresh) = build().await {
+                        manager = keep(fresh);
+                    }
+                    continue;
+                }
+            }
+        };
+        match changed {
             Ok(holder) => {
                 if holder {
                     backoff = MIN_BACKOFF;
@@ -386,6 +436,7 @@ mod tests {
         let held = LeaseView {
             holder: true,
             renewed: Some(at(0)),
+            ..LeaseView::default()
         };
         assert!(held.is_current(at(12), window));
         assert!(

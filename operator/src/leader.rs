@@ -219,6 +219,7 @@ mod tests {
         let renewed = LeaseView {
             holder: true,
             renewed: Some(t0),
+            ..LeaseView::default()
         };
         // A failed renewal, 3 s after the last one: the whole STOP_TIMEOUT.
         assert_eq!(
