@@ -1,15 +1,18 @@
 //! Benchmarks of marin3r-rs against peers and the physical limit (driven by
 //! `scripts/bench`, which writes `BENCHMARKS.md`): the webhook against a bare rustls
 //! HTTPS echo server, an ADS client swarm against the discovery service process, the
-//! CPU-bound cores, and idle memory. Everything listens on 127.0.0.1, every loop is
-//! bounded, and every child process is killed when its handle drops.
+//! CPU-bound cores, idle memory, and three replicas in Kubernetes mode ([`ha`]).
+//! Everything listens on 127.0.0.1, every loop is bounded, and every child process is
+//! killed when its handle drops.
 #![forbid(unsafe_code)]
 
 pub mod ads;
 pub mod cores;
 pub mod echo;
+pub mod ha;
 pub mod loadgen;
 pub mod machine;
+pub mod markdown;
 pub mod process;
 pub mod stats;
 pub mod webhook;

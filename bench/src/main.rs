@@ -13,10 +13,12 @@ use clap::{Parser, ValueEnum};
 
 use marin3r_bench::ads::{FanOut, Swarm, SwarmConfig, fleet_config_yaml, swarm_config_yaml};
 use marin3r_bench::echo::EchoServer;
+use marin3r_bench::ha::{self, report::HaResults};
 use marin3r_bench::loadgen::{self, Load, LoadResult, Rate, Target};
 use marin3r_bench::machine::{CpuTicks, Machine, load_average};
+use marin3r_bench::markdown::{load_str, median, spread, verdict};
 use marin3r_bench::process::{DiscoveryService, open_files_limit, shutdown_manager_idle_rss};
-use marin3r_bench::stats::{Spread, ms, us};
+use marin3r_bench::stats::{ms, us};
 use marin3r_bench::webhook::{WebhookServer, check_injected, realistic_review};
 use marin3r_bench::{EditToServe, cores, parse_edit_to_serve};
 
@@ -32,6 +34,10 @@ enum Section {
     Xds,
     Fleet,
     Shutdown,
+    /// Three replicas in Kubernetes mode (docs/ha.md): taint latency, API writes, a
+    /// reconnect storm. Alone (`--only ha`), it replaces only the report's HA section of
+    /// an existing `--out` file.
+    Ha,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -85,13 +91,35 @@ struct Args {
     /// Seconds per fixed-rate run.
     #[arg(long, default_value_t = 3.0)]
     rate_seconds: f64,
-    /// Sections to run.
+    /// Sections to run. `--only ha` alone keeps every other section of an existing
+    /// `--out` file and replaces (or adds) only "Several replicas (HA)".
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "cores,webhook,xds,fleet,shutdown"
+        default_value = "cores,webhook,xds,fleet,shutdown,ha"
     )]
     only: Vec<Section>,
+    /// HA: streams of the node whose update every stream rejects (taint latency).
+    #[arg(long, default_value_t = 10)]
+    ha_taint_streams: usize,
+    /// HA: EnvoyConfigs (one node each) of the API writes figures.
+    #[arg(long, default_value_t = 100)]
+    ha_configs: usize,
+    /// HA: streams (pods) spread over those nodes.
+    #[arg(long, default_value_t = 1000)]
+    ha_pods: usize,
+    /// HA: seconds of the steady-state window of the API writes.
+    #[arg(long, default_value_t = 60.0)]
+    ha_steady_seconds: f64,
+    /// HA: streams of the reconnect storm.
+    #[arg(long, default_value_t = 10_000)]
+    ha_storm_streams: usize,
+    /// HA: EnvoyConfigs (nodes) the storm's streams are spread over.
+    #[arg(long, default_value_t = 100)]
+    ha_storm_configs: usize,
+    /// Internal: run as the reconnect storm's fleet process with this many EnvoyConfigs.
+    #[arg(long, hide = true)]
+    ha_fleet_process: Option<usize>,
     /// Only these CPU cores (for profiling one of them: `perf record … --only cores
     /// --cores injection`).
     #[arg(long, value_delimiter = ',', default_value = "injection,review,decode")]
@@ -177,6 +205,7 @@ struct Results {
     /// File name of the program the idle shutdown manager ran (`/proc/PID/exe`).
     shutdown_exe: String,
     edit_to_serve: Vec<EditToServe>,
+    ha: HaResults,
     failures: Vec<String>,
     loads: Vec<(String, Option<[f64; 3]>)>,
     /// Per section: cores' worth of CPU used by other processes while it ran.
@@ -186,6 +215,15 @@ struct Results {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(configs) = args.ha_fleet_process {
+        return match ha::storm::fleet_process(configs) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("marin3r-bench fleet process: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
@@ -240,6 +278,7 @@ fn run(args: &Args) -> Result<bool> {
                 Section::Xds => xds_section(args, dir.path(), &bundle, &mut results).await,
                 Section::Fleet => fleet_section(args, dir.path(), &bundle, &mut results).await,
                 Section::Shutdown => shutdown_section(args, dir.path(), &mut results).await,
+                Section::Ha => ha_section(args, servers.handle(), &mut results).await,
             };
             let others = before.zip(CpuTicks::now()).map(|(b, a)| a.others_since(&b));
             results.others.push((name, others));
@@ -279,7 +318,26 @@ fn run(args: &Args) -> Result<bool> {
         }
         None => None,
     };
-    let report = render(args, &machine, &results, notes.as_deref());
+    let report = if args.only == [Section::Ha]
+        && let Ok(existing) = std::fs::read_to_string(&args.out)
+    {
+        // The other sections stay as they are: only the HA section is new.
+        let first_note = notes
+            .as_deref()
+            .and_then(|n| n.lines().find(|l| l.starts_with("## ")));
+        let before: Vec<&str> = ["## Failures in this run"]
+            .into_iter()
+            .chain(first_note)
+            .collect();
+        eprintln!("replacing the HA section of {}", args.out.display());
+        ha::report::splice(
+            &existing,
+            &ha::report::render(&results.ha, args.runs),
+            &before,
+        )
+    } else {
+        render(args, &machine, &results, notes.as_deref())
+    };
     std::fs::write(&args.out, report).with_context(|| format!("write {}", args.out.display()))?;
     eprintln!("wrote {}", args.out.display());
     servers.shutdown_timeout(Duration::from_secs(2));
@@ -309,10 +367,6 @@ fn cores_section(args: &Args, r: &mut Results) -> Result<()> {
         median(&r.decode_ms)
     );
     Ok(())
-}
-
-fn median(v: &[f64]) -> f64 {
-    Spread::of(v).map_or(f64::NAN, |s| s.median)
 }
 
 async fn webhook_section(
@@ -506,13 +560,14 @@ async fn swarm_run(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before_kib = ds.rss_kib()?;
     let config = SwarmConfig {
-        addr: ds.xdss,
+        targets: vec![ds.xdss],
         ca_pem: bundle.ca.cert_pem.clone(),
         client_cert_pem: bundle.client.cert_pem.clone(),
         client_key_pem: bundle.client.key_pem.clone(),
-        node_id: node_id.into(),
+        node_ids: vec![node_id.into()],
         streams,
         connect_parallelism: 64,
+        reconnect: false,
     };
     let connecting = Instant::now();
     let mut swarm = Swarm::connect(&config)?;
@@ -675,36 +730,38 @@ async fn shutdown_section(args: &Args, dir: &Path, r: &mut Results) -> Result<()
     Ok(())
 }
 
+/// The three HA figures; each one's failure is recorded and the others still run.
+async fn ha_section(args: &Args, servers: &tokio::runtime::Handle, r: &mut Results) -> Result<()> {
+    let started = Instant::now();
+    let before = CpuTicks::now();
+    let ha = &mut r.ha;
+    ha.load_start = load_average();
+    match ha::taint::measure(servers, args.ha_taint_streams, args.runs).await {
+        Ok(t) => ha.taint = Some(t),
+        Err(e) => ha.failures.push(format!("taint latency: {e:#}")),
+    }
+    let steady = Duration::from_secs_f64(args.ha_steady_seconds.max(0.0));
+    match ha::writes::measure(servers, args.ha_configs, args.ha_pods, args.runs, steady).await {
+        Ok(w) => ha.writes = Some(w),
+        Err(e) => ha.failures.push(format!("API writes: {e:#}")),
+    }
+    let exe = std::env::current_exe().context("this program's path")?;
+    match ha::storm::measure(&exe, args.ha_storm_configs, args.ha_storm_streams).await {
+        Ok(s) => ha.storm = Some(s),
+        Err(e) => ha.failures.push(format!("reconnect storm: {e:#}")),
+    }
+    ha.load_end = load_average();
+    ha.others = before.zip(CpuTicks::now()).map(|(b, a)| a.others_since(&b));
+    ha.elapsed = started.elapsed();
+    if ha.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(ha.failures.join("; ")))
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The report.
-
-fn spread(v: &[f64], decimals: usize) -> String {
-    match Spread::of(v) {
-        Some(s) => format!(
-            "{:.d$} / **{:.d$}** / {:.d$}",
-            s.min,
-            s.median,
-            s.max,
-            d = decimals
-        ),
-        None => "—".into(),
-    }
-}
-
-fn verdict(met: Option<bool>) -> &'static str {
-    match met {
-        Some(true) => "met",
-        Some(false) => "**missed**",
-        None => "not measured",
-    }
-}
-
-fn load_str(l: Option<[f64; 3]>) -> String {
-    l.map_or_else(
-        || "unknown".into(),
-        |[a, b, c]| format!("{a:.2}, {b:.2}, {c:.2}"),
-    )
-}
 
 fn fanout_ms(rows: &XdsRow, pick: impl Fn(&FanOut) -> Duration) -> Vec<f64> {
     rows.fanout.iter().map(|f| ms(pick(f))).collect()
@@ -1173,6 +1230,9 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
             2
         )
     );
+
+    let _ = writeln!(o);
+    o.push_str(&ha::report::render(&r.ha, args.runs));
 
     if !r.failures.is_empty() {
         let _ = writeln!(o, "\n## Failures in this run\n");

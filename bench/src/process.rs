@@ -26,6 +26,27 @@ pub fn status_kib(pid: u32, field: &str) -> Result<u64> {
     Ok(value.parse()?)
 }
 
+/// CPU time `pid` used so far (user + system), seconds, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    // The fields after the parenthesised command name start at field 3 (state); utime
+    // and stime are fields 14 and 15.
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("{path}: no command name"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| -> Result<u64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow!("{path}: field {} missing", i + 3))?
+            .parse()?)
+    };
+    // USER_HZ is 100 on Linux.
+    Ok((tick(11)? + tick(12)?) as f64 / 100.0)
+}
+
 /// Resident set size of `pid`, KiB.
 pub fn rss_kib(pid: u32) -> Result<u64> {
     status_kib(pid, "VmRSS")

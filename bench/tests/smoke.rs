@@ -1,6 +1,7 @@
 //! A smoke run of the bench harness with tiny numbers (no timing is asserted): the load
 //! generator against the webhook and the echo server, 20 ADS streams against the
-//! in-process discovery service through one config change, and the CPU cores once.
+//! in-process discovery service through one config change, the CPU cores once, and the
+//! HA taint and API-write figures on three replicas.
 
 use std::time::{Duration, Instant};
 
@@ -64,13 +65,14 @@ async fn ads_swarm_sees_a_config_change() {
         .await
         .unwrap();
     let config = SwarmConfig {
-        addr: xds.xdss,
+        targets: vec![xds.xdss],
         ca_pem: xds.bundle.ca.cert_pem.clone(),
         client_cert_pem: xds.bundle.client.cert_pem.clone(),
         client_key_pem: xds.bundle.client.key_pem.clone(),
-        node_id: "swarm".into(),
+        node_ids: vec!["swarm".into()],
         streams: 20,
         connect_parallelism: 8,
+        reconnect: false,
     };
     let started = Instant::now();
     let mut swarm = Swarm::connect(&config).unwrap();
@@ -90,6 +92,48 @@ async fn ads_swarm_sees_a_config_change() {
     assert!(fanout.first <= fanout.median && fanout.median <= fanout.all);
     swarm.shutdown().await;
     xds.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ha_taint_and_writes_with_tiny_numbers() {
+    let servers = tokio::runtime::Handle::current();
+    let taint = marin3r_bench::ha::taint::measure(&servers, 3, 1)
+        .await
+        .unwrap();
+    let run = &taint.runs[0];
+    assert!(run.min_nacks_per_stream >= 5, "{run:?}");
+    assert!(run.last_nack_to_taint <= run.edit_to_taint, "{run:?}");
+    assert_eq!(taint.disconnects, 0);
+
+    let steady = Duration::from_secs(1);
+    let writes = marin3r_bench::ha::writes::measure(&servers, 2, 6, 1, steady)
+        .await
+        .unwrap();
+    let edit = &writes.edits[0];
+    assert!(
+        edit.writes
+            .iter()
+            .any(|w| w.what == "create envoyconfigrevisions"),
+        "{edit:?}"
+    );
+    assert!(!edit.status_changes.is_empty(), "{edit:?}");
+    assert!(
+        writes
+            .steady
+            .iter()
+            .all(|w| w.kind() != marin3r_bench::ha::writes::Kind::Other),
+        "{:?}",
+        writes.steady
+    );
+    let report = marin3r_bench::ha::report::render(
+        &marin3r_bench::ha::report::HaResults {
+            taint: Some(taint),
+            writes: Some(writes),
+            ..Default::default()
+        },
+        1,
+    );
+    assert!(report.contains("| 1 |"), "{report}");
 }
 
 #[test]
