@@ -414,8 +414,25 @@ impl Traffic {
     }
 
     /// Stops sending; what was seen.
-    pub async fn stop(self) -> TrafficReport {
+    pub async fn stop(self) -> Result<TrafficReport, String> {
         let _ = self.stop.send(true);
-        self.task.await.unwrap_or_default()
+        self.task
+            .await
+            .map_err(|e| format!("the traffic task ended without a report: {e}"))
+    }
+
+    /// Stops sending; an error unless every request was answered as expected and some
+    /// were sent at all.
+    pub async fn stop_all_served(self) -> Result<TrafficReport, String> {
+        let report = self.stop().await?;
+        if !report.failed.is_empty() || report.ok == 0 {
+            return Err(format!(
+                "{} failed of {}: {:?}",
+                report.failed.len(),
+                report.failed.len() + report.ok,
+                report.failed
+            ));
+        }
+        Ok(report)
     }
 }

@@ -245,14 +245,7 @@ async fn every_envoy_rejecting_gives_one_taint_and_one_rollback_over_three_repli
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(tainted(&fleet).len(), 1, "still one taint");
-    let report = traffic.stop().await;
-    assert!(
-        report.failed.is_empty(),
-        "{} failed of {}: {:?}",
-        report.failed.len(),
-        report.ok,
-        report.failed
-    );
+    let report = traffic.stop_all_served().await.must();
     assert!(report.ok > 10, "{report:?}");
 }
 
@@ -381,14 +374,7 @@ async fn a_dead_replica_s_envoys_reconnect_to_the_others_and_keep_serving() {
         s["cacheState"] == "InSync" && s["desiredVersion"] == s["publishedVersion"]
     })
     .await;
-    let report = traffic.stop().await;
-    assert!(
-        report.failed.is_empty(),
-        "{} failed of {}: {:?}",
-        report.failed.len(),
-        report.ok,
-        report.failed
-    );
+    traffic.stop_all_served().await.must();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,14 +399,7 @@ async fn every_replica_restarted_one_by_one_under_traffic() {
             && condition(s, "ReplicasInSync").is_some_and(|c| c["status"] == "True")
     })
     .await;
-    let report = traffic.stop().await;
-    assert!(
-        report.failed.is_empty(),
-        "{} failed of {}: {:?}",
-        report.failed.len(),
-        report.ok,
-        report.failed
-    );
+    traffic.stop_all_served().await.must();
     // One revision per spec, none twice; the old replicas' reports are gone.
     let mut versions: Vec<String> = fleet
         .revisions()
@@ -456,14 +435,7 @@ async fn an_api_server_outage_of_30_s_keeps_every_replica_serving_and_ready() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     fleet.api.set_outage(Outage::None);
-    let report = traffic.stop().await;
-    assert!(
-        report.failed.is_empty(),
-        "{} failed of {}: {:?}",
-        report.failed.len(),
-        report.ok,
-        report.failed
-    );
+    traffic.stop_all_served().await.must();
     // Writes resume: an edit after the outage is served (the watches come back with
     // their backoff, at most 30 s).
     fleet.apply(NODE, good(port, "v2\n")).must();
