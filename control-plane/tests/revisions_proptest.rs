@@ -17,7 +17,6 @@
 mod fixtures;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
 
 use marin3r_control_plane::revisions::{MAX_REVISIONS, NackView, Revisions};
 use marin3r_envoyconfig::config_version;
@@ -103,7 +102,7 @@ proptest! {
         let mut model = Model::default();
         let mut tainted: BTreeSet<String> = BTreeSet::new();
         let mut desired: Option<String> = None;
-        let now = |i: usize| SystemTime::UNIX_EPOCH + Duration::from_secs(i as u64);
+        let now = |i: usize| marin3r_testkit::unix_time(i as u64);
 
         for (step, op) in ops.iter().enumerate() {
             match op {

@@ -11,7 +11,7 @@ mod kube_mock;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
@@ -139,7 +139,7 @@ impl Local {
 
     fn now(&mut self) -> SystemTime {
         self.clock += 1;
-        SystemTime::UNIX_EPOCH + Duration::from_secs(self.clock)
+        marin3r_testkit::unix_time(self.clock)
     }
 
     fn manifests(&self) -> Manifests {

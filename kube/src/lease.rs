@@ -427,7 +427,7 @@ mod tests {
     use super::*;
 
     fn at(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+        marin3r_testkit::unix_time(1_800_000_000 + secs)
     }
 
     #[test]

@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn the_controllers_stop_before_the_lock_expires() {
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let t0 = marin3r_testkit::unix_time(1_800_000_000);
         let duration = Duration::from_secs(LEASE_DURATION_SECONDS);
         let renewed = LeaseView {
             holder: true,

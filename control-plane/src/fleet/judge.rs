@@ -283,7 +283,7 @@ mod tests {
     const N: u64 = 3;
 
     fn t(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+        marin3r_testkit::unix_time(1_800_000_000 + secs)
     }
 
     fn epoch() -> Time {

@@ -557,7 +557,7 @@ mod tests {
     use super::*;
 
     fn fleet_serving(revisions: &[&str]) -> Fleet {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let now = marin3r_testkit::unix_time(1_800_000_000);
         Fleet {
             reports: revisions
                 .iter()

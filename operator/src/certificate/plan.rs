@@ -797,7 +797,7 @@ mod tests {
     const HOUR: Duration = Duration::from_secs(3600);
 
     fn t0() -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+        marin3r_testkit::unix_time(1_800_000_000)
     }
 
     fn leaf(name: &str, server: bool, valid_for: i64) -> DiscoveryServiceCertificate {
