@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use marin3r_envoyconfig::discoveryservicereplica::{
@@ -468,16 +468,10 @@ async fn write_report(
         leader,
         nodes: nodes.to_vec(),
     };
-    let body = json!({
-        "apiVersion": DiscoveryServiceReplica::api_version(&()),
-        "kind": DiscoveryServiceReplica::kind(&()),
-        "status": status,
-    });
-    match api
-        .patch_status(&config.replica, &params, &Patch::Apply(&body))
+    match marin3r_kube::apply::apply_status(api, &config.replica, &status, REPORT_FIELD_MANAGER)
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(()) => Ok(()),
         Err(e) if marin3r_kube::is_status(&e, 404) => {
             // Deleted meanwhile (by hand, or by garbage collection): create it again.
             *created = false;
@@ -490,7 +484,8 @@ async fn write_report(
 /// At shutdown: writes a last report (every stream is closed by now) and deletes it,
 /// both within [`FAREWELL_TIMEOUT`] (the report is removed with the Pod anyway).
 pub async fn farewell(client: Client, ha: &Ha, nodes: Vec<NodeDigest>) {
-    let api: Api<DiscoveryServiceReplica> = Api::namespaced(client, &ha.config.namespace);
+    let namespace = &ha.config.namespace;
+    let api: Api<DiscoveryServiceReplica> = Api::namespaced(client.clone(), namespace);
     let replica = &ha.config.replica;
     let steps = async {
         let mut created = true;
@@ -499,9 +494,13 @@ pub async fn farewell(client: Client, ha: &Ha, nodes: Vec<NodeDigest>) {
         {
             tracing::debug!(replica, error = %e, "final report not written");
         }
-        match api.delete(replica, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(replica, "replica report deleted"),
-            Err(e) if marin3r_kube::is_status(&e, 404) => {}
+        match marin3r_kube::apply::delete_if_exists::<DiscoveryServiceReplica>(
+            &client, namespace, replica,
+        )
+        .await
+        {
+            Ok(true) => tracing::info!(replica, "replica report deleted"),
+            Ok(false) => {}
             Err(e) => tracing::warn!(replica, error = %e, "cannot delete the replica report"),
         }
     };
