@@ -47,11 +47,30 @@ pub async fn apply_status<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let body = json!({
+    apply_status_at(api, name, None, status, field_manager).await
+}
+
+/// [`apply_status`], fenced: with `resource_version`, the API server refuses the write
+/// (409 Conflict) unless the object is still at that version, so a write judged on an
+/// older copy (another writer, a replica that led meanwhile) never lands.
+pub async fn apply_status_at<K>(
+    api: &Api<K>,
+    name: &str,
+    resource_version: Option<&str>,
+    status: &impl Serialize,
+    field_manager: &str,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut body = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
+    if let Some(version) = resource_version {
+        body["metadata"] = json!({"name": name, "resourceVersion": version});
+    }
     api.patch_status(
         name,
         &PatchParams::apply(field_manager).force(),

@@ -122,9 +122,15 @@ impl Shared {
     /// while this replica still holds the Lease (a renewal is late, or in flight) it
     /// looks again soon; otherwise it waits — winning the Lease reconciles everything.
     pub fn write_skipped(&self) -> Action {
+        self.write_skipped_or(Action::await_change())
+    }
+
+    /// [`Shared::write_skipped`] where `otherwise` is what a replica that does not hold
+    /// the Lease does (e.g. a retry it needs anyway).
+    pub fn write_skipped_or(&self, otherwise: Action) -> Action {
         match &self.ha {
             Some(ha) if ha.leadership.view().holder => Action::requeue(RETRY_RENEWAL),
-            _ => Action::await_change(),
+            _ => otherwise,
         }
     }
 
@@ -173,12 +179,7 @@ impl Shared {
     }
 
     /// The elected revision of the EnvoyConfig `uid` in `namespace`.
-    pub fn elected_revision(&self, namespace: &str, uid: &str) -> Option<EnvoyConfigRevision> {
-        self.elected(namespace, uid)
-    }
-
-    /// The elected revision of the EnvoyConfig `uid` in `namespace`.
-    fn elected(&self, namespace: &str, uid: &str) -> Option<EnvoyConfigRevision> {
+    pub fn elected(&self, namespace: &str, uid: &str) -> Option<EnvoyConfigRevision> {
         let all = self.revisions_in(namespace);
         let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
         let ordered = siblings(valid, uid);
@@ -489,36 +490,22 @@ pub async fn reconcile_revision(
         _ => Action::await_change(),
     };
     if new_status != status && !ctx.may_write() {
-        let holder = ctx
-            .ha
-            .as_ref()
-            .is_some_and(|ha| ha.leadership.view().holder);
-        return Ok(if holder { ctx.write_skipped() } else { retry });
+        return Ok(ctx.write_skipped_or(retry));
     }
     if new_status != status {
-        if matches!(outcome, Outcome::Tainted { .. }) {
-            // Fenced: the taint is written only on the revision as it was judged (another
-            // replica may have led meanwhile).
-            let body = json!({
-                "apiVersion": EnvoyConfigRevision::api_version(&()),
-                "kind": EnvoyConfigRevision::kind(&()),
-                "metadata": {"name": name, "resourceVersion": meta.resource_version},
-                "status": new_status,
-            });
-            match api
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&body),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_status(&e, 409) => return Ok(Action::requeue(RETRY_CONFLICT)),
-                Err(e) => return Err(e.into()),
+        // Fenced: the taint is written only on the revision as it was judged (another
+        // replica may have led meanwhile).
+        let fence = matches!(outcome, Outcome::Tainted { .. })
+            .then_some(meta.resource_version.as_deref())
+            .flatten();
+        match marin3r_kube::apply::apply_status_at(&api, &name, fence, &new_status, FIELD_MANAGER)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if fence.is_some() && is_status(&e, 409) => {
+                return Ok(Action::requeue(RETRY_CONFLICT));
             }
-        } else {
-            apply_status(&api, &name, &new_status).await?;
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(retry)

@@ -621,7 +621,7 @@ fn replicas_in_sync_changes(
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter_map(|ec| {
             let namespace = ec.namespace()?;
-            let elected = shared.elected_revision(&namespace, ec.metadata.uid.as_deref()?)?;
+            let elected = shared.elected(&namespace, ec.metadata.uid.as_deref()?)?;
             let (verdict, _) = ha.replicas_in_sync(
                 fleet,
                 &ec.spec.node_id,
