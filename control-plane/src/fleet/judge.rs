@@ -31,6 +31,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use marin3r_envoyconfig::ResourceType;
 use marin3r_envoyconfig::discoveryservicereplica::NodeDigest;
+use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 
 use crate::nacks::NackView;
 
@@ -76,6 +77,19 @@ pub struct Judged {
     pub uid: String,
     /// Its `status.lastPublishedAt`, as the leader sees it.
     pub epoch: Option<Time>,
+}
+
+impl Judged {
+    /// `revision` as the leader judges it: its UID and its `status.lastPublishedAt`.
+    pub fn of(revision: &EnvoyConfigRevision) -> Option<Self> {
+        Some(Self {
+            uid: revision.metadata.uid.clone()?,
+            epoch: revision
+                .status
+                .as_ref()
+                .and_then(|s| s.last_published_at.clone()),
+        })
+    }
 }
 
 /// Why a replica blocks a verdict that the others would give.

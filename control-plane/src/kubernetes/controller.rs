@@ -39,7 +39,7 @@ use marin3r_xds::ResourceType;
 use marin3r_xds::snapshot::Snapshot;
 
 use super::ha::{self, Ha, ServedNodes};
-use crate::fleet::{FleetView, Judged, NoVerdict, Served};
+use crate::fleet::{Fleet, FleetView, Judged, NoVerdict, Served};
 use crate::nacks::NackView;
 
 /// Field manager of every write (server-side apply of the status subresources).
@@ -325,17 +325,9 @@ fn replicas_in_sync(
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 ) -> Option<Duration> {
-    let namespace = ec.namespace().unwrap_or_default();
-    let uid = ec.metadata.uid.as_deref()?;
-    let elected = ctx.elected(&namespace, uid)?;
-    let revision_uid = elected.metadata.uid.as_deref()?;
     let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
-    let (verdict, again) = ha.replicas_in_sync(
-        &fleet,
-        &ec.spec.node_id,
-        revision_uid,
-        tokio::time::Instant::now(),
-    );
+    let (verdict, again) =
+        replicas_in_sync_verdict(ctx, ha, &fleet, ec, tokio::time::Instant::now())?;
     // The plan writes its own conditions afresh: carry this one over, so that its
     // transition time moves only with its status.
     if let Some(kept) = previous.iter().find(|c| c.type_ == plan::REPLICAS_IN_SYNC) {
@@ -343,9 +335,7 @@ fn replicas_in_sync(
         conditions.push(kept.clone());
     }
     // A lag younger than the debounce (`None`): what the status says stays.
-    if let Some(verdict) = verdict {
-        let (in_sync, reason, message) =
-            ha::replicas_in_sync_condition(verdict, &elected.name_any());
+    if let Some((in_sync, reason, message)) = verdict {
         plan::set_condition(
             conditions,
             plan::REPLICAS_IN_SYNC,
@@ -357,6 +347,33 @@ fn replicas_in_sync(
         );
     }
     again
+}
+
+/// `ReplicasInSync`'s status, reason and message (`None` inside the debounce), and when
+/// to look again.
+pub(super) type ReplicasInSyncVerdict = (Option<(bool, &'static str, String)>, Option<Duration>);
+
+/// What the `ReplicasInSync` condition of `ec` should say in `fleet` at `now`
+/// (`docs/ha.md` §5): its status, reason and message, or `None` while a lag is younger
+/// than [`ha::REPLICAS_IN_SYNC_DEBOUNCE`]; and when to look again. `None` when `ec` has
+/// no elected revision.
+pub(super) fn replicas_in_sync_verdict(
+    ctx: &Shared,
+    ha: &Ha,
+    fleet: &Fleet,
+    ec: &EnvoyConfig,
+    now: tokio::time::Instant,
+) -> Option<ReplicasInSyncVerdict> {
+    let namespace = ec.namespace().unwrap_or_default();
+    let elected = ctx.elected(&namespace, ec.metadata.uid.as_deref()?)?;
+    let (verdict, again) = ha.replicas_in_sync(
+        fleet,
+        &ec.spec.node_id,
+        elected.metadata.uid.as_deref()?,
+        now,
+    );
+    let condition = verdict.map(|v| ha::replicas_in_sync_condition(v, &elected.name_any()));
+    Some((condition, again))
 }
 
 fn has_finalizer(meta: &ObjectMeta) -> bool {
@@ -620,13 +637,7 @@ fn judged(
         .iter()
         .rev()
         .find(|e| e.spec.version == published.version)?;
-    Some(Judged {
-        uid: ecr.metadata.uid.clone()?,
-        epoch: ecr
-            .status
-            .as_ref()
-            .and_then(|s| s.last_published_at.clone()),
-    })
+    Judged::of(ecr)
 }
 
 /// Stores `snapshot` (with `versions`) for the node of `ecr` and records what is served.

@@ -541,14 +541,19 @@ async fn evaluate_loop(
             continue;
         }
         forget_unclaimed_nodes(&shared);
-        for target in rejected_revisions(&shared) {
+        // With several replicas, the fleet as this tick sees it: judged, observed and
+        // compared with the statuses once.
+        let fleet = shared
+            .ha
+            .as_ref()
+            .map(|ha| (ha, ha.fleet(shared.digests(), std::time::SystemTime::now())));
+        for target in rejected_revisions_in(&shared, fleet.as_ref().map(|(_, f)| f)) {
             let _ = revision_tx.send(target).await;
         }
-        if let Some(ha) = &shared.ha {
-            let fleet = ha.fleet(shared.digests(), std::time::SystemTime::now());
-            ha.observe(&fleet, shared.nack_threshold);
+        if let Some((ha, fleet)) = &fleet {
+            ha.observe(fleet, shared.nack_threshold);
             if shared.may_write() {
-                for target in replicas_in_sync_changes(&shared, ha, &fleet) {
+                for target in replicas_in_sync_changes(&shared, ha, fleet) {
                     let _ = config_tx.send(target).await;
                 }
             }
@@ -561,10 +566,22 @@ async fn evaluate_loop(
 /// taint and its reason once, in [`crate::publisher::decide`]. With several replicas,
 /// only the leader judges, over the fleet ([`crate::fleet::FleetView`]).
 pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
-    let fleet = match &shared.ha {
-        None => None,
-        Some(_) if !shared.may_write() => return Vec::new(),
-        Some(ha) => Some((ha, ha.fleet(shared.digests(), std::time::SystemTime::now()))),
+    let fleet = shared
+        .ha
+        .as_ref()
+        .map(|ha| ha.fleet(shared.digests(), std::time::SystemTime::now()));
+    rejected_revisions_in(shared, fleet.as_ref())
+}
+
+/// [`rejected_revisions`] with several replicas judged over `fleet` (`None`: a single
+/// replica, which judges its own streams).
+fn rejected_revisions_in(shared: &Shared, fleet: Option<&crate::fleet::Fleet>) -> Vec<RevisionRef> {
+    let fleet = match (&shared.ha, fleet) {
+        (None, _) => None,
+        // Only the leader judges, and only over the fleet.
+        (Some(_), _) if !shared.may_write() => return Vec::new(),
+        (Some(ha), Some(fleet)) => Some((ha, fleet)),
+        (Some(_), None) => return Vec::new(),
     };
     shared
         .revisions
@@ -585,10 +602,7 @@ pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
                     shared.nack_threshold,
                 ),
                 Some((ha, fleet)) => {
-                    let judged = crate::fleet::Judged {
-                        uid: r.metadata.uid.clone()?,
-                        epoch: status.last_published_at.clone(),
-                    };
+                    let judged = crate::fleet::Judged::of(r)?;
                     let view = crate::fleet::FleetView::new(fleet, judged);
                     let verdict = crate::nacks::rejected(
                         &r.spec.node_id,
@@ -621,15 +635,8 @@ fn replicas_in_sync_changes(
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter_map(|ec| {
             let namespace = ec.namespace()?;
-            let elected = shared.elected(&namespace, ec.metadata.uid.as_deref()?)?;
-            let (verdict, _) = ha.replicas_in_sync(
-                fleet,
-                &ec.spec.node_id,
-                elected.metadata.uid.as_deref()?,
-                now,
-            );
-            let (in_sync, _, message) =
-                ha::replicas_in_sync_condition(verdict?, &elected.name_any());
+            let (verdict, _) = controller::replicas_in_sync_verdict(shared, ha, fleet, ec, now)?;
+            let (in_sync, _, message) = verdict?;
             let current = ec.status.as_ref().and_then(|s| {
                 s.conditions
                     .iter()
