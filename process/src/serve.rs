@@ -1,14 +1,14 @@
 //! The one runner of every long-running process: probe and metrics servers around the
 //! process's main work, and a shutdown bounded by the process's grace.
 
-use std::future::{Future, IntoFuture as _};
+use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::{Error, Readiness, Stopping, probe_router};
+use crate::{Error, HttpLimits, Readiness, Stopping, probe_router, serve_http};
 
 /// How long the probe and metrics servers may take to close their connections once the
 /// main work has ended; a client still connected after that is cut off. Their answers
@@ -76,16 +76,19 @@ impl Process {
                 let _ = servers_stopping.wait_for(|stop| *stop).await;
             }
         };
-        let health = tokio::spawn(
-            axum::serve(health, probe_router(readiness.clone()))
-                .with_graceful_shutdown(stopped())
-                .into_future(),
-        );
-        let metrics = tokio::spawn(
-            axum::serve(metrics, metrics_routes)
-                .with_graceful_shutdown(stopped())
-                .into_future(),
-        );
+        // Both bounded like every plain-HTTP listener (`serve_http`).
+        let health = tokio::spawn(serve_http(
+            health,
+            probe_router(readiness.clone()),
+            HttpLimits::DEFAULT,
+            stopped(),
+        ));
+        let metrics = tokio::spawn(serve_http(
+            metrics,
+            metrics_routes,
+            HttpLimits::DEFAULT,
+            stopped(),
+        ));
 
         let result = run_main(
             name,
@@ -141,14 +144,12 @@ async fn run_main<E>(
 }
 
 /// Waits (at most [`HTTP_STOP_GRACE`]) for a probe or metrics server told to stop.
-async fn stop_server(
-    server: &'static str,
-    mut task: JoinHandle<std::io::Result<()>>,
-) -> Result<(), Error> {
+async fn stop_server(server: &'static str, mut task: JoinHandle<()>) -> Result<(), Error> {
     match tokio::time::timeout(HTTP_STOP_GRACE, &mut task).await {
-        Ok(joined) => joined
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-            .map_err(|source| Error::Serve { server, source }),
+        Ok(joined) => joined.map_err(|e| Error::Serve {
+            server,
+            source: std::io::Error::other(e),
+        }),
         Err(_) => {
             task.abort();
             tracing::warn!(server, grace = ?HTTP_STOP_GRACE, "connections still open; closed");
@@ -266,6 +267,65 @@ mod tests {
             .await;
         assert!(matches!(result, Err(TestError::Failed)), "{result:?}");
         assert!(!readiness.is_ready(), "a process that ended is not ready");
+    }
+
+    /// A running [`Process`] whose main work waits for the shutdown: the signal, the
+    /// health and metrics addresses, the task.
+    async fn running() -> (
+        tokio::sync::oneshot::Sender<()>,
+        [SocketAddr; 2],
+        JoinHandle<Result<(), TestError>>,
+    ) {
+        let readiness = Readiness::new();
+        let (process, health) = process(&readiness, Duration::from_secs(30)).await;
+        let metrics = process.metrics.local_addr().unwrap();
+        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(process.serve(
+            async move {
+                let _ = signalled.await;
+            },
+            |stopping| async move {
+                stopping.wait().await;
+                Ok::<(), TestError>(())
+            },
+        ));
+        (signal, [health, metrics], task)
+    }
+
+    /// The probe and metrics listeners of every process (webhook, discovery service,
+    /// operator): each accepted socket has `TCP_NODELAY`, seen from the server's side.
+    #[tokio::test]
+    async fn probe_and_metrics_connections_have_tcp_nodelay() {
+        let (signal, addrs, task) = running().await;
+        for addr in addrs {
+            let conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let from = conn.local_addr().unwrap();
+            assert!(
+                marin3r_testkit::sockets::server_side_nodelay(addr, from).await,
+                "{addr}"
+            );
+        }
+        signal.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+
+    /// Both are bounded like every plain-HTTP listener: a connection that sends no
+    /// headers is closed after [`crate::HTTP_HEADER_READ_TIMEOUT`].
+    #[tokio::test(start_paused = true)]
+    async fn probe_and_metrics_connections_without_headers_are_closed() {
+        use tokio::io::AsyncReadExt as _;
+        let (signal, addrs, task) = running().await;
+        for addr in addrs {
+            let started = Instant::now();
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let read = tokio::time::timeout(Duration::from_secs(60), conn.read(&mut [0; 1]))
+                .await
+                .expect("a connection without headers was kept");
+            assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+            assert_eq!(started.elapsed(), crate::HTTP_HEADER_READ_TIMEOUT, "{addr}");
+        }
+        signal.send(()).unwrap();
+        task.await.unwrap().unwrap();
     }
 
     /// Real sockets: `/readyz` answers 503 while the main work stops, `/healthz` 200;

@@ -55,7 +55,8 @@ pub use duration::{format_duration, parse_duration};
 pub use envoy::AdminClient;
 pub use server::{
     ADMIN_REQUEST_TIMEOUT, AppState, DRAIN_RESULT_HEADER, HEALTHCHECK_FAIL_ATTEMPTS,
-    HEALTHCHECK_FAIL_INITIAL_BACKOFF, HEALTHCHECK_FAIL_MAX_BACKOFF, router, run, serve,
+    HEALTHCHECK_FAIL_INITIAL_BACKOFF, HEALTHCHECK_FAIL_MAX_BACKOFF, HTTP_LIMITS, router, run,
+    serve,
 };
 pub use stats::{STATS_PATH, open_connections};
 
@@ -147,9 +148,6 @@ pub enum ShutdownManagerError {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP server failed.
-    #[error("http server failed")]
-    Serve(#[source] std::io::Error),
     /// A request to Envoy's admin failed (connect, I/O, body too large).
     #[error("request to envoy admin {url} failed")]
     AdminRequest {

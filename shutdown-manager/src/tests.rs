@@ -733,3 +733,127 @@ async fn run_reports_bind_errors() {
     let err = run(config, async {}).await.unwrap_err();
     assert!(matches!(err, ShutdownManagerError::Bind { .. }), "{err}");
 }
+
+// ------------------------------------------------------------- hostile HTTP clients
+
+/// Reads until the server closes `conn`; what it sent meanwhile.
+async fn read_until_closed(conn: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    let mut got = Vec::new();
+    match conn.read_to_end(&mut got).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("reading: {e}"),
+    }
+    got
+}
+
+/// Guards socket tests that would hang without the bounds (never reached with them).
+const GUARD: Duration = Duration::from_secs(60);
+
+/// The address `serve` listens on, from its base URL.
+fn socket_addr(url: &str) -> std::net::SocketAddr {
+    url.trim_start_matches("http://").parse().unwrap()
+}
+
+/// The socket the server accepted (seen from its side) has `TCP_NODELAY`.
+#[tokio::test]
+async fn accepted_connections_have_tcp_nodelay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stop, task) = start_server(fast_config(&dead_address().await, &dir)).await;
+    let addr = socket_addr(&url);
+    let conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert!(marin3r_testkit::sockets::server_side_nodelay(addr, conn.local_addr().unwrap()).await);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// 3,000 connections that never finished their headers took the process from 5.7 to
+/// 58.7 MB and none was closed: now each is closed 5 s after it opened, silent or with
+/// its headers trickled, and the server serves on.
+#[tokio::test(start_paused = true)]
+async fn connections_that_never_finish_their_headers_are_closed_after_5s() {
+    use tokio::io::AsyncWriteExt as _;
+    assert_eq!(HTTP_LIMITS.header_read, Duration::from_secs(5));
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stop, task) = start_server(fast_config(&dead_address().await, &dir)).await;
+    let addr = socket_addr(&url);
+    let started = Instant::now();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut trickled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for part in ["GET /healthz HTTP/1.1\r\n", "host: x\r\n", "x: y\r\n"] {
+        trickled.write_all(part.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for conn in [&mut silent, &mut trickled] {
+        let answer = tokio::time::timeout(GUARD, read_until_closed(conn))
+            .await
+            .expect("a connection without complete headers was kept");
+        assert_eq!(answer, b"");
+    }
+    assert_eq!(started.elapsed(), HTTP_LIMITS.header_read);
+    assert_eq!(http_get(format!("{url}/healthz")).await, (200, "OK".into()));
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// At 64 connections held (each a `/shutdown` waiting for the ready file, as preStop
+/// hooks do), a new connection is closed at once; below the limit a request is served;
+/// once a held connection closes, requests are served again.
+#[tokio::test]
+async fn beyond_64_connections_new_ones_are_closed_at_once() {
+    use tokio::io::AsyncWriteExt as _;
+    assert_eq!(HTTP_LIMITS.max_connections, 64);
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        ready_timeout: Duration::from_secs(3600),
+        ..fast_config(&dead_address().await, &dir)
+    };
+    let (url, stop, task) = start_server(config).await;
+    let addr = socket_addr(&url);
+    let hold = || async move {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /shutdown HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        conn
+    };
+    let mut held = Vec::new();
+    for _ in 0..HTTP_LIMITS.max_connections - 1 {
+        held.push(hold().await);
+    }
+    // The 64th: served.
+    assert_eq!(http_get(format!("{url}/healthz")).await, (200, "OK".into()));
+
+    held.push(hold().await);
+    // Accepted after the 64 held ones (accept order): closed at once, unanswered.
+    let mut over = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = over
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await;
+    let answer = tokio::time::timeout(GUARD, read_until_closed(&mut over))
+        .await
+        .expect("a connection over the limit was kept");
+    assert_eq!(answer, b"", "served over the limit");
+
+    drop(held.pop());
+    marin3r_testkit::wait_until_async("served below the limit again", GUARD, || async {
+        get_url(&format!("{url}/healthz"))
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    // Every held `/shutdown` was answered on the shutdown (no ready file: 503).
+    for mut conn in held {
+        let answer = tokio::time::timeout(GUARD, read_until_closed(&mut conn))
+            .await
+            .unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 503"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+}

@@ -18,6 +18,8 @@
 //! - [`unix_time`]: fixed points in time for code that takes `now` as an input.
 //! - [`proxy`]: a TCP load balancer standing in for a Kubernetes Service (several
 //!   discovery-service replicas behind one address).
+//! - [`sockets`] (Linux): the options of a server's side of a test connection (did the
+//!   server set `TCP_NODELAY` on the socket it accepted?).
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -32,6 +34,8 @@ pub mod kube;
 pub mod pod_security;
 pub mod proxy;
 pub mod rbac;
+#[cfg(target_os = "linux")]
+pub mod sockets;
 pub mod time;
 pub mod tls;
 pub mod wait;

@@ -259,25 +259,21 @@ struct Connections {
 }
 
 impl Connections {
-    /// Accepts connections until `until` completes.
+    /// Accepts connections ([`marin3r_process::accept`]: `TCP_NODELAY`, failed accepts
+    /// retried) until `until` completes.
     async fn accept_until(&mut self, listener: &TcpListener, until: impl Future<Output = ()>) {
         let mut until = std::pin::pin!(until);
         loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
+            // `TCP_NODELAY` there, like every listener's connections.
+            let (tcp, peer) = tokio::select! {
+                accepted = marin3r_process::accept(listener) => accepted,
                 Some(joined) = self.tasks.join_next() => {
                     log_panic(joined);
                     continue;
                 }
                 () = &mut until => return,
             };
-            match accepted {
-                Ok((tcp, peer)) => self.spawn(tcp, peer),
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
+            self.spawn(tcp, peer);
         }
     }
 
