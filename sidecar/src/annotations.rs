@@ -10,6 +10,9 @@ use std::ops::Bound;
 use marin3r_wire::object_names::discovery_service;
 use marin3r_wire::{paths, ports};
 
+use crate::extra_volumes::{self, ExtraVolume};
+use crate::host_ports::{self, HostPortUse};
+use crate::quote::{listed, quoted};
 use crate::validate::{self, Quantity};
 
 /// Prefix of every MARIN3R annotation and label.
@@ -60,6 +63,42 @@ pub mod keys {
     pub const SHTDN_DRAIN_STRATEGY: &str = "shutdown-manager.drain-strategy";
     pub const INIT_MANAGER_IMAGE: &str = "init-manager.image";
     pub const NATIVE_SIDECAR: &str = "native-sidecar";
+    pub const EXTRA_SECRET_VOLUMES: &str = "envoy-extra-secret-volumes";
+    pub const EXTRA_CONFIGMAP_VOLUMES: &str = "envoy-extra-configmap-volumes";
+
+    /// Every key above: the table checks that must cover each annotation iterate.
+    pub const ALL: &[&str] = &[
+        NODE_ID,
+        CLUSTER_ID,
+        CONTAINER_NAME,
+        ENVOY_IMAGE,
+        ENVOY_API_VERSION,
+        PORTS,
+        HOST_PORT_MAPPINGS,
+        ENVOY_EXTRA_ARGS,
+        CONFIG_VOLUME,
+        TLS_VOLUME,
+        CLIENT_CERTIFICATE,
+        DISCOVERY_SERVICE_NAME,
+        DISCOVERY_SERVICE_ADDRESS,
+        ADMIN_PORT,
+        ADMIN_BIND_ADDRESS,
+        ADMIN_ACCESS_LOG_PATH,
+        REQUESTS_CPU,
+        REQUESTS_MEMORY,
+        LIMITS_CPU,
+        LIMITS_MEMORY,
+        SHTDN_ENABLED,
+        SHTDN_PORT,
+        SHTDN_IMAGE,
+        SHTDN_HOOKS,
+        SHTDN_DRAIN_TIME,
+        SHTDN_DRAIN_STRATEGY,
+        INIT_MANAGER_IMAGE,
+        NATIVE_SIDECAR,
+        EXTRA_SECRET_VOLUMES,
+        EXTRA_CONFIGMAP_VOLUMES,
+    ];
 }
 
 /// Defaults that come from the webhook's flags rather than from annotations.
@@ -201,6 +240,9 @@ pub struct SidecarConfig {
     pub shutdown_manager: Option<ShutdownManager>,
     pub init_manager_image: String,
     pub native_sidecar: bool,
+    /// Secrets and ConfigMaps mounted read-only into the Envoy container
+    /// (`envoy-extra-secret-volumes`, then `envoy-extra-configmap-volumes`).
+    pub extra_volumes: Vec<ExtraVolume>,
 }
 
 /// Collects errors while each annotation is parsed independently.
@@ -268,6 +310,21 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// A node or cluster id: not empty and no longer than the discovery service accepts
+/// (`marin3r_wire::MAX_NODE_NAME_BYTES`; a longer one would be injected and then refused
+/// on every ADS stream).
+fn node_name(s: &str) -> Result<(), String> {
+    non_empty(s)?;
+    if s.len() > marin3r_wire::MAX_NODE_NAME_BYTES {
+        return Err(format!(
+            "is {} bytes long; the discovery service accepts at most {}",
+            s.len(),
+            marin3r_wire::MAX_NODE_NAME_BYTES
+        ));
+    }
+    Ok(())
+}
+
 fn non_empty(s: &str) -> Result<(), String> {
     if s.trim().is_empty() {
         Err("must not be empty".into())
@@ -283,7 +340,7 @@ fn absolute_path(s: &str) -> Result<(), String> {
     if s.starts_with('/') {
         Ok(())
     } else {
-        Err(format!("{s:?} is not an absolute path"))
+        Err(format!("{} is not an absolute path", quoted(s)))
     }
 }
 
@@ -291,7 +348,7 @@ fn api_version(s: &str) -> Result<(), String> {
     match s {
         marin3r_wire::ENVOY_API_V3 => Ok(()),
         "v2" => Err("Envoy removed the v2 xDS API; use v3".into()),
-        other => Err(format!("{other:?} is not supported; use v3")),
+        other => Err(format!("{} is not supported; use v3", quoted(other))),
     }
 }
 
@@ -310,13 +367,15 @@ fn parse_port_spec(entry: &str) -> Result<PortSpec, String> {
                 "SCTP" => Protocol::Sctp,
                 other => {
                     return Err(format!(
-                        "{entry:?}: protocol {other:?} is not one of TCP, UDP, SCTP"
+                        "{}: protocol {} is not one of TCP, UDP, SCTP",
+                        quoted(entry),
+                        quoted(other)
                     ));
                 }
             };
             (*name, *port, protocol)
         }
-        _ => return Err(format!("{entry:?} is not name:port[:protocol]")),
+        _ => return Err(format!("{} is not name:port[:protocol]", quoted(entry))),
     };
     validate::port_name(name)?;
     let port = validate::port(port)?;
@@ -355,9 +414,9 @@ where
             );
             String::new()
         }
-        Some(_) => p.string(NODE_ID, "", non_empty),
+        Some(_) => p.string(NODE_ID, "", node_name),
     };
-    let cluster_id = p.string(CLUSTER_ID, &node_id, non_empty);
+    let cluster_id = p.string(CLUSTER_ID, &node_id, node_name);
     let container_name = p.string(CONTAINER_NAME, "envoy-sidecar", validate::dns1123_label);
     let envoy_image = p.string(ENVOY_IMAGE, &defaults.envoy_image, validate::image);
     p.parse(ENVOY_API_VERSION, (), api_version);
@@ -369,7 +428,7 @@ where
             match parse_port_spec(entry) {
                 Ok(spec) => {
                     if out.iter().any(|o| o.name == spec.name) {
-                        problems.push(format!("port name {:?} is used twice", spec.name));
+                        problems.push(format!("port name {} is used twice", quoted(&spec.name)));
                     } else if out
                         .iter()
                         .any(|o| o.port == spec.port && o.protocol == spec.protocol)
@@ -392,7 +451,7 @@ where
         if problems.is_empty() {
             Ok(out)
         } else {
-            Err(problems.join(", "))
+            Err(listed(problems, ", "))
         }
     });
 
@@ -406,19 +465,19 @@ where
         .flatten()
     {
         let Some((name, host_port)) = entry.split_once(':') else {
-            mapping_problems.push(format!("{entry:?} is not portName:hostPort"));
+            mapping_problems.push(format!("{} is not portName:hostPort", quoted(entry)));
             continue;
         };
         match validate::port(host_port) {
             Ok(_) if mappings.iter().any(|(n, _)| n == name) => {
-                mapping_problems.push(format!("port {name:?} is mapped twice"));
+                mapping_problems.push(format!("port {} is mapped twice", quoted(name)));
             }
             Ok(hp) => mappings.push((name.to_string(), hp)),
             Err(e) => mapping_problems.push(e),
         }
     }
     if !mapping_problems.is_empty() {
-        p.error(HOST_PORT_MAPPINGS, mapping_problems.join(", "));
+        p.error(HOST_PORT_MAPPINGS, listed(mapping_problems, ", "));
     }
     // Only check names against `ports` when `ports` itself parsed.
     let ports_valid = !p.errors.iter().any(|e| e.annotation == PORTS);
@@ -427,35 +486,34 @@ where
             Some(spec) => spec.host_port = Some(host_port),
             None if ports_valid => p.error(
                 HOST_PORT_MAPPINGS,
-                format!("port {name:?} is not declared in {DOMAIN}/{PORTS}"),
+                format!("port {} is not declared in {DOMAIN}/{PORTS}", quoted(&name)),
             ),
             None => {}
         }
     }
 
-    // Kubernetes rejects two ports with the same hostPort and protocol.
-    let mut host_ports: Vec<(u16, Protocol, &str)> = Vec::new();
-    let mut duplicate_host_ports = Vec::new();
-    for spec in &ports {
-        let Some(hp) = spec.host_port else { continue };
-        match host_ports
-            .iter()
-            .find(|(h, proto, _)| *h == hp && *proto == spec.protocol)
-        {
-            Some((_, _, first)) => duplicate_host_ports.push(format!(
-                "hostPort {hp}/{} is used by both {first:?} and {:?}",
-                spec.protocol.as_str(),
-                spec.name
-            )),
-            None => host_ports.push((hp, spec.protocol, &spec.name)),
-        }
-    }
+    // Kubernetes rejects two ports with the same hostPort and protocol (the app
+    // containers' ports are checked against these when the Pod is injected).
+    let host_ports: Vec<HostPortUse> = ports
+        .iter()
+        .filter_map(|spec| {
+            Some(HostPortUse {
+                host_port: spec.host_port?,
+                protocol: spec.protocol.as_str().into(),
+                declarer: quoted(&spec.name),
+            })
+        })
+        .collect();
+    let duplicate_host_ports: Vec<String> = host_ports::clashes(&host_ports)
+        .into_iter()
+        .map(|(first, again)| host_ports::clash_message(&host_ports[first], &host_ports[again]))
+        .collect();
     if !duplicate_host_ports.is_empty() {
-        p.error(HOST_PORT_MAPPINGS, duplicate_host_ports.join(", "));
+        p.error(HOST_PORT_MAPPINGS, listed(duplicate_host_ports, ", "));
     }
 
     let extra_args = p.parse(ENVOY_EXTRA_ARGS, Vec::new(), |v| {
-        shell_words::split(v).map_err(|e| format!("cannot split {v:?} like a shell: {e}"))
+        shell_words::split(v).map_err(|e| format!("cannot split {} like a shell: {e}", quoted(v)))
     });
     let config_volume = p.string(
         CONFIG_VOLUME,
@@ -466,7 +524,10 @@ where
     if config_volume == tls_volume {
         p.error(
             TLS_VOLUME,
-            format!("volume {tls_volume:?} is also the config-volume; they must differ"),
+            format!(
+                "volume {} is also the config-volume; they must differ",
+                quoted(&tls_volume)
+            ),
         );
     }
     let client_certificate = p.string(
@@ -546,16 +607,14 @@ where
         } else {
             Err(format!(
                 "container(s) {} not found in the pod",
-                unknown
-                    .iter()
-                    .map(|n| format!("{n:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                listed(unknown.iter().map(|n| quoted(n)), ", ")
             ))
         }
     });
     let drain_time = p.parse(SHTDN_DRAIN_TIME, 300, |v| {
-        let n: i64 = v.parse().map_err(|_| format!("{v:?} is not a number"))?;
+        let n: i64 = v
+            .parse()
+            .map_err(|_| format!("{} is not a number", quoted(v)))?;
         if (1..=3600).contains(&n) {
             Ok(n)
         } else {
@@ -565,10 +624,11 @@ where
     let drain_strategy = p.parse(SHTDN_DRAIN_STRATEGY, DrainStrategy::Gradual, |v| match v {
         "gradual" => Ok(DrainStrategy::Gradual),
         "immediate" => Ok(DrainStrategy::Immediate),
-        other => Err(format!("{other:?} is not gradual or immediate")),
+        other => Err(format!("{} is not gradual or immediate", quoted(other))),
     });
     let init_manager_image = p.string(INIT_MANAGER_IMAGE, &defaults.marin3r_image, validate::image);
     let native_sidecar = p.parse(NATIVE_SIDECAR, false, validate::boolean);
+    let extra_volumes = parse_extra_volumes(&mut p, &[&config_volume, &tls_volume]);
 
     // Cross-annotation port conflicts.
     let envoy_ports: Vec<u16> = ports
@@ -625,7 +685,90 @@ where
         }),
         init_manager_image,
         native_sidecar,
+        extra_volumes,
     })
+}
+
+/// The annotation of extra volumes of `source`.
+pub fn extra_volumes_key(source: extra_volumes::Source) -> &'static str {
+    match source {
+        extra_volumes::Source::Secret => keys::EXTRA_SECRET_VOLUMES,
+        extra_volumes::Source::ConfigMap => keys::EXTRA_CONFIGMAP_VOLUMES,
+    }
+}
+
+/// `envoy-extra-secret-volumes` and `envoy-extra-configmap-volumes`:
+/// `<name>:<mount-path>[,...]` each, checked together by [`extra_volumes::check`] (the
+/// rule an EnvoyDeployment's `spec.extraVolumes` follows too); each problem is reported
+/// on the annotation of its entry. `injected_volumes` are the names of the volumes
+/// injection adds besides (`config-volume`, `tls-volume`).
+fn parse_extra_volumes(p: &mut Parser<'_>, injected_volumes: &[&str]) -> Vec<ExtraVolume> {
+    use extra_volumes::Source;
+    let mut requests = Vec::new();
+    let mut ok = true;
+    for source in [Source::Secret, Source::ConfigMap] {
+        let key = extra_volumes_key(source);
+        let mut malformed = Vec::new();
+        for entry in p.get(key).map(split_list).into_iter().flatten() {
+            match entry.split_once(':') {
+                Some((name, path)) => requests.push(extra_volumes::Request {
+                    source,
+                    object_name: name.trim(),
+                    mount_path: path.trim(),
+                }),
+                None => malformed.push(format!("{} is not name:mount-path", quoted(entry))),
+            }
+        }
+        if !malformed.is_empty() {
+            ok = false;
+            p.error(key, listed(malformed, ", "));
+        }
+    }
+    let volumes = match extra_volumes::check(&requests) {
+        Ok(volumes) => volumes,
+        Err(problems) => {
+            let mut by_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            for problem in problems {
+                let source = requests
+                    .get(problem.index)
+                    .map_or(Source::Secret, |r| r.source);
+                let message = match requests.get(problem.index) {
+                    Some(r) if problem.field != extra_volumes::Field::List => format!(
+                        "{}: {}",
+                        quoted(&format!("{}:{}", r.object_name, r.mount_path)),
+                        problem.message
+                    ),
+                    _ => problem.message,
+                };
+                by_key
+                    .entry(extra_volumes_key(source))
+                    .or_default()
+                    .push(message);
+            }
+            // In annotation order: secrets, then ConfigMaps.
+            for source in [Source::Secret, Source::ConfigMap] {
+                let key = extra_volumes_key(source);
+                if let Some(messages) = by_key.remove(key) {
+                    p.error(key, listed(messages, ", "));
+                }
+            }
+            return Vec::new();
+        }
+    };
+    // The generated names must not be the ones `config-volume` or `tls-volume` chose.
+    for v in &volumes {
+        if injected_volumes.contains(&v.volume_name.as_str()) {
+            ok = false;
+            p.error(
+                extra_volumes_key(v.source),
+                format!(
+                    "the generated volume name {} is also the config-volume or tls-volume",
+                    quoted(&v.volume_name)
+                ),
+            );
+        }
+    }
+    if ok { volumes } else { Vec::new() }
 }
 
 #[cfg(test)]
@@ -662,6 +805,25 @@ mod tests {
         assert!(c.shutdown_manager.is_none());
         assert!(!c.native_sidecar);
         assert!(c.ports.is_empty());
+    }
+
+    #[test]
+    fn node_and_cluster_ids_longer_than_the_discovery_service_accepts_are_denied() {
+        let at_limit = "n".repeat(marin3r_wire::MAX_NODE_NAME_BYTES);
+        let c = parse_with(&[("node-id", &at_limit), ("cluster-id", &at_limit)]).unwrap();
+        assert_eq!(c.node_id.len(), marin3r_wire::MAX_NODE_NAME_BYTES);
+        let over = "n".repeat(marin3r_wire::MAX_NODE_NAME_BYTES + 1);
+        for key in ["node-id", "cluster-id"] {
+            let e = parse_with(&[("node-id", "x"), (key, &over)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "{key}: is 1025 bytes long; the discovery service accepts at most 1024"
+                )),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -824,6 +986,112 @@ mod tests {
         assert!(
             e.to_string()
                 .starts_with("invalid marin3r annotations: envoy-extra-args: cannot split")
+        );
+    }
+
+    #[test]
+    fn extra_volumes_are_parsed_in_order_and_problems_name_their_annotation() {
+        use crate::extra_volumes::Source;
+        let c = parse_with(&[
+            ("node-id", "x"),
+            (
+                "envoy-extra-secret-volumes",
+                "token:/etc/envoy/oauth/token, hmac:/etc/envoy/oauth/hmac",
+            ),
+            ("envoy-extra-configmap-volumes", "lua:/etc/envoy/lua"),
+        ])
+        .unwrap();
+        let got: Vec<(Source, &str, &str, &str)> = c
+            .extra_volumes
+            .iter()
+            .map(|v| {
+                (
+                    v.source,
+                    v.object_name.as_str(),
+                    v.mount_path.as_str(),
+                    v.volume_name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    Source::Secret,
+                    "token",
+                    "/etc/envoy/oauth/token",
+                    "envoy-extra-secret-0"
+                ),
+                (
+                    Source::Secret,
+                    "hmac",
+                    "/etc/envoy/oauth/hmac",
+                    "envoy-extra-secret-1"
+                ),
+                (
+                    Source::ConfigMap,
+                    "lua",
+                    "/etc/envoy/lua",
+                    "envoy-extra-configmap-0"
+                ),
+            ]
+        );
+        assert!(
+            parse_with(&[("node-id", "x")])
+                .unwrap()
+                .extra_volumes
+                .is_empty()
+        );
+
+        // A clash across the two annotations is reported on the later entry's.
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("envoy-extra-secret-volumes", "a:/etc/envoy/x"),
+            ("envoy-extra-configmap-volumes", "b:/etc/envoy/x/y,c"),
+        ])
+        .unwrap_err();
+        let fields: Vec<&str> = e.0.iter().map(|e| e.annotation.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "envoy-extra-configmap-volumes",
+                "envoy-extra-configmap-volumes"
+            ],
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("\"c\" is not name:mount-path"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains(
+                "\"b:/etc/envoy/x/y\": mount path \"/etc/envoy/x/y\" overlaps the mount path \"/etc/envoy/x\""
+            ),
+            "{e}"
+        );
+
+        // Over the bound: reported once, on the annotation of the entry past it.
+        let many: Vec<String> = (0..17).map(|i| format!("s:/x/{i}")).collect();
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("envoy-extra-secret-volumes", &many.join(",")),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid marin3r annotations: envoy-extra-secret-volumes: 17 extra volumes; at most 16"
+        );
+
+        // A generated name a chosen config-volume or tls-volume already takes.
+        let e = parse_with(&[
+            ("node-id", "x"),
+            ("tls-volume", "envoy-extra-secret-0"),
+            ("envoy-extra-secret-volumes", "a:/etc/envoy/x"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid marin3r annotations: envoy-extra-secret-volumes: the generated volume name \"envoy-extra-secret-0\" is also the config-volume or tls-volume"
         );
     }
 

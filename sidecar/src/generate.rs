@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, Probe, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, Probe,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::annotations::{ShutdownManager, SidecarConfig};
+use crate::extra_volumes::{ExtraVolume, Source};
 
 /// Where the bootstrap written by the init manager is mounted.
 pub use marin3r_wire::paths::ENVOY_BOOTSTRAP as CONFIG_MOUNT_PATH;
@@ -194,10 +195,19 @@ pub fn envoy_container(cfg: &SidecarConfig) -> Container {
         args: Some(args),
         ports: Some(ports),
         resources: Some(resources),
-        volume_mounts: Some(vec![
-            mount(&cfg.tls_volume, TLS_MOUNT_PATH, true),
-            mount(&cfg.config_volume, CONFIG_MOUNT_PATH, true),
-        ]),
+        volume_mounts: Some(
+            [
+                mount(&cfg.tls_volume, TLS_MOUNT_PATH, true),
+                mount(&cfg.config_volume, CONFIG_MOUNT_PATH, true),
+            ]
+            .into_iter()
+            .chain(
+                cfg.extra_volumes
+                    .iter()
+                    .map(|v| mount(&v.volume_name, &v.mount_path, true)),
+            )
+            .collect(),
+        ),
         liveness_probe: Some(ready_probe(cfg.admin_port, 30, 10, 10)),
         readiness_probe: Some(ready_probe(cfg.admin_port, 15, 5, 1)),
         lifecycle: cfg
@@ -290,9 +300,35 @@ pub fn shutdown_manager_container(cfg: &SidecarConfig, sm: &ShutdownManager) -> 
     }
 }
 
-/// The client certificate Secret volume and the bootstrap emptyDir.
+/// An extra Secret or ConfigMap volume ([`crate::extra_volumes`]): files readable by
+/// Envoy (mode 0644, like the client certificate), mounted read-only.
+pub fn extra_volume(v: &ExtraVolume) -> Volume {
+    let mut volume = Volume {
+        name: v.volume_name.clone(),
+        ..Default::default()
+    };
+    match v.source {
+        Source::Secret => {
+            volume.secret = Some(SecretVolumeSource {
+                secret_name: Some(v.object_name.clone()),
+                default_mode: Some(0o644),
+                ..Default::default()
+            });
+        }
+        Source::ConfigMap => {
+            volume.config_map = Some(ConfigMapVolumeSource {
+                name: v.object_name.clone(),
+                default_mode: Some(0o644),
+                ..Default::default()
+            });
+        }
+    }
+    volume
+}
+
+/// The client certificate Secret volume, the bootstrap emptyDir and the extra volumes.
 pub fn volumes(cfg: &SidecarConfig) -> Vec<Volume> {
-    vec![
+    let mut volumes = vec![
         Volume {
             name: cfg.tls_volume.clone(),
             secret: Some(SecretVolumeSource {
@@ -307,5 +343,7 @@ pub fn volumes(cfg: &SidecarConfig) -> Vec<Volume> {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         },
-    ]
+    ];
+    volumes.extend(cfg.extra_volumes.iter().map(extra_volume));
+    volumes
 }

@@ -17,10 +17,12 @@ use serde_json::{Map, Value};
 
 use crate::Error;
 use crate::annotations::{
-    self, AnnotationError, AnnotationErrors, Defaults, SIDECAR_STATUS, STATUS_ENABLED,
+    self, AnnotationError, AnnotationErrors, DOMAIN, Defaults, SIDECAR_STATUS, STATUS_ENABLED,
     STATUS_LABEL, SidecarConfig,
 };
 use crate::generate;
+use crate::host_ports::{self, HostPortUse};
+use crate::quote::{bounded, listed, quoted};
 
 /// Kubernetes' default `terminationGracePeriodSeconds`.
 pub const DEFAULT_TERMINATION_GRACE_PERIOD: i64 = 30;
@@ -70,6 +72,19 @@ pub struct SidecarStatus {
     /// (`shutdown-manager.extra-lifecycle-hooks`), with their lifecycle before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_stop_hooks: Vec<PreStopChange>,
+    /// The extra Secret and ConfigMap volumes injection added and mounted into Envoy
+    /// (`envoy-extra-secret-volumes`, `envoy-extra-configmap-volumes`). Absent when there
+    /// are none, and in statuses written before they existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_volumes: Vec<ExtraVolumeMount>,
+}
+
+/// An extra volume injection added, and where it mounted it in the Envoy container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtraVolumeMount {
+    pub name: String,
+    pub mount_path: String,
 }
 
 /// `spec.terminationGracePeriodSeconds` before and after injection.
@@ -112,7 +127,7 @@ fn string_map<'a>(
             .map(|(k, v)| match v {
                 Value::String(s) => Ok((k.as_str(), s.as_str())),
                 _ => Err(invalid(
-                    &format!("metadata.{key}[{k:?}]"),
+                    &format!("metadata.{key}[{}]", quoted(k)),
                     "must be a string",
                 )),
             })
@@ -339,7 +354,10 @@ pub fn plan_pod_as<'a, F: Added>(
         Some(s) => serde_json::from_str(s).unwrap_or_else(|e| {
             status_error = Some(AnnotationError {
                 annotation: "sidecar-status".into(),
-                message: format!("is not the JSON the webhook writes ({e})"),
+                message: format!(
+                    "is not the JSON the webhook writes ({})",
+                    bounded(&e.to_string())
+                ),
             });
             SidecarStatus::default()
         }),
@@ -390,6 +408,16 @@ pub fn plan_pod_as<'a, F: Added>(
 
     let ephemeral_names: BTreeSet<String> = names(ephemeral).map(str::to_string).collect();
     let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    // Ephemeral containers cannot declare ports; the injected containers an earlier
+    // injection added are replaced, so only the kept ones count.
+    let app_host_ports: Vec<HostPortUse> = [CONTAINERS, INIT_CONTAINERS]
+        .into_iter()
+        .flat_map(|list| {
+            lists[list]
+                .kept()
+                .flat_map(move |(i, c)| container_host_ports(LISTS[list], i, c, host_network))
+        })
+        .collect();
     check_conflicts(
         &cfg,
         &PodNames {
@@ -397,6 +425,7 @@ pub fn plan_pod_as<'a, F: Added>(
             init_containers: &kept_names(&lists[INIT_CONTAINERS]),
             ephemeral_containers: &ephemeral_names,
             volumes: &kept_names(&lists[VOLUMES]),
+            host_ports: &app_host_ports,
         },
         host_network,
     )?;
@@ -412,6 +441,14 @@ pub fn plan_pod_as<'a, F: Added>(
     let mut status = SidecarStatus {
         init_containers: vec![generate::INIT_MANAGER_NAME.to_string()],
         volumes: vec![cfg.tls_volume.clone(), cfg.config_volume.clone()],
+        extra_volumes: cfg
+            .extra_volumes
+            .iter()
+            .map(|v| ExtraVolumeMount {
+                name: v.volume_name.clone(),
+                mount_path: v.mount_path.clone(),
+            })
+            .collect(),
         ..SidecarStatus::default()
     };
     let mut sidecars = vec![envoy];
@@ -779,7 +816,8 @@ fn mounts(c: &Value) -> impl Iterator<Item = (&str, &str)> {
 /// look like what injection creates: a container must have an injected shape
 /// ([`looks_injected`]); a volume must be mounted by a removed container where injection
 /// mounts it, be of the kind injection creates there (the tls Secret volume, the config
-/// emptyDir) and be mounted by no remaining container.
+/// emptyDir; an extra volume a Secret or ConfigMap at the mount path the status records
+/// for it) and be mounted by no remaining container.
 fn strip_injected<F: Added>(
     lists: &mut [ListEdit<'_, F>; 3],
     ephemeral: &[Value],
@@ -814,16 +852,24 @@ fn strip_injected<F: Added>(
         let Some(name) = v.get("name").and_then(Value::as_str) else {
             return false;
         };
+        let is = |kind: &str| v.get(kind).is_some_and(Value::is_object);
         let kind_at = |path: &str| match path {
-            generate::TLS_MOUNT_PATH => v.get("secret").is_some_and(Value::is_object),
-            generate::CONFIG_MOUNT_PATH => v.get("emptyDir").is_some_and(Value::is_object),
+            generate::TLS_MOUNT_PATH => is("secret"),
+            generate::CONFIG_MOUNT_PATH => is("emptyDir"),
             _ => false,
         };
-        previous.volumes.iter().any(|x| x == name)
-            && !kept_mounts.contains(name)
+        let mounted_at = |path: &str| removed_mounts.iter().any(|(n, p)| *n == name && *p == path);
+        let fixed = previous.volumes.iter().any(|x| x == name)
             && removed_mounts
                 .iter()
-                .any(|(n, path)| *n == name && kind_at(path))
+                .any(|(n, path)| *n == name && kind_at(path));
+        // An extra volume: a Secret or ConfigMap mounted where the status says.
+        let extra = (is("secret") || is("configMap"))
+            && previous
+                .extra_volumes
+                .iter()
+                .any(|x| x.name == name && mounted_at(&x.mount_path));
+        (fixed || extra) && !kept_mounts.contains(name)
     };
     let volumes = &mut lists[VOLUMES];
     for (i, v) in volumes.original.iter().enumerate() {
@@ -876,7 +922,7 @@ fn with_pre_stop(lifecycle: Option<Value>, hook: Value, container: &str) -> Resu
         Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(invalid(
-                &format!("spec.containers[{container:?}].lifecycle"),
+                &format!("spec.containers[{}].lifecycle", quoted(container)),
                 "must be an object",
             ));
         }
@@ -885,17 +931,101 @@ fn with_pre_stop(lifecycle: Option<Value>, hook: Value, container: &str) -> Resu
     Ok(Value::Object(l))
 }
 
-/// The names already in the Pod (after removing an earlier injection).
+/// The host ports a container of `spec[list]` (at `index`) declares: each port's
+/// `hostPort`, or with `hostNetwork` its `containerPort` when it has none (Kubernetes
+/// defaults the one to the other there). A port the API server would reject by itself
+/// (a number out of range) is left to it.
+fn container_host_ports(
+    list: &str,
+    index: usize,
+    container: &Value,
+    host_network: bool,
+) -> Vec<HostPortUse> {
+    let name = container
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let number = |port: &Value, key: &str| {
+        port.get(key)
+            .and_then(Value::as_u64)
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| *n != 0)
+    };
+    container
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(j, port)| {
+            let host_port = number(port, "hostPort")
+                .or_else(|| number(port, "containerPort").filter(|_| host_network))?;
+            Some(HostPortUse {
+                host_port,
+                protocol: port
+                    .get("protocol")
+                    .and_then(Value::as_str)
+                    .unwrap_or("TCP")
+                    .to_string(),
+                declarer: format!(
+                    "container {} (spec.{list}[{index}].ports[{j}])",
+                    quoted(name)
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The host ports the injected Envoy takes, each with the annotation that gives it: the
+/// mapped ports (`host-port-mappings`); with `hostNetwork` every port it declares
+/// (`ports`, `admin.port`), as its containerPort is then a host port.
+fn envoy_host_ports(cfg: &SidecarConfig, host_network: bool) -> Vec<(&'static str, HostPortUse)> {
+    let mut uses: Vec<(&'static str, HostPortUse)> = cfg
+        .ports
+        .iter()
+        .filter_map(|p| {
+            let (key, host_port) = match p.host_port {
+                Some(h) => (annotations::keys::HOST_PORT_MAPPINGS, h),
+                None if host_network => (annotations::keys::PORTS, p.port),
+                None => return None,
+            };
+            Some((
+                key,
+                HostPortUse {
+                    host_port,
+                    protocol: p.protocol.as_str().into(),
+                    declarer: format!("the sidecar's port {} ({DOMAIN}/{key})", quoted(&p.name)),
+                },
+            ))
+        })
+        .collect();
+    if host_network {
+        let key = annotations::keys::ADMIN_PORT;
+        uses.push((
+            key,
+            HostPortUse {
+                host_port: cfg.admin_port,
+                protocol: annotations::Protocol::Tcp.as_str().into(),
+                declarer: format!("the sidecar's admin port ({DOMAIN}/{key})"),
+            },
+        ));
+    }
+    uses
+}
+
+/// The names and host ports already in the Pod (after removing an earlier injection).
 struct PodNames<'a> {
     containers: &'a BTreeSet<String>,
     init_containers: &'a BTreeSet<String>,
     ephemeral_containers: &'a BTreeSet<String>,
     volumes: &'a BTreeSet<String>,
+    host_ports: &'a [HostPortUse],
 }
 
 /// Denies up front what the API server would reject after injection: names the injected
-/// objects share with the Pod's (containers, init and ephemeral containers, volumes), and
-/// with `hostNetwork: true` a hostPort different from its containerPort.
+/// objects share with the Pod's (containers, init and ephemeral containers, volumes), a
+/// host port the Pod's containers already take ([`host_ports`]), and with
+/// `hostNetwork: true` a hostPort different from its containerPort.
 fn check_conflicts(
     cfg: &SidecarConfig,
     pod: &PodNames<'_>,
@@ -939,10 +1069,17 @@ fn check_conflicts(
             });
         }
     }
+    let extra = cfg
+        .extra_volumes
+        .iter()
+        .map(|v| (annotations::extra_volumes_key(v.source), &v.volume_name));
     for (key, vol) in [
         (annotations::keys::TLS_VOLUME, &cfg.tls_volume),
         (annotations::keys::CONFIG_VOLUME, &cfg.config_volume),
-    ] {
+    ]
+    .into_iter()
+    .chain(extra)
+    {
         if pod.volumes.contains(vol) {
             errors.push(AnnotationError {
                 annotation: key.into(),
@@ -969,6 +1106,34 @@ fn check_conflicts(
                 message: mismatched.join(", "),
             });
         }
+    }
+    // The Pod's ports first: a clash is reported on the sidecar port that repeats one.
+    let envoy = envoy_host_ports(cfg, host_network);
+    let uses: Vec<HostPortUse> = pod
+        .host_ports
+        .iter()
+        .cloned()
+        .chain(envoy.iter().map(|(_, u)| u.clone()))
+        .collect();
+    let mut clashes: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (first, again) in host_ports::clashes(&uses) {
+        // A clash between two app ports is the Pod's own, left to the API server.
+        let Some((key, _)) = again
+            .checked_sub(pod.host_ports.len())
+            .and_then(|i| envoy.get(i))
+        else {
+            continue;
+        };
+        clashes
+            .entry(key)
+            .or_default()
+            .push(host_ports::clash_message(&uses[first], &uses[again]));
+    }
+    for (key, messages) in clashes {
+        errors.push(AnnotationError {
+            annotation: key.into(),
+            message: listed(messages, ", "),
+        });
     }
     if errors.is_empty() {
         Ok(())
@@ -1147,6 +1312,88 @@ mod tests {
         }
     }
 
+    fn with_extra_volumes(secrets: Option<&str>) -> Value {
+        let mut annotations = json!({"marin3r.3scale.net/node-id": "n"});
+        if let Some(s) = secrets {
+            annotations["marin3r.3scale.net/envoy-extra-secret-volumes"] = json!(s);
+        }
+        labelled(
+            annotations,
+            json!({
+                "containers": [{"name": "app", "image": "app:1",
+                    "volumeMounts": [{"name": "creds", "mountPath": "/creds"}]}],
+                "volumes": [{"name": "creds", "secret": {"secretName": "creds"}},
+                            {"name": "settings", "configMap": {"name": "settings"}}]
+            }),
+        )
+    }
+
+    #[test]
+    fn reinjection_replaces_the_extra_volumes_exactly() {
+        let plain = injected(&with_extra_volumes(None));
+        let two = injected(&with_extra_volumes(Some("a:/etc/envoy/a,b:/etc/envoy/b")));
+        assert_eq!(
+            container_names(&two, "volumes"),
+            [
+                "creds",
+                "settings",
+                "envoy-sidecar-tls",
+                "envoy-sidecar-bootstrap",
+                "envoy-extra-secret-0",
+                "envoy-extra-secret-1"
+            ]
+        );
+        assert_eq!(injected(&two), two);
+        // One entry dropped: the other is renumbered, nothing is left behind.
+        let mut one = two.clone();
+        one["metadata"]["annotations"]["marin3r.3scale.net/envoy-extra-secret-volumes"] =
+            json!("b:/etc/envoy/b");
+        let one = injected(&one);
+        assert_eq!(one, injected(&with_extra_volumes(Some("b:/etc/envoy/b"))),);
+        // The annotation removed: back to the Pod injected without it.
+        let mut none = one.clone();
+        if let Some(a) = none["metadata"]["annotations"].as_object_mut() {
+            a.remove("marin3r.3scale.net/envoy-extra-secret-volumes");
+        }
+        assert_eq!(injected(&none), plain);
+    }
+
+    #[test]
+    fn forged_extra_volume_status_does_not_remove_user_volumes() {
+        // The status names the user's Secret and ConfigMap volumes as extra volumes: one
+        // is mounted by the app at the recorded path, the other by no container.
+        let mut before = with_extra_volumes(Some("a:/etc/envoy/a"));
+        before["metadata"]["annotations"][SIDECAR_STATUS] = json!(
+            r#"{"containers":["app"],"extraVolumes":[{"name":"creds","mountPath":"/creds"},{"name":"settings","mountPath":"/settings"}]}"#
+        );
+        let after = injected(&before);
+        assert_eq!(
+            container_names(&after, "volumes"),
+            [
+                "creds",
+                "settings",
+                "envoy-sidecar-tls",
+                "envoy-sidecar-bootstrap",
+                "envoy-extra-secret-0"
+            ]
+        );
+        assert_eq!(
+            after["spec"]["containers"][0],
+            before["spec"]["containers"][0]
+        );
+        assert_eq!(injected(&after), after);
+        // A user volume named like a generated one is denied, naming the annotation.
+        let mut clash = with_extra_volumes(Some("a:/etc/envoy/a"));
+        clash["spec"]["volumes"][1]["name"] = json!("envoy-extra-secret-0");
+        assert_eq!(
+            denied_fields(&clash),
+            [(
+                "envoy-extra-secret-volumes".to_string(),
+                "the pod already has a volume named \"envoy-extra-secret-0\"".to_string()
+            )]
+        );
+    }
+
     #[test]
     fn an_empty_namespace_is_no_namespace() {
         // The request's namespace, else the Pod's, else `default`; an empty one (a Pod of
@@ -1196,6 +1443,101 @@ mod tests {
                 "{denied:?}"
             );
         }
+    }
+
+    fn mapped(mappings: &str) -> Value {
+        json!({"marin3r.3scale.net/node-id": "n",
+               "marin3r.3scale.net/ports": "http:8080,dns:8053:UDP",
+               "marin3r.3scale.net/host-port-mappings": mappings})
+    }
+
+    #[test]
+    fn a_host_port_an_app_container_already_uses_is_denied_naming_both() {
+        // An app container, an init container and a native-sidecar-style init container
+        // (restartPolicy: Always) each already take a host port; protocol TCP by default.
+        let spec = json!({
+            "containers": [{"name": "app", "image": "a",
+                            "ports": [{"containerPort": 80}, {"containerPort": 81, "hostPort": 30000}]}],
+            "initContainers": [
+                {"name": "setup", "image": "s",
+                 "ports": [{"containerPort": 53, "hostPort": 30001, "protocol": "UDP"}]},
+                {"name": "agent", "image": "g", "restartPolicy": "Always",
+                 "ports": [{"containerPort": 90, "hostPort": 30002, "hostIP": "10.0.0.1"}]}
+            ]
+        });
+        let denied = denied_fields(&labelled(mapped("http:30000"), spec.clone()));
+        assert_eq!(
+            denied,
+            [(
+                "host-port-mappings".to_string(),
+                "hostPort 30000/TCP is used by both container \"app\" (spec.containers[0].ports[1]) \
+                 and the sidecar's port \"http\" (marin3r.3scale.net/host-port-mappings)"
+                    .to_string()
+            )]
+        );
+        let denied = denied_fields(&labelled(mapped("dns:30001"), spec.clone()));
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert!(
+            denied[0].1.starts_with(
+                "hostPort 30001/UDP is used by both container \"setup\" (spec.initContainers[0].ports[0])"
+            ),
+            "{denied:?}"
+        );
+        // The sidecar binds every host address: an app port on one hostIP clashes too.
+        let denied = denied_fields(&labelled(mapped("http:30002"), spec.clone()));
+        assert!(
+            denied[0]
+                .1
+                .contains("container \"agent\" (spec.initContainers[1].ports[0])"),
+            "{denied:?}"
+        );
+        // Every clash is listed, in one error.
+        let denied = denied_fields(&labelled(mapped("http:30000,dns:30001"), spec.clone()));
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert_eq!(
+            denied[0].1.matches("is used by both").count(),
+            2,
+            "{denied:?}"
+        );
+        // The same number with another protocol, or a free port, is fine.
+        injected(&labelled(mapped("dns:30000"), spec.clone()));
+        injected(&labelled(mapped("http:30001,dns:30003"), spec));
+    }
+
+    #[test]
+    fn with_host_network_every_sidecar_port_is_a_host_port() {
+        // With hostNetwork a containerPort is a host port: the sidecar's unmapped ports and
+        // its admin port clash with the app's.
+        let spec = |app_port: u16, protocol: &str| {
+            json!({"hostNetwork": true, "containers": [{"name": "app", "image": "a",
+                "ports": [{"containerPort": app_port, "protocol": protocol}]}]})
+        };
+        let annotations = json!({"marin3r.3scale.net/node-id": "n",
+                                 "marin3r.3scale.net/ports": "http:8080"});
+        let denied = denied_fields(&labelled(annotations.clone(), spec(8080, "TCP")));
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert_eq!(denied[0].0, "ports");
+        assert!(denied[0].1.contains("hostPort 8080/TCP"), "{denied:?}");
+        let denied = denied_fields(&labelled(annotations.clone(), spec(9901, "TCP")));
+        assert_eq!(denied[0].0, "admin.port", "{denied:?}");
+        // Another protocol does not clash, and without hostNetwork a containerPort is not
+        // a host port at all.
+        injected(&labelled(annotations.clone(), spec(8080, "UDP")));
+        let mut own = spec(8080, "TCP");
+        own["hostNetwork"] = json!(false);
+        injected(&labelled(annotations, own));
+    }
+
+    #[test]
+    fn reinjection_does_not_clash_with_the_host_ports_of_the_sidecar_it_replaces() {
+        let spec = json!({"containers": [{"name": "app", "image": "a",
+                          "ports": [{"containerPort": 80, "hostPort": 30001}]}]});
+        let once = injected(&labelled(mapped("http:30000"), spec));
+        assert_eq!(injected(&once), once);
+        // Re-injected with the app now taking the sidecar's old host port: denied.
+        let mut taken = once.clone();
+        taken["spec"]["containers"][0]["ports"][0]["hostPort"] = json!(30000);
+        assert_eq!(denied_fields(&taken)[0].0, "host-port-mappings");
     }
 
     #[test]

@@ -5,8 +5,11 @@
 
 pub mod annotations;
 pub mod bootstrap;
+pub mod extra_volumes;
 pub mod generate;
+pub mod host_ports;
 pub mod inject;
+pub use marin3r_wire::quote;
 pub mod validate;
 pub mod workload;
 
@@ -26,7 +29,8 @@ pub enum Error {
     InvalidPod { field: String, message: String },
     /// A workload kind `marin3r inject` does not know.
     #[error(
-        "unsupported kind {kind:?}: expected Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob"
+        "unsupported kind {}: expected Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob",
+        quote::quoted(kind)
     )]
     UnsupportedKind { kind: String },
     /// Serialising a generated object failed.

@@ -5,6 +5,8 @@
 use std::cmp::Ordering;
 use std::net::IpAddr;
 
+use crate::quote::quoted;
+
 /// Lowest port a sidecar may use: privileged ports need capabilities Envoy does not get.
 pub const MIN_PORT: u32 = 1024;
 /// Highest TCP/UDP port.
@@ -12,7 +14,9 @@ pub const MAX_PORT: u32 = 65535;
 
 /// Parses an unprivileged port number (1024–65535).
 pub fn port(s: &str) -> Result<u16, String> {
-    let n: u64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("{} is not a number", quoted(s)))?;
     if n < u64::from(MIN_PORT) {
         return Err(format!("port {n} is privileged ({MIN_PORT}-{MAX_PORT})"));
     }
@@ -27,17 +31,18 @@ pub fn boolean(s: &str) -> Result<bool, String> {
     match s {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("{s:?} is not a boolean (true or false)")),
+        _ => Err(format!("{} is not a boolean (true or false)", quoted(s))),
     }
 }
 
-/// Kubernetes' name rules, from their one home: DNS-1123 labels (container and volume
-/// names), DNS-1123 subdomains (Secret names) and IANA service names (port names).
+/// Kubernetes' name rules, from their one home (their messages quote values bounded):
+/// DNS-1123 labels (container and volume names), DNS-1123 subdomains (Secret names) and
+/// IANA service names (port names).
 pub use marin3r_wire::{dns1123_label, dns1123_subdomain, port_name};
 
 /// A container image reference: `[host[:port]/]path[:tag][@algo:hex]`.
 pub fn image(s: &str) -> Result<(), String> {
-    let bad = || format!("{s:?} is not a valid image reference");
+    let bad = || format!("{} is not a valid image reference", quoted(s));
     if s.is_empty() {
         return Err("image must not be empty".into());
     }
@@ -114,13 +119,13 @@ fn path_component(p: &str) -> bool {
 
 /// `host:port` where host is a DNS name, an IPv4 address or a bracketed IPv6 address.
 pub fn host_port(s: &str) -> Result<(String, u16), String> {
-    let bad = || format!("{s:?} is not host:port");
+    let bad = || format!("{} is not host:port", quoted(s));
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port
         .parse()
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("{s:?} has an invalid port (1-65535)"))?;
+        .ok_or_else(|| format!("{} has an invalid port (1-65535)", quoted(s)))?;
     let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
         inner.parse::<std::net::Ipv6Addr>().is_ok()
     } else {
@@ -148,7 +153,8 @@ pub fn dns_name(s: &str) -> bool {
 
 /// An IP address (v4 or v6).
 pub fn ip(s: &str) -> Result<IpAddr, String> {
-    s.parse().map_err(|_| format!("{s:?} is not an IP address"))
+    s.parse()
+        .map_err(|_| format!("{} is not an IP address", quoted(s)))
 }
 
 /// A Kubernetes resource quantity, kept as written and as an exact value in nano units
@@ -170,8 +176,8 @@ impl PartialOrd for Quantity {
 /// Parses a Kubernetes quantity (`100m`, `1.5Gi`, `2e3`, `128974848`); negative values
 /// are rejected because they make no sense for container resources.
 pub fn quantity(s: &str) -> Result<Quantity, String> {
-    let bad = || format!("{s:?} is not a valid Kubernetes quantity");
-    let too_big = || format!("{s:?} is too large");
+    let bad = || format!("{} is not a valid Kubernetes quantity", quoted(s));
+    let too_big = || format!("{} is too large", quoted(s));
     if s.is_empty() || s.len() > 64 {
         return Err(bad());
     }
@@ -183,8 +189,8 @@ pub fn quantity(s: &str) -> Result<Quantity, String> {
                 text: s.to_string(),
                 nanos: 0,
             }),
-            Ok(_) => Err(format!("{s:?} is negative")),
-            Err(e) => Err(e.replace(&format!("{magnitude:?}"), &format!("{s:?}"))),
+            Ok(_) => Err(format!("{} is negative", quoted(s))),
+            Err(e) => Err(e.replace(&quoted(magnitude), &quoted(s))),
         };
     }
     let num_end = body
@@ -235,7 +241,7 @@ pub fn quantity(s: &str) -> Result<Quantity, String> {
     let frac_part = frac_part.trim_end_matches('0');
     let digits = format!("{int_part}{frac_part}");
     if digits.trim_start_matches('0').len() > 38 {
-        return Err(format!("{s:?} has more than 38 significant digits"));
+        return Err(format!("{} has more than 38 significant digits", quoted(s)));
     }
     let mut mantissa: i128 = 0;
     for d in digits.bytes() {

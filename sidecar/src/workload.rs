@@ -65,7 +65,7 @@ pub fn inject_documents(docs: Vec<Value>, defaults: &Defaults) -> Result<Vec<Val
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
                     .unwrap_or("<unnamed>");
-                errors.push(format!("{kind}/{name}: {e}"));
+                errors.push(format!("{kind}/{}: {e}", crate::quote::bounded(name)));
             }
         }
     }

@@ -17,6 +17,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use marin3r_sidecar::{Defaults, Plan, SkipReason, plan_pod_as};
+use marin3r_wire::quote::{MAX_MESSAGE_BYTES, bounded_to, quoted};
 
 /// The only AdmissionReview version the webhook speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -52,12 +53,55 @@ impl Skip {
     }
 }
 
+/// Why a Pod was denied (the `reason` label of `marin3r_webhook_denials_total`): a
+/// fixed set of codes, never the message (which quotes the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyReason {
+    /// `request.object` is not a JSON object.
+    NotAPodObject,
+    /// One or more `marin3r.3scale.net/*` annotations are invalid.
+    InvalidAnnotations,
+    /// The Pod itself is malformed (a field injection needs).
+    InvalidPod,
+    /// Anything else injection refused.
+    Other,
+}
+
+impl DenyReason {
+    /// Every reason, for metrics that show each one from the start.
+    pub const ALL: [DenyReason; 4] = [
+        DenyReason::NotAPodObject,
+        DenyReason::InvalidAnnotations,
+        DenyReason::InvalidPod,
+        DenyReason::Other,
+    ];
+
+    /// Why injection refused the Pod with `error`.
+    pub fn of(error: &marin3r_sidecar::Error) -> Self {
+        match error {
+            marin3r_sidecar::Error::Annotations(_) => DenyReason::InvalidAnnotations,
+            marin3r_sidecar::Error::InvalidPod { .. } => DenyReason::InvalidPod,
+            _ => DenyReason::Other,
+        }
+    }
+
+    /// Stable label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyReason::NotAPodObject => "not_a_pod_object",
+            DenyReason::InvalidAnnotations => "invalid_annotations",
+            DenyReason::InvalidPod => "invalid_pod",
+            DenyReason::Other => "other",
+        }
+    }
+}
+
 /// What happened to one review.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Injected,
     Skipped(Skip),
-    Denied,
+    Denied(DenyReason),
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,9 +183,9 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest, BadRequest> {
         .map_err(|e| BadRequest(format!("body is not an AdmissionReview JSON object: {e}")))?;
     if input.api_version.as_deref() != Some(API_VERSION) || input.kind.as_deref() != Some(KIND) {
         return Err(BadRequest(format!(
-            "expected apiVersion {API_VERSION:?} and kind {KIND:?}, got apiVersion {:?} and kind {:?}",
-            input.api_version.unwrap_or_default(),
-            input.kind.unwrap_or_default()
+            "expected apiVersion {API_VERSION:?} and kind {KIND:?}, got apiVersion {} and kind {}",
+            quoted(&input.api_version.unwrap_or_default()),
+            quoted(&input.kind.unwrap_or_default())
         )));
     }
     let request = input
@@ -285,8 +329,13 @@ impl ReviewOut {
         })
     }
 
-    /// Denied with `code` (403 → `Forbidden`, else `BadRequest`) and `message`.
+    /// Denied with `code` (403 → `Forbidden`, else `BadRequest`) and `message`, bounded
+    /// to [`MAX_MESSAGE_BYTES`]: whatever request values it quotes, a denial stays small.
     pub fn deny(uid: String, code: u16, message: String) -> Self {
+        let message = match bounded_to(&message, MAX_MESSAGE_BYTES) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(cut) => cut,
+        };
         let reason = if code == 403 {
             "Forbidden"
         } else {
@@ -331,7 +380,7 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
         _ => {
             return Ok((
                 ReviewOut::deny(uid, 400, "request.object must be a Pod object".into()),
-                Outcome::Denied,
+                Outcome::Denied(DenyReason::NotAPodObject),
             ));
         }
     };
@@ -357,7 +406,10 @@ pub fn mutate(body: &[u8], defaults: &Defaults) -> Result<(ReviewOut, Outcome), 
             out.response.patch = Some(patch);
             Ok((out, Outcome::Injected))
         }
-        Err(e) => Ok((ReviewOut::deny(uid, 400, e.to_string()), Outcome::Denied)),
+        Err(e) => Ok((
+            ReviewOut::deny(uid, 400, e.to_string()),
+            Outcome::Denied(DenyReason::of(&e)),
+        )),
     }
 }
 
@@ -437,11 +489,26 @@ mod tests {
         let pod = json!({"metadata": {"labels": {"marin3r.3scale.net/status": "enabled"}},
                          "spec": {"containers": [{"name": "app"}]}});
         let (out, outcome) = mutate(&body(pod_review(pod)), &Defaults::default()).unwrap();
-        assert_eq!(outcome, Outcome::Denied);
+        assert_eq!(outcome, Outcome::Denied(DenyReason::InvalidAnnotations));
         assert!(!out.response.allowed);
         let status = out.response.status.unwrap();
         assert_eq!(status.code, 400);
         assert!(status.message.contains("marin3r.3scale.net/node-id"));
+    }
+
+    #[test]
+    fn a_denial_names_its_reason_code() {
+        let d = Defaults::default();
+        let review = |object: Value| body(pod_review(object));
+        let (_, outcome) = mutate(&review(json!("not an object")), &d).unwrap();
+        assert_eq!(outcome, Outcome::Denied(DenyReason::NotAPodObject));
+        let invalid = marin3r_sidecar::Error::InvalidPod {
+            field: "spec".into(),
+            message: "missing".into(),
+        };
+        assert_eq!(DenyReason::of(&invalid), DenyReason::InvalidPod);
+        let kind = marin3r_sidecar::Error::UnsupportedKind { kind: "X".into() };
+        assert_eq!(DenyReason::of(&kind), DenyReason::Other);
     }
 
     #[test]

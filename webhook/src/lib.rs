@@ -64,10 +64,26 @@ impl Default for Timeouts {
 }
 
 /// The acceptor every accepted admission TCP stream goes through before TLS: it sets
-/// `TCP_NODELAY`, so a small answer is not held back by Nagle's algorithm waiting for the
-/// client's delayed ACK (~40 ms on fresh connections).
-pub fn tcp_acceptor() -> axum_server::accept::NoDelayAcceptor {
-    axum_server::accept::NoDelayAcceptor::new()
+/// `TCP_NODELAY` ([`marin3r_process::set_nodelay`], as on every listener), so a small
+/// answer is not held back by Nagle's algorithm waiting for the client's delayed ACK
+/// (~40 ms on fresh connections).
+pub fn tcp_acceptor() -> TcpAcceptor {
+    TcpAcceptor
+}
+
+/// See [`tcp_acceptor`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpAcceptor;
+
+impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for TcpAcceptor {
+    type Stream = tokio::net::TcpStream;
+    type Service = S;
+    type Future = std::future::Ready<std::io::Result<(tokio::net::TcpStream, S)>>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        marin3r_process::set_nodelay(&stream);
+        std::future::ready(Ok((stream, service)))
+    }
 }
 
 /// The admission listener's acceptor: [`tcp_acceptor`], then the TLS handshake bounded by
@@ -75,7 +91,7 @@ pub fn tcp_acceptor() -> axum_server::accept::NoDelayAcceptor {
 pub fn https_acceptor(
     tls: Arc<rustls::ServerConfig>,
     handshake: Duration,
-) -> axum_server::tls_rustls::RustlsAcceptor<axum_server::accept::NoDelayAcceptor> {
+) -> axum_server::tls_rustls::RustlsAcceptor<TcpAcceptor> {
     axum_server::tls_rustls::RustlsAcceptor::new(
         axum_server::tls_rustls::RustlsConfig::from_config(tls),
     )
@@ -178,9 +194,12 @@ pub async fn serve_with_timeouts(
 ) -> Result<(), Error> {
     let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"http/1.1"])
         .map_err(Error::Tls)?;
-    let metrics = Arc::new(metrics::Metrics::new());
-    let state = Arc::new(AppState::new(config.defaults.clone(), metrics.clone()));
     let readiness = Readiness::new();
+    let metrics = Arc::new(metrics::Metrics::serving(
+        config.tls_cert.clone(),
+        readiness.clone(),
+    ));
+    let state = Arc::new(AppState::new(config.defaults.clone(), metrics.clone()));
     let process = Process {
         name: "webhook",
         health: listeners.probes,

@@ -8,12 +8,18 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::admission::Outcome;
+use crate::admission::{DenyReason, Outcome};
 use crate::validation::Verdict;
 
 /// Label set of the skip counter.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SkipLabels {
+    pub reason: String,
+}
+
+/// Label set of the denial counter (a [`DenyReason`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DenialLabels {
     pub reason: String,
 }
 
@@ -43,7 +49,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     injections: Counter,
-    denials: Counter,
+    denials: Family<DenialLabels, Counter>,
     skips: Family<SkipLabels, Counter>,
     latency: Histogram,
     validations: Family<ValidationLabels, Counter>,
@@ -58,10 +64,28 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("marin3r_webhook");
+        Self::build(None)
+    }
+
+    /// [`new`](Self::new), and the process's series: `marin3r_ready` (of `readiness`)
+    /// and `marin3r_certificate_expiration_timestamp_seconds
+    /// {certificate="webhook-serving"}`, the expiry of the serving certificate in
+    /// `tls_cert`, read at each scrape.
+    pub fn serving(tls_cert: std::path::PathBuf, readiness: marin3r_process::Readiness) -> Self {
+        Self::build(Some((tls_cert, readiness)))
+    }
+
+    fn build(serving: Option<(std::path::PathBuf, marin3r_process::Readiness)>) -> Self {
+        let mut root = Registry::default();
+        if let Some((path, readiness)) = serving {
+            marin3r_process::CertificateExpiry::served([("webhook-serving", path)])
+                .register(&mut root);
+            marin3r_process::register_ready_metric(&mut root, readiness);
+        }
+        let registry = root.sub_registry_with_prefix("marin3r_webhook");
         let requests = Family::<RequestLabels, Counter>::default();
         let injections = Counter::default();
-        let denials = Counter::default();
+        let denials = Family::<DenialLabels, Counter>::default();
         let skips = Family::<SkipLabels, Counter>::default();
         let latency = Histogram::new(LATENCY_BUCKETS);
         let validations = Family::<ValidationLabels, Counter>::default();
@@ -74,7 +98,7 @@ impl Metrics {
         registry.register("injections", "Pods that got a sidecar", injections.clone());
         registry.register(
             "denials",
-            "Pods denied for invalid annotations",
+            "Pods denied, by reason (not_a_pod_object, invalid_annotations, invalid_pod, other)",
             denials.clone(),
         );
         registry.register(
@@ -103,13 +127,18 @@ impl Metrics {
                 result: result.to_string(),
             });
         }
+        for reason in DenyReason::ALL {
+            let _ = denials.get_or_create(&DenialLabels {
+                reason: reason.as_str().to_string(),
+            });
+        }
         for result in ["allowed", "denied", "skipped", "bad_request"] {
             let _ = validations.get_or_create(&ValidationLabels {
                 result: result.to_string(),
             });
         }
         Self {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
             requests,
             injections,
             denials,
@@ -128,8 +157,12 @@ impl Metrics {
                 self.injections.inc();
                 "injected"
             }
-            Some(Outcome::Denied) => {
-                self.denials.inc();
+            Some(Outcome::Denied(reason)) => {
+                self.denials
+                    .get_or_create(&DenialLabels {
+                        reason: reason.as_str().to_string(),
+                    })
+                    .inc();
                 "denied"
             }
             Some(Outcome::Skipped(skip)) => {
@@ -173,5 +206,60 @@ impl Metrics {
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         marin3r_process::encode_metrics(&self.registry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denials_are_counted_by_reason_and_every_reason_shows_from_the_start() {
+        let m = Metrics::new();
+        let line = |reason: &str, n: u64| {
+            format!("marin3r_webhook_denials_total{{reason=\"{reason}\"}} {n}")
+        };
+        let text = m.encode().unwrap();
+        for reason in DenyReason::ALL {
+            assert!(
+                text.lines().any(|l| l == line(reason.as_str(), 0)),
+                "{text}"
+            );
+        }
+        m.observe(Some(&Outcome::Denied(DenyReason::InvalidAnnotations)), 0.0);
+        m.observe(Some(&Outcome::Denied(DenyReason::InvalidAnnotations)), 0.0);
+        m.observe(Some(&Outcome::Denied(DenyReason::NotAPodObject)), 0.0);
+        let text = m.encode().unwrap();
+        for expected in [
+            line("invalid_annotations", 2),
+            line("not_a_pod_object", 1),
+            line("invalid_pod", 0),
+            "marin3r_webhook_requests_total{result=\"denied\"} 3".to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == expected), "{expected} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_serving_certificate_expiry_is_exported_without_the_webhook_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = marin3r_certs::issue(&marin3r_certs::IssueOptions {
+            hosts: vec!["localhost".into()],
+            ..marin3r_certs::IssueOptions::default()
+        })
+        .unwrap();
+        let path = dir.path().join("tls.crt");
+        std::fs::write(&path, &bundle.server.cert_pem).unwrap();
+        let text = Metrics::serving(path, marin3r_process::Readiness::new())
+            .encode()
+            .unwrap();
+        assert!(
+            text.lines().any(|l| l.starts_with(
+                "marin3r_certificate_expiration_timestamp_seconds{certificate=\"webhook-serving\"} "
+            )),
+            "{text}"
+        );
+        assert!(text.contains("marin3r_webhook_requests_total"), "{text}");
+        assert!(text.lines().any(|l| l == "marin3r_ready 0"), "{text}");
     }
 }

@@ -18,6 +18,7 @@ use crate::admission::{self, BadRequest, Outcome, ReviewOut};
 use crate::logging::bounded;
 use crate::metrics::Metrics;
 use crate::validation::{self, Verdict};
+use marin3r_wire::quote::{MAX_MESSAGE_BYTES, bounded_to};
 
 /// Largest AdmissionReview body accepted: the API server caps objects at 3 MiB.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -30,32 +31,38 @@ pub const VALIDATE_ENVOYCONFIG_PATH: &str = "/validate-marin3r-3scale-net-v1alph
 pub const VALIDATE_ENVOYDEPLOYMENT_PATH: &str =
     "/validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment";
 
-/// How many EnvoyConfig validations run at once by default; more are answered 429.
-pub const VALIDATION_SLOTS: usize = 2;
+pub mod slots;
+
+pub use slots::{VALIDATION_QUEUE, VALIDATION_SLOTS, VALIDATION_WAIT, ValidationSlots};
 
 /// Shared state of the admission router.
 #[derive(Debug)]
 pub struct AppState {
     pub defaults: Defaults,
     pub metrics: Arc<Metrics>,
-    /// Slots for EnvoyConfig validations, which run on tokio's blocking pool so they
-    /// never hold the async workers Pod injection runs on. A validation that finds no
-    /// free slot is answered 429 at once instead of queueing.
-    pub validation_slots: Arc<tokio::sync::Semaphore>,
+    /// Slots for EnvoyConfig and EnvoyDeployment validations, which run on tokio's
+    /// blocking pool so they never hold the async workers Pod injection runs on. A
+    /// validation that finds no free slot waits for one in a bounded queue for a bounded
+    /// time ([`ValidationSlots`]), then is answered 429.
+    pub validation_slots: ValidationSlots,
 }
 
 impl AppState {
-    /// State with [`VALIDATION_SLOTS`] validation slots.
+    /// State with the default validation slots, queue and wait.
     pub fn new(defaults: Defaults, metrics: Arc<Metrics>) -> Self {
-        Self::with_validation_slots(defaults, metrics, VALIDATION_SLOTS)
+        Self::with_validation_slots(defaults, metrics, ValidationSlots::default())
     }
 
-    /// State with `slots` validation slots.
-    pub fn with_validation_slots(defaults: Defaults, metrics: Arc<Metrics>, slots: usize) -> Self {
+    /// State with the given validation slots.
+    pub fn with_validation_slots(
+        defaults: Defaults,
+        metrics: Arc<Metrics>,
+        validation_slots: ValidationSlots,
+    ) -> Self {
         Self {
             defaults,
             metrics,
-            validation_slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            validation_slots,
         }
     }
 }
@@ -101,9 +108,10 @@ fn respond<O>(result: Result<(ReviewOut, O), BadRequest>) -> Response {
     match result {
         Err(BadRequest(message)) => {
             tracing::warn!(error = %bounded(&message), "rejected admission request");
+            // The message can quote the body (a decoder's error): bounded like a denial.
             json_response(
                 StatusCode::BAD_REQUEST,
-                &json!({"error": message, "code": 400}),
+                &json!({"error": bounded_to(&message, MAX_MESSAGE_BYTES), "code": 400}),
             )
         }
         Ok((out, _)) => match out.to_json() {
@@ -143,8 +151,8 @@ async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
     if let Ok((out, outcome)) = &result {
         let uid = bounded(&out.response.uid);
         match outcome {
-            Outcome::Denied => {
-                tracing::info!(%uid, denial = %bounded(denial_message(out)), "denied pod")
+            Outcome::Denied(reason) => {
+                tracing::info!(%uid, reason = reason.as_str(), denial = %bounded(denial_message(out)), "denied pod")
             }
             Outcome::Injected => tracing::info!(%uid, seconds = elapsed, "injected sidecar"),
             Outcome::Skipped(s) => tracing::debug!(%uid, reason = s.as_str(), "skipped"),
@@ -153,32 +161,32 @@ async fn mutate(State(state): State<Arc<AppState>>, req: Request) -> Response {
     respond(result)
 }
 
-/// The 429 answer when every validation slot is taken.
-fn validations_busy() -> Response {
-    tracing::warn!("EnvoyConfig validation slots all taken; answered 429");
+/// The 429 answer when a validation got no slot.
+fn validations_busy(kind: &str, refused: slots::Refused) -> Response {
+    tracing::warn!(kind, %refused, "validation refused; answered 429");
     json_response(
         StatusCode::TOO_MANY_REQUESTS,
         &json!({
-            "error": "too many EnvoyConfig validations in progress; retry the request",
+            "error": format!("{kind} validation refused: {refused}; retry the request"),
             "code": 429
         }),
     )
 }
 
-/// Runs an EnvoyConfig validation (CPU-heavy for megabyte configs) on the blocking pool
-/// if a validation slot is free; `None` when none is.
+/// Runs a validation (CPU-heavy for megabyte configs) on the blocking pool once it has a
+/// validation slot ([`ValidationSlots::acquire`]).
 async fn validate_in_slot(
     state: &AppState,
     body: Bytes,
     what: &'static validation::Validated,
-) -> Option<Result<(ReviewOut, Verdict), BadRequest>> {
-    let permit = state.validation_slots.clone().try_acquire_owned().ok()?;
+) -> Result<Result<(ReviewOut, Verdict), BadRequest>, slots::Refused> {
+    let permit = state.validation_slots.acquire().await?;
     let handled = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         validation::validate_as(&body, what)
     })
     .await;
-    Some(handled.unwrap_or_else(|e| Err(BadRequest(format!("validation failed: {e}")))))
+    Ok(handled.unwrap_or_else(|e| Err(BadRequest(format!("validation failed: {e}")))))
 }
 
 async fn validate(State(state): State<Arc<AppState>>, req: Request) -> Response {
@@ -201,8 +209,8 @@ async fn validate_kind(
     let result = match read_body(req).await {
         Err(message) => Err(BadRequest(message)),
         Ok(body) => match validate_in_slot(state, body, what).await {
-            Some(result) => result,
-            None => return validations_busy(),
+            Ok(result) => result,
+            Err(refused) => return validations_busy(kind, refused),
         },
     };
     let elapsed = started.elapsed().as_secs_f64();

@@ -19,6 +19,7 @@
 use serde_json::Value;
 
 use marin3r_envoyconfig::envoyconfig::{NoSecrets, validate_envoy_config};
+use marin3r_wire::quote::{MAX_MESSAGE_BYTES, bounded, bounded_to, listed};
 
 use crate::admission::{BadRequest, ReviewOut, parse};
 
@@ -82,24 +83,34 @@ pub const ENVOYCONFIG: Validated = Validated {
     kind: KIND,
     check: |object| {
         validate_envoy_config(object, &NoSecrets).map_err(|errors| {
-            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            format!("invalid EnvoyConfig: {}", errors.join("; "))
+            let errors = errors.iter().map(|e| bounded(&e.to_string()).into_owned());
+            format!("invalid EnvoyConfig: {}", listed(errors, "; "))
         })
     },
 };
 
-/// The EnvoyDeployment path: its spec decodes and passes `validate()`.
+/// The EnvoyDeployment path: the object decodes and passes
+/// `marin3r_operator_api::EnvoyDeployment::validate` (its name and spec).
 pub const ENVOYDEPLOYMENT: Validated = Validated {
     group: marin3r_operator_api::GROUP,
     version: marin3r_operator_api::VERSION,
     kind: "EnvoyDeployment",
     check: |object| {
-        let spec: marin3r_operator_api::EnvoyDeploymentSpec =
-            serde_path_to_error::deserialize(&object["spec"]).map_err(|e| {
-                format!("invalid EnvoyDeployment: spec.{}: {}", e.path(), e.inner())
+        let ed: marin3r_operator_api::EnvoyDeployment = serde_path_to_error::deserialize(object)
+            .map_err(|e| {
+                format!(
+                    "invalid EnvoyDeployment: {}: {}",
+                    bounded(&e.path().to_string()),
+                    bounded(&e.inner().to_string())
+                )
             })?;
-        spec.validate()
-            .map_err(|e| format!("invalid EnvoyDeployment: {e}"))
+        // The one check `marin3r operator render` and the controller run too.
+        ed.validate().map_err(|e| {
+            format!(
+                "invalid EnvoyDeployment: {}",
+                bounded_to(&e.to_string(), MAX_MESSAGE_BYTES)
+            )
+        })
     },
 };
 

@@ -19,7 +19,7 @@ mod common;
 
 use marin3r_sidecar::Defaults;
 use marin3r_testkit::admission::{Review, UID};
-use marin3r_testkit::pod_security::container_violations;
+use marin3r_testkit::pod_security::{container_violations, volume_violations};
 use marin3r_webhook::MUTATE_PATH;
 
 fn fixtures() -> PathBuf {
@@ -165,8 +165,38 @@ fn generated_container_breaches(pod: &Value) -> Vec<String> {
             out.push(format!("{}: readOnlyRootFilesystem is not true", c["name"]));
         }
     }
+    // The volumes injection added (named in its status): types `restricted` allows.
+    let status: Value = pod["metadata"]["annotations"]
+        [marin3r_sidecar::annotations::SIDECAR_STATUS]
+        .as_str()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let injected: Vec<&str> = status["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .chain(
+            status["extraVolumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["name"].as_str()),
+        )
+        .collect();
+    let volumes: Vec<&Value> = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["name"].as_str().is_some_and(|n| injected.contains(&n)))
+        .collect();
+    CHECKED_VOLUMES.fetch_add(volumes.len(), std::sync::atomic::Ordering::Relaxed);
+    out.extend(volume_violations(&json!({ "volumes": volumes })));
     out
 }
+
+/// Injected volumes checked by [`generated_container_breaches`].
+static CHECKED_VOLUMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 #[tokio::test]
 async fn golden_injection_cases() {
@@ -190,6 +220,10 @@ async fn golden_injection_cases() {
     assert!(
         CHECKED.load(std::sync::atomic::Ordering::Relaxed) >= 2 * 25,
         "the restricted check saw too few generated containers"
+    );
+    assert!(
+        CHECKED_VOLUMES.load(std::sync::atomic::Ordering::Relaxed) >= 2 * 25,
+        "the restricted check saw too few injected volumes"
     );
     assert!(
         failures.is_empty(),

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
@@ -13,6 +14,7 @@ mod common;
 
 use common::state;
 use marin3r_testkit::admission::{Review, UID};
+use marin3r_webhook::server::{VALIDATION_WAIT, ValidationSlots};
 use marin3r_webhook::{AppState, MAX_BODY_BYTES, VALIDATE_ENVOYCONFIG_PATH};
 
 fn fixture(name: &str) -> Value {
@@ -353,7 +355,7 @@ async fn validations_are_counted() {
         // The Pod path's metrics are untouched.
         r#"marin3r_webhook_requests_total{result="bad_request"} 0"#,
         r#"marin3r_webhook_requests_total{result="denied"} 0"#,
-        "marin3r_webhook_denials_total 0",
+        r#"marin3r_webhook_denials_total{reason="invalid_annotations"} 0"#,
         "marin3r_webhook_request_duration_seconds_count 0",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
@@ -479,29 +481,83 @@ async fn same_verdicts_as_marin3r_validate() {
     assert!(files >= 7);
 }
 
-#[tokio::test]
-async fn a_full_validation_queue_answers_429_and_never_holds_injection() {
-    use marin3r_sidecar::Defaults;
-    use marin3r_webhook::MUTATE_PATH;
-    use marin3r_webhook::metrics::Metrics;
+fn state_with_slots(slots: usize, queue: usize, wait: Duration) -> Arc<AppState> {
+    Arc::new(AppState::with_validation_slots(
+        marin3r_sidecar::Defaults::default(),
+        Arc::new(marin3r_webhook::metrics::Metrics::new()),
+        ValidationSlots::new(slots, queue, wait),
+    ))
+}
 
-    let state = Arc::new(AppState::with_validation_slots(
-        Defaults::default(),
-        Arc::new(Metrics::new()),
-        1,
-    ));
+/// Yields until `n` validations wait for a slot (no clock); panics if they never do.
+async fn until_waiting(state: &AppState, n: usize) {
+    for _ in 0..100_000 {
+        if state.validation_slots.waiting() == n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!(
+        "{} validations wait for a slot, not {n}",
+        state.validation_slots.waiting()
+    );
+}
+
+/// Starts `n` validations of `config` that will wait for a slot, one after the other.
+async fn queue_validations(
+    state: &Arc<AppState>,
+    config: &Value,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<(StatusCode, Value)>> {
+    let mut waiting = Vec::new();
+    for i in 0..n {
+        let body = serde_json::to_vec(config).unwrap();
+        waiting.push(tokio::spawn(post_to(state.clone(), body)));
+        until_waiting(state, i + 1).await;
+    }
+    waiting
+}
+
+#[tokio::test]
+async fn a_burst_of_validations_waits_for_the_slots_and_all_are_answered() {
+    // Two slots held by validations in progress, eight more arrive: they wait (the wait
+    // is long here, and nothing measures time) and are all answered once the slots free.
+    let state = state_with_slots(2, 32, Duration::from_secs(3600));
     let config = Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
-    // A validation in progress holds the only slot: a deterministic gate, no clock.
-    let running = state.validation_slots.clone().try_acquire_owned().unwrap();
+    let held = [
+        state.validation_slots.try_hold().unwrap(),
+        state.validation_slots.try_hold().unwrap(),
+    ];
+    let waiting = queue_validations(&state, &config, 8).await;
+    drop(held);
+    for answer in waiting {
+        let (status, out) = answer.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{out}");
+        assert_eq!(out["response"]["allowed"], true, "{out}");
+    }
+    assert_eq!(state.validation_slots.free(), 2);
+    assert_eq!(state.validation_slots.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_validation_queue_answers_429_at_once_and_never_holds_injection() {
+    use marin3r_webhook::MUTATE_PATH;
+
+    let state = state_with_slots(1, 2, Duration::from_secs(2));
+    let config = Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
+    // A validation in progress holds the only slot and two more wait: a deterministic
+    // gate, on tokio's paused clock.
+    let running = state.validation_slots.try_hold().unwrap();
+    let waiting = queue_validations(&state, &config, 2).await;
+    let before = tokio::time::Instant::now();
     let (status, out) = post_to(state.clone(), serde_json::to_vec(&config).unwrap()).await;
+    assert_eq!(before.elapsed(), Duration::ZERO, "refused without waiting");
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{out}");
     assert_eq!(out["code"], 429);
-    assert!(
-        out["error"]
-            .as_str()
-            .unwrap()
-            .contains("too many EnvoyConfig validations in progress"),
-        "{out}"
+    assert_eq!(
+        out["error"],
+        "EnvoyConfig validation refused: too many validations in progress \
+         (1 running, 2 waiting); retry the request"
     );
     // Pod injection does not go through the validation slots.
     let pod = common::pod_review(UID, common::labelled_pod());
@@ -510,10 +566,57 @@ async fn a_full_validation_queue_answers_429_and_never_holds_injection() {
     assert_eq!(status, StatusCode::OK, "{out}");
     assert_eq!(out["response"]["allowed"], true);
     assert!(out["response"]["patch"].is_string(), "{out}");
-    // Once the slot is free, validations run again.
+    assert_eq!(state.validation_slots.waiting(), 2);
+    // Once the slot is free, the waiting validations run, then new ones.
     drop(running);
+    for answer in waiting {
+        let (status, out) = answer.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{out}");
+        assert_eq!(out["response"]["allowed"], true);
+    }
     assert_eq!(admit(state.clone(), &config).await["allowed"], true);
-    assert_eq!(state.validation_slots.available_permits(), 1);
+    assert_eq!(state.validation_slots.free(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_validation_that_waits_past_the_wait_gets_429() {
+    let state = state_with_slots(1, 32, Duration::from_secs(2));
+    let config = Review::envoy_config("CREATE", fixture("kuard_tls.yaml"), Value::Null).json();
+    let _running = state.validation_slots.try_hold().unwrap();
+    let before = tokio::time::Instant::now();
+    let (status, out) = post_to(state.clone(), serde_json::to_vec(&config).unwrap()).await;
+    assert_eq!(before.elapsed(), Duration::from_secs(2));
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{out}");
+    assert_eq!(
+        out["error"],
+        "EnvoyConfig validation refused: no validation slot freed within 2s (1 running); \
+         retry the request"
+    );
+    assert_eq!(state.validation_slots.waiting(), 0);
+}
+
+#[test]
+fn the_validation_wait_is_well_inside_the_webhook_timeout() {
+    // The API server gives each validating webhook `timeoutSeconds`; a refusal after the
+    // wait must reach it as our answer, with time left for the validation itself.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/default/webhooks.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut checked = 0;
+    for doc in marin3r_envoyconfig::manifest::documents(&text).unwrap() {
+        if doc["kind"] != "ValidatingWebhookConfiguration" {
+            continue;
+        }
+        for webhook in doc["webhooks"].as_array().unwrap() {
+            let timeout = Duration::from_secs(webhook["timeoutSeconds"].as_u64().unwrap());
+            assert!(
+                VALIDATION_WAIT * 2 <= timeout,
+                "{}: wait {VALIDATION_WAIT:?}, timeout {timeout:?}",
+                webhook["name"]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "{checked} validating webhooks found");
 }
 
 // ---------------------------------------- EnvoyDeployment (operator-design.md §5.8)

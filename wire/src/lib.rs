@@ -8,10 +8,12 @@
 #![forbid(unsafe_code)]
 
 pub mod names;
+pub mod quote;
 
 pub use names::{
-    DEFAULT_NAMESPACE, dns1123_label, dns1123_subdomain, given_namespace, is_dns1123_subdomain,
-    is_label_value, namespace_or, namespace_or_default, port_name,
+    DEFAULT_NAMESPACE, dns1035_label, dns1123_label, dns1123_subdomain, given_namespace,
+    is_dns1123_subdomain, is_label_value, label_value, namespace_or, namespace_or_default,
+    port_name,
 };
 
 /// The API group of EnvoyConfig, EnvoyConfigRevision (and the prefix of every MARIN3R
@@ -102,6 +104,20 @@ pub mod object_names {
     pub const DISCOVERY_SERVICE_PRIORITY_CLASS: &str = "marin3r-discovery-service";
 }
 
+/// The names of the admission webhooks (`webhooks[].name`), the same as upstream MARIN3R's:
+/// the API server quotes them in every error (`admission webhook "…" denied the request`),
+/// which upstream users' scripts and QE suites match (docs/migrating.md).
+pub mod webhook_names {
+    /// The Pod mutating webhook (sidecar injection).
+    pub const SIDECAR_INJECTOR: &str = "sidecar-injector.marin3r.3scale.net";
+    /// The EnvoyConfig validating webhook.
+    pub const ENVOYCONFIG: &str = "envoyconfig.marin3r.3scale.net-v1alpha1";
+    /// The EnvoyDeployment validating webhook.
+    pub const ENVOYDEPLOYMENT: &str = "envoydeployment.operator.marin3r.3scale.net";
+    /// The Pod webhook's `timeoutSeconds`: a Pod is never held longer than this.
+    pub const SIDECAR_INJECTOR_TIMEOUT_SECONDS: i32 = 5;
+}
+
 /// Default ports.
 pub mod ports {
     /// The discovery service's gRPC (xDS) port (`--xdss-port`, the Service port).
@@ -158,6 +174,13 @@ pub mod images {
     /// (`--marin3r-image`).
     pub const MARIN3R: &str = "quay.io/marin3r-rs/marin3r:v0.1.0";
 }
+
+/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` the discovery service
+/// accepts, in bytes (it refuses a stream over it). Kubernetes names are at most 253
+/// characters and a node id is one (or a few joined), so 1 KiB leaves room for any real id
+/// while bounding what one stream can make the server store, label metrics with, and log.
+/// Injection refuses a `node-id` or `cluster-id` annotation over it up front.
+pub const MAX_NODE_NAME_BYTES: usize = 1024;
 
 /// The Envoy API version every EnvoyConfig uses (`envoyAPI`, the
 /// `envoy-api-version` annotation).

@@ -2,6 +2,8 @@
 //! and MARIN3R's namespace defaulting: one function per rule, used by the sidecar
 //! annotations, the operator's API validation and the discovery service's object names.
 
+use crate::quote::quoted;
+
 /// The namespace of an object whose manifest names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -37,13 +39,33 @@ pub fn dns1123_label(s: &str) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     if s.len() > 63 {
-        return Err(format!("{s:?} is longer than 63 characters"));
+        return Err(format!("{} is longer than 63 characters", quoted(s)));
     }
     if is_label_chars(s) {
         Ok(())
     } else {
         Err(format!(
-            "{s:?} is not a valid DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit)"
+            "{} is not a valid DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit)",
+            quoted(s)
+        ))
+    }
+}
+
+/// DNS-1035 label (Service names): 1–63 lowercase letters, digits and `-`, starting
+/// with a letter and ending with a letter or digit.
+pub fn dns1035_label(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > 63 {
+        return Err(format!("{} is longer than 63 characters", quoted(s)));
+    }
+    if is_label_chars(s) && s.as_bytes()[0].is_ascii_lowercase() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not a valid DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit)",
+            quoted(s)
         ))
     }
 }
@@ -72,13 +94,14 @@ pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     if s.len() > 253 {
-        return Err(format!("{s:?} is longer than 253 characters"));
+        return Err(format!("{} is longer than 253 characters", quoted(s)));
     }
     if is_dns1123_subdomain(s) {
         Ok(())
     } else {
         Err(format!(
-            "{s:?} is not a valid DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"
+            "{} is not a valid DNS-1123 subdomain (lowercase letters, digits, '-' and '.')",
+            quoted(s)
         ))
     }
 }
@@ -93,6 +116,20 @@ pub fn is_label_value(value: &str) -> bool {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
             && b[0].is_ascii_alphanumeric()
             && b[b.len() - 1].is_ascii_alphanumeric())
+}
+
+/// [`is_label_value`] with the reason when it is not.
+pub fn label_value(value: &str) -> Result<(), String> {
+    if value.len() > 63 {
+        Err(format!("{} is longer than 63 characters", quoted(value)))
+    } else if is_label_value(value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not a valid label value (letters, digits, '-', '_' and '.', starting and ending with a letter or digit)",
+            quoted(value)
+        ))
+    }
 }
 
 /// A container port name (Kubernetes' IANA_SVC_NAME): 1–15 lowercase letters, digits
@@ -114,7 +151,7 @@ pub fn port_name(name: &str) -> Result<(), String> {
     } else {
         return Ok(());
     };
-    Err(format!("port name {name:?} {problem}"))
+    Err(format!("port name {} {problem}", quoted(name)))
 }
 
 #[cfg(test)]
@@ -145,6 +182,20 @@ mod tests {
     }
 
     #[test]
+    fn dns1035_labels() {
+        for good in ["marin3r-instance", "a", "a-1", &"a".repeat(63)] {
+            assert!(dns1035_label(good).is_ok(), "{good:?}");
+        }
+        for bad in ["", "1a", "-a", "a-", "a.b", "A", "a_b", &"a".repeat(64)] {
+            assert!(dns1035_label(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            dns1035_label(&"a".repeat(64)).unwrap_err(),
+            format!("{:?} is longer than 63 characters", "a".repeat(64))
+        );
+    }
+
+    #[test]
     fn dns1123_subdomains() {
         for good in ["my.secret-1", "a", "kuard-v3-abc"] {
             assert!(dns1123_subdomain(good).is_ok(), "{good:?}");
@@ -168,6 +219,7 @@ mod tests {
         }
         for bad in ["-a", "a-", "a/b", &"a".repeat(64)] {
             assert!(!is_label_value(bad), "{bad:?}");
+            assert!(label_value(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -195,6 +247,27 @@ mod tests {
                 err(bad),
                 format!("port name {bad:?} must not start or end with '-' or contain '--'")
             );
+        }
+    }
+
+    #[test]
+    fn a_huge_name_is_quoted_bounded_in_every_rule() {
+        let huge = "A".repeat(1 << 20);
+        let messages = [
+            dns1123_label(&huge),
+            dns1035_label(&huge),
+            dns1123_subdomain(&huge),
+            label_value(&huge),
+            port_name(&huge),
+        ];
+        for m in messages {
+            let m = m.unwrap_err();
+            assert!(
+                m.len() < 2 * crate::quote::MAX_QUOTED_BYTES,
+                "{} bytes",
+                m.len()
+            );
+            assert!(m.contains("(1048576 bytes)"), "{}", &m[m.len() - 80..]);
         }
     }
 }
