@@ -32,16 +32,29 @@ use crate::canonical::{EmptyAny, canonical_bytes, message_to_json, write_canonic
 use crate::registry;
 use crate::resource::{Resource, ResourceType, fnv1a64};
 use crate::wellknown::EMPTY_ANY_URL;
-use crate::{lenient, pgv, strict};
+use crate::{lenient, pgv, sensitive, strict};
 
 pub use crate::error::{DecodeError, Location};
 pub use crate::text::{MAX_BUFFERED_COMMENTS, Serialization, yaml_options};
 
 /// Decodes one resource of type `kind` from a JSON value (already parsed from YAML or
 /// JSON) with protojson semantics.
+///
+/// No error shows a value written at or under a field Envoy marks sensitive
+/// ([`crate::sensitive`]): it names the field and the rule instead.
 pub fn decode_resource(kind: ResourceType, value: &Value) -> Result<Resource, DecodeError> {
-    let label = resource_label(kind, value);
     let desc = registry::message_descriptor(kind)?;
+    decode_checked(kind, &desc, value).map_err(|e| sensitive::redact(e, &desc, value))
+}
+
+/// [`decode_resource`] before its errors are redacted.
+fn decode_checked(
+    kind: ResourceType,
+    desc: &MessageDescriptor,
+    value: &Value,
+) -> Result<Resource, DecodeError> {
+    let label = resource_label(kind, value);
+    let desc = desc.clone();
     let relabel = |mut e: DecodeError| {
         if let Some(at) = e.location_mut() {
             at.resource = label.clone();

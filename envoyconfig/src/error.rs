@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::registry;
 use crate::resource::ResourceType;
+use crate::sensitive::redact_pem;
 use crate::text::Serialization;
 
 /// Where a decoding problem is: which resource (`listener "https"`, may be empty) and
@@ -39,10 +40,10 @@ impl Location {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.resource.is_empty() {
-            write!(f, "{}: ", self.resource)?;
+            write!(f, "{}: ", redact_pem(&self.resource))?;
         }
         if !self.path.is_empty() {
-            write!(f, "{}: ", self.path)?;
+            write!(f, "{}: ", redact_pem(&self.path))?;
         }
         Ok(())
     }
@@ -59,34 +60,41 @@ pub(crate) fn join_path(prefix: &str, path: &str) -> String {
 }
 
 /// Every way decoding or resolving a resource can fail. None of them carries secret
-/// material: secret errors name the Secret and the key, never the data.
+/// material: secret errors name the Secret and the key, never the data; an error at or
+/// under a field Envoy marks sensitive names the field and the rule, never the value
+/// ([`crate::sensitive`]); and `Display` replaces any PEM block or long base64 run in
+/// the texts it shows ([`redact_pem`]), whatever produced them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     /// The text is not valid JSON/YAML.
-    #[error("{at}invalid {serialization}: {message}")]
+    #[error("{at}invalid {serialization}: {}", redact_pem(message))]
     Syntax {
         at: Location,
         serialization: Serialization,
         message: String,
     },
     /// A field that the message type does not have.
-    #[error("{at}unknown field {field:?}")]
+    #[error("{at}unknown field {:?}", redact_pem(field))]
     UnknownField { at: Location, field: String },
     /// An `Any` whose `@type` is not in the Envoy registry.
-    #[error("{at}unknown type URL {type_url}")]
+    #[error("{at}unknown type URL {}", redact_pem(type_url))]
     UnknownType { at: Location, type_url: String },
     /// A value that does not fit its field (wrong type, bad duration, bad enum name, …).
-    #[error("{at}{message}")]
+    #[error("{at}{}", redact_pem(message))]
     Invalid { at: Location, message: String },
     /// Certificate or key data that Envoy's TLS context loader refuses (placeholder PEM,
     /// unknown curve, …). The message names the field and the rule, never the data.
-    #[error("{at}{message}")]
+    #[error("{at}{}", redact_pem(message))]
     TlsMaterial { at: Location, message: String },
     /// The resource has no (or an empty) name field.
     #[error("{at}missing resource name (field {field})")]
     MissingName { at: Location, field: &'static str },
     /// Two resources of one type share a name.
-    #[error("{at}duplicate {kind} name {name:?} (first at {first})")]
+    #[error(
+        "{at}duplicate {kind} name {:?} (first at {})",
+        redact_pem(name),
+        redact_pem(first)
+    )]
     DuplicateName {
         at: Location,
         kind: ResourceType,
@@ -94,17 +102,21 @@ pub enum DecodeError {
         first: String,
     },
     /// A referenced Kubernetes Secret does not exist.
-    #[error("{at}secret {secret:?} not found")]
+    #[error("{at}secret {:?} not found", redact_pem(secret))]
     MissingSecret { at: Location, secret: String },
     /// A referenced Kubernetes Secret lacks a key.
-    #[error("{at}secret {secret:?} has no key {key:?}")]
+    #[error("{at}secret {:?} has no key {:?}", redact_pem(secret), redact_pem(key))]
     MissingSecretKey {
         at: Location,
         secret: String,
         key: String,
     },
     /// A referenced Kubernetes Secret has the wrong type.
-    #[error("{at}secret {secret:?} has type {actual:?}, expected {expected:?}")]
+    #[error(
+        "{at}secret {:?} has type {:?}, expected {expected:?}",
+        redact_pem(secret),
+        redact_pem(actual)
+    )]
     SecretType {
         at: Location,
         secret: String,
@@ -115,10 +127,10 @@ pub enum DecodeError {
     #[error("{at}generateFromEndpointSlices needs Kubernetes mode")]
     NeedsKubernetes { at: Location },
     /// An EnvoyConfig that is not well-formed (both forms, no value, wrong combination).
-    #[error("{at}{message}")]
+    #[error("{at}{}", redact_pem(message))]
     Spec { at: Location, message: String },
     /// The embedded Envoy descriptor set is unusable (a broken build, not user input).
-    #[error("Envoy type registry: {0}")]
+    #[error("Envoy type registry: {}", redact_pem(.0))]
     Registry(String),
 }
 
@@ -165,6 +177,82 @@ impl DecodeError {
             at.prefix(prefix);
         }
         self
+    }
+
+    /// The same error with `f` applied to every text it carries (the location, messages,
+    /// names), for [`crate::sensitive::redact`].
+    pub(crate) fn map_texts(self, f: impl Fn(&str) -> String) -> Self {
+        let at = |at: Location| Location {
+            resource: f(&at.resource),
+            path: f(&at.path),
+        };
+        match self {
+            DecodeError::Syntax {
+                at: a,
+                serialization,
+                message,
+            } => DecodeError::Syntax {
+                at: at(a),
+                serialization,
+                message: f(&message),
+            },
+            DecodeError::UnknownField { at: a, field } => DecodeError::UnknownField {
+                at: at(a),
+                field: f(&field),
+            },
+            DecodeError::UnknownType { at: a, type_url } => DecodeError::UnknownType {
+                at: at(a),
+                type_url: f(&type_url),
+            },
+            DecodeError::Invalid { at: a, message } => DecodeError::Invalid {
+                at: at(a),
+                message: f(&message),
+            },
+            DecodeError::TlsMaterial { at: a, message } => DecodeError::TlsMaterial {
+                at: at(a),
+                message: f(&message),
+            },
+            DecodeError::MissingName { at: a, field } => {
+                DecodeError::MissingName { at: at(a), field }
+            }
+            DecodeError::DuplicateName {
+                at: a,
+                kind,
+                name,
+                first,
+            } => DecodeError::DuplicateName {
+                at: at(a),
+                kind,
+                name: f(&name),
+                first: f(&first),
+            },
+            DecodeError::MissingSecret { at: a, secret } => DecodeError::MissingSecret {
+                at: at(a),
+                secret: f(&secret),
+            },
+            DecodeError::MissingSecretKey { at: a, secret, key } => DecodeError::MissingSecretKey {
+                at: at(a),
+                secret: f(&secret),
+                key: f(&key),
+            },
+            DecodeError::SecretType {
+                at: a,
+                secret,
+                expected,
+                actual,
+            } => DecodeError::SecretType {
+                at: at(a),
+                secret: f(&secret),
+                expected,
+                actual: f(&actual),
+            },
+            DecodeError::NeedsKubernetes { at: a } => DecodeError::NeedsKubernetes { at: at(a) },
+            DecodeError::Spec { at: a, message } => DecodeError::Spec {
+                at: at(a),
+                message: f(&message),
+            },
+            DecodeError::Registry(message) => DecodeError::Registry(f(&message)),
+        }
     }
 
     pub(crate) fn spec(path: impl Into<String>, message: impl Into<String>) -> Self {

@@ -21,8 +21,10 @@
 //!   loader's checks), `strict` (strict protojson with field paths) and `canonical`
 //!   (canonical bytes and JSON);
 //! - the ground: `error` (`DecodeError`, `Location`, field paths; re-exported by
-//!   [`decode`]), [`registry`], `text` (JSON/YAML and the YAML parser's options),
-//!   `wellknown` (well-known types, the empty-`Any` placeholder) and [`resource`].
+//!   [`decode`]), [`sensitive`] (the fields Envoy marks sensitive, and keeping their
+//!   values out of every error text), [`registry`], `text` (JSON/YAML and the YAML
+//!   parser's options), `wellknown` (well-known types, the empty-`Any` placeholder)
+//!   and [`resource`].
 #![forbid(unsafe_code)]
 
 mod canonical;
@@ -37,6 +39,7 @@ mod pgv;
 pub mod registry;
 pub mod resource;
 mod secret;
+pub mod sensitive;
 mod strict;
 mod text;
 mod tls;

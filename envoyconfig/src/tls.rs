@@ -4,29 +4,45 @@
 //!
 //! - an inline `TlsCertificate.certificate_chain` holds no PEM certificate that parses
 //!   ("Failed to load certificate chain from <inline>"), a later certificate of the chain
-//!   does not parse, or the leaf's key is RSA below 2048 bits or EC on a curve other than
-//!   P-256, P-384 and P-521 ("only RSA certificates with 2048-bit or larger keys are
-//!   supported");
+//!   does not parse, or the leaf's key is not one Envoy serves with: RSA of 2048 bits or
+//!   more ("only RSA certificates with 2048-bit or larger keys are supported"), ECDSA on
+//!   P-256, P-384 or P-521, or Ed25519 (RSA-PSS, DSA, Ed448… are refused);
 //! - an inline `TlsCertificate.private_key` holds no PEM private key (labels `PRIVATE
 //!   KEY`, `RSA PRIVATE KEY`, `EC PRIVATE KEY`, `DSA PRIVATE KEY`, `ENCRYPTED PRIVATE
 //!   KEY`; "Failed to load private key from <inline>, Cause: …NO_START_LINE"), the key
-//!   does not parse, an encrypted key has no `password`, or the key does not belong to
-//!   the inline leaf certificate (`KEY_TYPE_MISMATCH`, `KEY_VALUES_MISMATCH`);
+//!   does not parse or is of an algorithm BoringSSL does not read (`UNSUPPORTED_ALGORITHM`:
+//!   Ed448, RSA-PSS), an encrypted key has no `password`, does not decrypt with it
+//!   (`BAD_DECRYPT`) or uses a scheme BoringSSL cannot decrypt ([`encrypted_key`]), or
+//!   the (decrypted) key does not belong to the inline leaf certificate
+//!   (`KEY_TYPE_MISMATCH`, also for DSA keys; `KEY_VALUES_MISMATCH`);
 //! - an inline `CertificateValidationContext.trusted_ca` holds no PEM certificate, or
 //!   one of its certificates does not parse ("Failed to load trusted CA certificates
 //!   from <inline>"); not checked when a `custom_validator_config` replaces the default
-//!   validator;
+//!   validator; a CA's key algorithm is not checked (Envoy loads DSA and RSA-PSS CAs);
 //! - `TlsParameters.ecdh_curves`, joined with `:` as Envoy does, names a group BoringSSL
 //!   does not know, an empty entry or a group twice ("Failed to initialize ECDH curves");
-//! - `TlsParameters.cipher_suites`, joined with `:`, holds a name or alias BoringSSL does
-//!   not know, or selects no cipher ("Failed to initialize cipher suites").
+//! - `TlsParameters.cipher_suites`, joined with `:`, does not parse as BoringSSL's strict
+//!   cipher rule list or selects no cipher ("Failed to initialize cipher suites";
+//!   [`cipher_rules`]);
+//! - `TlsParameters.signature_algorithms`, joined with `:`, does not parse as BoringSSL's
+//!   signature algorithm list ("Failed to initialize TLS signature algorithms";
+//!   [`sigalgs`]).
+//!
+//! BoringSSL reads each joined list as a C string: it ends at the first NUL.
 //!
 //! Each rule was checked against Envoy 1.40.0 (`envoy --mode init_only` on a static
 //! bootstrap, which builds every listener's and cluster's TLS context; see
 //! `envoyconfig/tests/envoy_tls_loader.rs`). What Envoy reads from files, environment
-//! variables or watched directories is not seen here. A CRL (`crl`) is not checked: Envoy
-//! 1.40 loads a placeholder CRL without complaint. Errors name the field and the rule,
-//! never the content (a private key must not end up in a log).
+//! variables or watched directories is not seen here (nor a password from them). A CRL
+//! (`crl`) is not checked: Envoy 1.40 loads a placeholder CRL without complaint. Not
+//! checked either (accepted here, refused by Envoy): an EC private key that does not
+//! carry its public point, for a certificate of another EC key (matching it would take
+//! an EC scalar multiplication). Errors name the field and the rule, never the content
+//! (a private key must not end up in a log).
+
+mod cipher_rules;
+mod encrypted_key;
+mod sigalgs;
 
 use base64::Engine as _;
 use base64::engine::DecodePaddingMode;
@@ -98,6 +114,8 @@ struct Block {
     der: Option<Vec<u8>>,
     /// An RFC 1421 `Proc-Type: 4,ENCRYPTED` header (an encrypted traditional key).
     encrypted: bool,
+    /// The value of its `DEK-Info` header (`<cipher>,<hex IV>`).
+    dek_info: Option<String>,
 }
 
 /// Base64 as BoringSSL's PEM reader takes it (padding optional).
@@ -121,6 +139,7 @@ fn pem_blocks(text: &[u8]) -> Vec<Block> {
         let end = format!("-----END {label}-----");
         let mut body = String::new();
         let mut encrypted = false;
+        let mut dek_info = None;
         let mut closed = false;
         let mut bad = false;
         for line in lines.by_ref() {
@@ -131,6 +150,9 @@ fn pem_blocks(text: &[u8]) -> Vec<Block> {
             if line.contains(':') {
                 // An RFC 1421 header (Proc-Type, DEK-Info).
                 encrypted |= line.starts_with("Proc-Type:") && line.contains("ENCRYPTED");
+                if let Some(value) = line.strip_prefix("DEK-Info:") {
+                    dek_info = Some(value.trim().to_string());
+                }
                 if !body.is_empty() {
                     bad = true;
                 }
@@ -147,6 +169,7 @@ fn pem_blocks(text: &[u8]) -> Vec<Block> {
             label: label.to_string(),
             der,
             encrypted,
+            dek_info,
         });
     }
     out
@@ -174,9 +197,11 @@ enum Key {
     Rsa(Vec<u8>),
     /// The public point, when the private key carries it.
     Ec(Option<Vec<u8>>),
-    Ed25519,
-    /// Another algorithm: not matched.
-    Other,
+    /// The public key, when known.
+    Ed25519(Option<Vec<u8>>),
+    /// A key BoringSSL parses but TLS cannot use (DSA, X25519): it matches no
+    /// certificate.
+    Unusable,
 }
 
 const OID_RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
@@ -185,6 +210,20 @@ const OID_ED25519: &[u8] = &[0x2b, 0x65, 0x70];
 const OID_P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 const OID_P384: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
 const OID_P521: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x23];
+const OID_DSA: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x38, 0x04, 0x01];
+const OID_X25519: &[u8] = &[0x2b, 0x65, 0x6e];
+
+/// A name for a key algorithm Envoy does not load, for errors.
+fn algorithm_name(oid: &[u8]) -> &'static str {
+    match oid {
+        [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0a] => "RSA-PSS (id-RSASSA-PSS)",
+        OID_DSA => "DSA",
+        OID_X25519 => "X25519",
+        [0x2b, 0x65, 0x71] => "Ed448",
+        [0x2b, 0x65, 0x6f] => "X448",
+        _ => "of another algorithm",
+    }
+}
 
 fn strip_zeros(b: &[u8]) -> Vec<u8> {
     let first = b.iter().position(|&x| x != 0).unwrap_or(b.len());
@@ -230,9 +269,10 @@ fn tls_certificate(message: &DynamicMessage, path: &str) -> Result<(), DecodeErr
              (Envoy: Failed to load private key, NO_START_LINE)",
         ));
     };
-    if block.label == "ENCRYPTED PRIVATE KEY" || block.encrypted {
+    let der = block.der.as_deref().unwrap_or_default();
+    let (label, der) = if block.label == "ENCRYPTED PRIVATE KEY" || block.encrypted {
         let password = inline(message, "password");
-        if !has(message, "password") || password.is_some_and(|p| p.is_empty()) {
+        if !has(message, "password") || password.as_ref().is_some_and(|p| p.is_empty()) {
             return Err(refuse(
                 path,
                 "private_key",
@@ -240,23 +280,73 @@ fn tls_certificate(message: &DynamicMessage, path: &str) -> Result<(), DecodeErr
                  to load private key)",
             ));
         }
-        return Ok(());
-    }
-    let der = block.der.as_deref().unwrap_or_default();
-    let Some(private) = private_key(&block.label, der) else {
-        return Err(refuse(
-            path,
-            "private_key",
-            format!(
-                "the PEM {} does not parse (Envoy: Failed to load private key)",
-                block.label
-            ),
-        ));
+        // A password from a file or the environment is not seen here.
+        let Some(password) = password else {
+            return Ok(());
+        };
+        let decrypted = if block.label == "ENCRYPTED PRIVATE KEY" {
+            encrypted_key::pkcs8(der, &password).map(|d| ("PRIVATE KEY", d))
+        } else {
+            encrypted_key::traditional(block.dek_info.as_deref(), der, &password)
+                .map(|d| (block.label.as_str(), d))
+        };
+        match decrypted {
+            Ok((label, encrypted_key::Decrypted::Der(der))) => (label, der),
+            Ok((_, encrypted_key::Decrypted::Unchecked)) => return Ok(()),
+            Err(e) => return Err(refuse(path, "private_key", decrypt_error(&e))),
+        }
+    } else {
+        (block.label.as_str(), der.to_vec())
+    };
+    let private = match private_key(label, &der) {
+        Some(Ok(private)) => private,
+        Some(Err(algorithm)) => {
+            return Err(refuse(
+                path,
+                "private_key",
+                format!(
+                    "the private key is {algorithm}: Envoy loads RSA, ECDSA and Ed25519 keys \
+                     (Envoy: Failed to load private key, UNSUPPORTED_ALGORITHM)"
+                ),
+            ));
+        }
+        None if block.label != label || block.encrypted => {
+            // Decrypted content that does not parse: the password is wrong.
+            return Err(refuse(
+                path,
+                "private_key",
+                decrypt_error(&encrypted_key::DecryptError::BadDecrypt),
+            ));
+        }
+        None => {
+            return Err(refuse(
+                path,
+                "private_key",
+                format!("the PEM {label} does not parse (Envoy: Failed to load private key)"),
+            ));
+        }
     };
     if let Some(public) = leaf {
         key_matches(&private, &public, path)?;
     }
     Ok(())
+}
+
+fn decrypt_error(e: &encrypted_key::DecryptError) -> String {
+    match e {
+        encrypted_key::DecryptError::BadDecrypt => {
+            "the encrypted private key does not decrypt with the given password (Envoy: \
+             Failed to load private key, BAD_DECRYPT)"
+                .to_string()
+        }
+        encrypted_key::DecryptError::Unsupported(what) => format!(
+            "the private key is encrypted with {what}, which Envoy cannot decrypt (Envoy: \
+             Failed to load private key)"
+        ),
+        encrypted_key::DecryptError::Malformed => "the encrypted private key's encryption \
+             parameters do not parse (Envoy: Failed to load private key)"
+            .to_string(),
+    }
 }
 
 /// Checks the chain; returns the leaf's key.
@@ -295,7 +385,12 @@ fn leaf_key(cert: &X509Certificate<'_>, path: &str) -> Result<Key, DecodeError> 
     let oid = spki.algorithm.algorithm.as_bytes();
     if oid == OID_RSA {
         let Ok(PublicKey::RSA(rsa)) = spki.parsed() else {
-            return Ok(Key::Other);
+            return Err(refuse(
+                path,
+                "certificate_chain",
+                "the certificate's RSA key does not parse (Envoy: Failed to load certificate \
+                 chain)",
+            ));
         };
         let modulus = strip_zeros(rsa.modulus);
         let bits = modulus.first().map_or(0, |b| {
@@ -331,9 +426,17 @@ fn leaf_key(cert: &X509Certificate<'_>, path: &str) -> Result<Key, DecodeError> 
         return Ok(Key::Ec(Some(spki.subject_public_key.data.to_vec())));
     }
     if oid == OID_ED25519 {
-        return Ok(Key::Ed25519);
+        return Ok(Key::Ed25519(Some(spki.subject_public_key.data.to_vec())));
     }
-    Ok(Key::Other)
+    Err(refuse(
+        path,
+        "certificate_chain",
+        format!(
+            "the certificate's key is {}: Envoy loads RSA, ECDSA (P-256, P-384, P-521) and \
+             Ed25519 certificates (Envoy: Failed to load certificate chain)",
+            algorithm_name(oid)
+        ),
+    ))
 }
 
 /// The items of a DER/BER SEQUENCE.
@@ -357,11 +460,12 @@ fn items<'a>(any: &Any<'a>) -> Option<Vec<Any<'a>>> {
     Some(out)
 }
 
-/// Parses a private key of a PEM label; `None` when it does not parse.
-fn private_key(label: &str, der: &[u8]) -> Option<Key> {
+/// Parses a private key of a PEM label; `None` when it does not parse, `Some(Err(name))`
+/// for an algorithm BoringSSL does not parse (`UNSUPPORTED_ALGORITHM`).
+fn private_key(label: &str, der: &[u8]) -> Option<Result<Key, &'static str>> {
     match label {
-        "RSA PRIVATE KEY" => rsa_private_key(der),
-        "EC PRIVATE KEY" => ec_private_key(der),
+        "RSA PRIVATE KEY" => rsa_private_key(der).map(Ok),
+        "EC PRIVATE KEY" => ec_private_key(der).map(Ok),
         "PRIVATE KEY" => {
             // PKCS #8: version, AlgorithmIdentifier, OCTET STRING privateKey, …
             let info = sequence(der)?;
@@ -369,16 +473,26 @@ fn private_key(label: &str, der: &[u8]) -> Option<Key> {
             let oid = algorithm.first().filter(|a| a.tag() == Tag::Oid)?.data;
             let inner = info.get(2).filter(|a| a.tag() == Tag::OctetString)?.data;
             if oid == OID_RSA {
-                rsa_private_key(inner)
+                rsa_private_key(inner).map(Ok)
             } else if oid == OID_EC {
-                ec_private_key(inner)
+                ec_private_key(inner).map(Ok)
             } else if oid == OID_ED25519 {
-                Some(Key::Ed25519)
+                // ring reads PKCS #8 v1 and v2 Ed25519 keys and derives the public key.
+                let public = ring::signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(der)
+                    .ok()
+                    .map(|pair| {
+                        use ring::signature::KeyPair as _;
+                        pair.public_key().as_ref().to_vec()
+                    });
+                Some(Ok(Key::Ed25519(public)))
+            } else if oid == OID_DSA || oid == OID_X25519 {
+                Some(Ok(Key::Unusable))
             } else {
-                Some(Key::Other)
+                Some(Err(algorithm_name(oid)))
             }
         }
-        _ => Some(Key::Other),
+        // `DSA PRIVATE KEY`
+        _ => Some(Ok(Key::Unusable)),
     }
 }
 
@@ -417,12 +531,15 @@ fn key_matches(private: &Key, public: &Key, path: &str) -> Result<(), DecodeErro
         ))
     };
     match (private, public) {
-        (Key::Other, _) | (_, Key::Other) => Ok(()),
         (Key::Rsa(a), Key::Rsa(b)) if a != b => mismatch("KEY_VALUES_MISMATCH"),
-        (Key::Ec(Some(a)), Key::Ec(Some(b))) if a != b => mismatch("KEY_VALUES_MISMATCH"),
-        (Key::Rsa(_), Key::Rsa(_)) | (Key::Ec(_), Key::Ec(_)) | (Key::Ed25519, Key::Ed25519) => {
-            Ok(())
+        (Key::Ec(Some(a)), Key::Ec(Some(b))) | (Key::Ed25519(Some(a)), Key::Ed25519(Some(b)))
+            if a != b =>
+        {
+            mismatch("KEY_VALUES_MISMATCH")
         }
+        (Key::Rsa(_), Key::Rsa(_))
+        | (Key::Ec(_), Key::Ec(_))
+        | (Key::Ed25519(_), Key::Ed25519(_)) => Ok(()),
         _ => mismatch("KEY_TYPE_MISMATCH"),
     }
 }
@@ -476,85 +593,6 @@ const CURVES: &[&[&str]] = &[
     &["MLKEM1024"],
 ];
 
-/// Cipher names and aliases BoringSSL in Envoy 1.40 takes in a TLS 1.2 cipher list,
-/// each checked against Envoy 1.40.0 (TLS 1.3 suites cannot be configured: refused).
-const CIPHERS: &[&str] = &[
-    "DES-CBC3-SHA",
-    "AES128-SHA",
-    "AES256-SHA",
-    "PSK-AES128-CBC-SHA",
-    "PSK-AES256-CBC-SHA",
-    "AES128-GCM-SHA256",
-    "AES256-GCM-SHA384",
-    "ECDHE-ECDSA-AES128-SHA",
-    "ECDHE-ECDSA-AES256-SHA",
-    "ECDHE-RSA-AES128-SHA",
-    "ECDHE-RSA-AES256-SHA",
-    "ECDHE-RSA-AES128-SHA256",
-    "ECDHE-ECDSA-AES128-SHA256",
-    "ECDHE-PSK-AES128-CBC-SHA",
-    "ECDHE-PSK-AES256-CBC-SHA",
-    "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "ECDHE-RSA-AES128-GCM-SHA256",
-    "ECDHE-RSA-AES256-GCM-SHA384",
-    "ECDHE-ECDSA-CHACHA20-POLY1305",
-    "ECDHE-RSA-CHACHA20-POLY1305",
-    "ECDHE-PSK-CHACHA20-POLY1305",
-    // IETF names of the same suites.
-    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_PSK_WITH_AES_128_CBC_SHA",
-    "TLS_PSK_WITH_AES_256_CBC_SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_PSK_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_PSK_WITH_AES_256_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    "TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256",
-    // Aliases.
-    "ALL",
-    "kRSA",
-    "RSA",
-    "kECDHE",
-    "kEECDH",
-    "ECDHE",
-    "EECDH",
-    "ECDH",
-    "kPSK",
-    "aRSA",
-    "aECDSA",
-    "ECDSA",
-    "aPSK",
-    "PSK",
-    "3DES",
-    "AES128",
-    "AES256",
-    "AES",
-    "AESGCM",
-    "CHACHA20",
-    "SHA1",
-    "SHA",
-    "SSLv3",
-    "TLSv1",
-    "TLSv1.2",
-    "HIGH",
-    "FIPS",
-    "DEFAULT",
-];
-
 fn strings(message: &DynamicMessage, field: &str) -> Vec<String> {
     match message.get_field_by_name(field).as_deref() {
         Some(Value::List(items)) => items
@@ -565,9 +603,20 @@ fn strings(message: &DynamicMessage, field: &str) -> Vec<String> {
     }
 }
 
+/// A list field as BoringSSL receives it, or `None` when Envoy does not set it (empty):
+/// Envoy joins the entries with `:` and passes a C string, so BoringSSL's list ends at
+/// the first NUL (`["X25519\u0000junk"]` is `X25519`).
+fn boringssl_list(message: &DynamicMessage, field: &str) -> Option<String> {
+    let joined = strings(message, field).join(":");
+    if joined.is_empty() {
+        return None;
+    }
+    let end = joined.find('\0').unwrap_or(joined.len());
+    Some(joined[..end].to_string())
+}
+
 fn tls_parameters(message: &DynamicMessage, path: &str) -> Result<(), DecodeError> {
-    let curves = strings(message, "ecdh_curves").join(":");
-    if !curves.is_empty() {
+    if let Some(curves) = boringssl_list(message, "ecdh_curves") {
         let mut seen = Vec::new();
         for name in curves.split(':') {
             let Some(group) = CURVES.iter().position(|g| g.contains(&name)) else {
@@ -592,61 +641,33 @@ fn tls_parameters(message: &DynamicMessage, path: &str) -> Result<(), DecodeErro
             seen.push(group);
         }
     }
-    let ciphers = strings(message, "cipher_suites").join(":");
-    if !ciphers.is_empty() {
+    if let Some(ciphers) = boringssl_list(message, "cipher_suites") {
         cipher_list(&ciphers, path)?;
+    }
+    if let Some(list) = boringssl_list(message, "signature_algorithms") {
+        sigalgs::parse(&list).map_err(|why| {
+            refuse(
+                path,
+                "signature_algorithms",
+                format!(
+                    "{why}, in {list:?} (Envoy: Failed to initialize TLS signature algorithms)"
+                ),
+            )
+        })?;
     }
     Ok(())
 }
 
-/// BoringSSL's strict cipher rule list: every name must be known, and the list must
-/// select a cipher.
+/// BoringSSL's strict cipher rule list (`cipher_rules`): Envoy refuses a list that does
+/// not parse or selects no cipher.
 fn cipher_list(list: &str, path: &str) -> Result<(), DecodeError> {
-    let failed = |why: String| {
+    cipher_rules::select(list).map(|_| ()).map_err(|why| {
         refuse(
             path,
             "cipher_suites",
-            format!("{why} (Envoy: Failed to initialize cipher suites)"),
+            format!("{why}, in {list:?} (Envoy: Failed to initialize cipher suites)"),
         )
-    };
-    // Whether some cipher is selected after each rule (a `-ALL`/`!ALL` removes every
-    // one, `!` for good); other removals are assumed to leave some.
-    let mut selected = false;
-    let mut killed = false;
-    for rule in list.split(':').filter(|r| !r.is_empty()) {
-        let (op, body) = match rule.as_bytes().first() {
-            Some(b'-' | b'!' | b'+') => (rule.as_bytes()[0], &rule[1..]),
-            _ => (0, rule),
-        };
-        let names = body
-            .strip_prefix('[')
-            .and_then(|b| b.strip_suffix(']'))
-            .map_or_else(
-                || body.split('+').collect::<Vec<_>>(),
-                |g| g.split('|').collect(),
-            );
-        for name in &names {
-            if !CIPHERS.contains(name) {
-                return Err(failed(format!(
-                    "{name:?} is not a cipher suite Envoy knows"
-                )));
-            }
-        }
-        let all = names == ["ALL"];
-        match op {
-            b'-' if all => selected = false,
-            b'!' if all => {
-                selected = false;
-                killed = true;
-            }
-            b'-' | b'!' | b'+' => {}
-            _ => selected |= !killed,
-        }
-    }
-    if !selected {
-        return Err(failed(format!("{list:?} selects no cipher")));
-    }
-    Ok(())
+    })
 }
 
 #[cfg(test)]

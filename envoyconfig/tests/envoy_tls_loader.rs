@@ -1,7 +1,8 @@
 //! What Envoy 1.40's TLS context loader refuses although `envoy --mode validate` accepts
 //! it (validate mode never builds TLS contexts): placeholder or broken inline PEM
-//! certificates, keys and CAs, a key that does not belong to its certificate, unknown
-//! ECDH curves and cipher suites. Each rule is a row of `tls_cases/cases.json` with its
+//! certificates, keys and CAs, certificate and key algorithms Envoy does not load, a key
+//! (decrypted with its password) that does not belong to its certificate, unknown ECDH
+//! curves, cipher rules and signature algorithms. Each rule is a row of `tls_cases/cases.json` with its
 //! twin that Envoy accepts; `tests/tests/tls_loader.rs` checks the same rows against the
 //! real Envoy (`envoy --mode init_only`, which builds every listener's and cluster's TLS
 //! context).
@@ -109,6 +110,22 @@ fn secrets_too() {
     );
     let ok = json!({"name": "s", "validation_context": case("trusted_ca").context["validation_context"].clone()});
     decode_resource(ResourceType::Secret, &ok).unwrap();
+    // An encrypted key is decrypted with the Secret's password, which no error shows.
+    let secret = |c: &tls_cases::Case| json!({"name": "s", "tls_certificate": c.context["tls_certificates"][0].clone()});
+    let wrong = case("encrypted key with a wrong password");
+    let e = decode_resource(ResourceType::Secret, &secret(&wrong))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("tls_certificate.private_key: the encrypted private key does not decrypt with the given password (Envoy: Failed to load private key, BAD_DECRYPT)"),
+        "{e}"
+    );
+    assert!(!e.contains("not-the-password"), "{e}");
+    decode_resource(
+        ResourceType::Secret,
+        &secret(&case("encrypted key with its password")),
+    )
+    .unwrap();
 }
 
 /// A file, environment variable or SDS reference is not read here: only inline data is

@@ -150,3 +150,36 @@ fn registry_matches_the_vendored_cncf_xds() {
     assert!(provenance.contains("license = Apache-2.0"));
     assert!(dir.join("LICENSE").is_file());
 }
+
+/// The registry keeps the `(udpa.annotations.sensitive) = true` field option of every
+/// field the `.proto` files mark so (the set `marin3r_envoyconfig::sensitive` keeps out of
+/// error texts): as many fields of the registry carry it as there are annotations in the
+/// `.proto` files it was generated from.
+#[test]
+fn registry_keeps_every_sensitive_annotation() {
+    fn count(dir: &Path) -> usize {
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                n += count(&path);
+            } else if path.extension().is_some_and(|e| e == "proto") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                n += text.matches("(udpa.annotations.sensitive) = true").count();
+            }
+        }
+        n
+    }
+    let envoy = envoy_types_proto_dir(&locked_envoy_types()).join("data-plane-api");
+    let annotated = count(&envoy) + count(&crate_dir().join("proto/cncf-xds"));
+    let in_registry = marin3r_envoyconfig::sensitive::sensitive_fields().len();
+    assert!(
+        annotated > 0,
+        "no sensitive annotation found under {}",
+        envoy.display()
+    );
+    assert_eq!(
+        in_registry, annotated,
+        "the registry marks {in_registry} fields sensitive, the .proto files {annotated}"
+    );
+}

@@ -8,7 +8,8 @@
 //! strings, `@name.crt`/`@name.key` is the text of that file of this folder,
 //! `@label(L)name.key` the same with its PEM label replaced by `L`, and a whole string
 //! `@b64:name` is the file base64-encoded (for `inline_bytes`). The keys are throwaway
-//! test keys (`ec_enc.key`'s password is `secret`).
+//! test keys (the encrypted ones' password is `secret`; `README.md` says how each was
+//! made).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
