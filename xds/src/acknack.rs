@@ -2,7 +2,11 @@
 //! tainted when **every** subscribed pod NACKed its version at least N times).
 //! [`AckNackStats`] is plain and single-threaded: it folds [`StreamEvent`]s in, per
 //! `(node id, type, version)` → per pod [`PodCounts`] `{acks, nacks, last_nack_message}`,
-//! and counts the open streams per `(node id, pod)`. Its memory is bounded: the last
+//! and counts the open streams per `(node id, pod)`. A pod is every stream claiming its
+//! `(node id, pod name)`: an ACK of a version on any of them means the pod accepted it
+//! ([`PodCounts::counted_nacks`]), so a second stream claiming a real Envoy's pod name
+//! cannot forge that pod's rejection, and two streams of one pod open at once are
+//! reported ([`Opened::overlaps`]). Its memory is bounded: the last
 //! [`DEFAULT_MAX_VERSIONS`] versions per `(node, type)`, NACK messages cut at
 //! [`MAX_NACK_MESSAGE_BYTES`], the counts of a pod without streams dropped after
 //! [`GONE_POD_RETENTION`]; pods that never answer stop counting after [`SILENT_POD_GRACE`].
@@ -22,6 +26,46 @@ pub struct PodCounts {
     pub acks: u64,
     pub nacks: u64,
     pub last_nack_message: Option<String>,
+}
+
+impl PodCounts {
+    /// The NACKs that count for the taint test: none once the pod ACKed the version on
+    /// any of its streams. The one rule for "this pod rejects this version", used by the
+    /// single-process taint test and by the digest each replica reports for the
+    /// fleet-wide judgement ([`AckNackStats::min_nacks`]).
+    ///
+    /// Every stream that names a pod counts as that pod, and the pod name is only what
+    /// the client says (`node.metadata.pod_name`): a second stream holding the client
+    /// certificate could claim a real Envoy's pod and NACK what the Envoy ACKed. A real
+    /// Envoy never ACKs a version it rejects, so an ACK wins: a forger cannot make an
+    /// accepted version look rejected (it can still hold up a taint, which it could
+    /// already do with a pod name of its own that never NACKs). This also covers
+    /// Envoy's reconnect, whose old stream may still be open when the new one starts.
+    pub fn counted_nacks(&self) -> u64 {
+        if self.acks > 0 { 0 } else { self.nacks }
+    }
+}
+
+/// Identifies one stream in [`AckNackStats`] (in log lines: `stream_id`), handed out by
+/// [`AckNackStats::stream_opened`] in opening order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u64);
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What [`AckNackStats::stream_opened`] tells about a new stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    /// The new stream's id (give it back to [`AckNackStats::stream_closed`]).
+    pub stream: StreamId,
+    /// Another stream of the same pod (node id and pod name) that is still open, if
+    /// any: two Envoys (or something else holding the client certificate) claim one
+    /// pod, or an Envoy reconnected before its old stream was seen to close.
+    pub overlaps: Option<StreamId>,
 }
 
 /// How the judged pods of one node answered the versions it is served
@@ -77,15 +121,63 @@ pub struct AckNackStats {
     /// The same closes in order (oldest first), for the sweep; an entry whose instant is
     /// no longer the pod's in `gone` (it came back, or closed again later) is skipped.
     gone_order: VecDeque<(Instant, String, PodName)>,
+    /// The id of the next stream opened.
+    next_stream: u64,
+    /// Streams opened while another stream of their pod was open
+    /// ([`Opened::overlaps`]), ever.
+    overlaps: u64,
 }
 
-/// A pod with an open stream: how many, since when, and whether it ever answered.
-#[derive(Debug, Clone, Copy)]
+/// A pod with an open stream: which ones, since when, and whether it ever answered.
+#[derive(Debug, Clone)]
 struct PodStreams {
-    open: usize,
+    /// The first of its open streams; `others` are the rest (empty, so no allocation,
+    /// for the usual pod with one stream).
+    first: StreamId,
+    others: Vec<StreamId>,
     since: Instant,
     /// It ACKed or NACKed something on the node at least once.
     answered: bool,
+}
+
+impl PodStreams {
+    fn open(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    /// The most recently opened of its streams.
+    fn newest(&self) -> StreamId {
+        self.others.last().copied().unwrap_or(self.first)
+    }
+
+    /// Forgets `stream` (the pod itself is removed by the caller on [`Closed::Last`]).
+    fn close(&mut self, stream: StreamId) -> Closed {
+        if self.first == stream {
+            if self.others.is_empty() {
+                return Closed::Last;
+            }
+            self.first = self.others.remove(0);
+        } else if let Some(i) = self.others.iter().position(|s| *s == stream) {
+            self.others.remove(i);
+        } else {
+            return Closed::Unknown;
+        }
+        if self.others.is_empty() {
+            self.others = Vec::new();
+        }
+        Closed::Others
+    }
+}
+
+/// What [`PodStreams::close`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// It was the pod's last stream.
+    Last,
+    /// Other streams of the pod are still open.
+    Others,
+    /// Not a stream of the pod.
+    Unknown,
 }
 
 /// A pod that has had a stream for this long without ever ACKing or NACKing anything no
@@ -120,6 +212,8 @@ impl AckNackStats {
             streams: HashMap::new(),
             gone: HashMap::new(),
             gone_order: VecDeque::new(),
+            next_stream: 0,
+            overlaps: 0,
         }
     }
 
@@ -285,7 +379,11 @@ impl AckNackStats {
         // and held up the streams' ACK accounting (BENCHMARKS.md).
         let counts = self.pod_counts(node_id, t, version);
         self.judged_pods(node_id, now)
-            .map(|p| counts.and_then(|c| c.get(p)).map_or(0, |c| c.nacks))
+            .map(|p| {
+                counts
+                    .and_then(|c| c.get(p))
+                    .map_or(0, PodCounts::counted_nacks)
+            })
             .min()
     }
 
@@ -325,9 +423,12 @@ impl AckNackStats {
             if out.message.is_none()
                 && let Some(counts) = self.pod_counts(node_id, *t, version)
             {
-                out.message = self
-                    .judged_pods(node_id, now)
-                    .find_map(|p| counts.get(p).and_then(|c| c.last_nack_message.clone()));
+                out.message = self.judged_pods(node_id, now).find_map(|p| {
+                    counts
+                        .get(p)
+                        .filter(|c| c.counted_nacks() > 0)
+                        .and_then(|c| c.last_nack_message.clone())
+                });
             }
         }
         out
@@ -358,8 +459,12 @@ impl AckNackStats {
     }
 
     /// A stream of `pod` for `node_id` started (after its node was learned) at `now`.
-    pub fn stream_opened(&mut self, node_id: &str, pod_name: &str, now: Instant) {
+    /// Returns its id, and another open stream of the same pod if there is one (the
+    /// caller reports it: see [`Opened::overlaps`]).
+    pub fn stream_opened(&mut self, node_id: &str, pod_name: &str, now: Instant) -> Opened {
         self.forget_gone_pods(now);
+        let stream = StreamId(self.next_stream);
+        self.next_stream = self.next_stream.wrapping_add(1);
         if let Some(pods) = self.gone.get_mut(node_id) {
             pods.remove(pod_name);
             if pods.is_empty() {
@@ -369,50 +474,74 @@ impl AckNackStats {
         if !self.streams.contains_key(node_id) {
             self.streams.insert(node_id.to_string(), HashMap::new());
         }
-        let Some(pods) = self.streams.get_mut(node_id) else {
-            return;
-        };
-        match pods.get_mut(pod_name) {
-            Some(s) => s.open += 1,
-            None => {
-                pods.insert(
-                    PodName::from(pod_name),
-                    PodStreams {
-                        open: 1,
-                        since: now,
-                        answered: false,
-                    },
-                );
+        let mut overlaps = None;
+        if let Some(pods) = self.streams.get_mut(node_id) {
+            match pods.get_mut(pod_name) {
+                Some(s) => {
+                    overlaps = Some(s.newest());
+                    s.others.push(stream);
+                }
+                None => {
+                    pods.insert(
+                        PodName::from(pod_name),
+                        PodStreams {
+                            first: stream,
+                            others: Vec::new(),
+                            since: now,
+                            answered: false,
+                        },
+                    );
+                }
             }
         }
+        if overlaps.is_some() {
+            self.overlaps = self.overlaps.saturating_add(1);
+        }
+        Opened { stream, overlaps }
     }
 
-    /// A stream of `pod` ended at `now`. Returns the number of streams the pod still
-    /// has; at 0 the pod's ACK/NACK counts are dropped [`GONE_POD_RETENTION`] later
-    /// unless a stream of it opens again meanwhile.
-    pub fn stream_closed(&mut self, node_id: &str, pod_name: &str, now: Instant) -> usize {
+    /// The stream `stream` of `pod` ended at `now`. Returns the number of streams the
+    /// pod still has; at 0 the pod's ACK/NACK counts are dropped [`GONE_POD_RETENTION`]
+    /// later unless a stream of it opens again meanwhile. The counts of a pod are the
+    /// pod's, whichever of its streams answered: when the stream that ACKed a version
+    /// closes and another stream of the pod stays, the ACK still stands for the pod.
+    pub fn stream_closed(
+        &mut self,
+        node_id: &str,
+        pod_name: &str,
+        stream: StreamId,
+        now: Instant,
+    ) -> usize {
         self.forget_gone_pods(now);
         let Some(pods) = self.streams.get_mut(node_id) else {
             return 0;
         };
-        let Some((name, s)) = pods.get_key_value(pod_name) else {
+        let Some(s) = pods.get_mut(pod_name) else {
             return 0;
         };
-        let (name, left) = (name.clone(), s.open.saturating_sub(1));
-        if left == 0 {
-            pods.remove(pod_name);
-            if pods.is_empty() {
-                self.streams.remove(node_id);
+        match s.close(stream) {
+            Closed::Others | Closed::Unknown => s.open(),
+            Closed::Last => {
+                let Some((name, _)) = pods.remove_entry(pod_name) else {
+                    return 0;
+                };
+                if pods.is_empty() {
+                    self.streams.remove(node_id);
+                }
+                self.gone
+                    .entry(node_id.to_string())
+                    .or_default()
+                    .insert(name.clone(), now);
+                self.gone_order.push_back((now, node_id.to_string(), name));
+                0
             }
-            self.gone
-                .entry(node_id.to_string())
-                .or_default()
-                .insert(name.clone(), now);
-            self.gone_order.push_back((now, node_id.to_string(), name));
-        } else if let Some(s) = pods.get_mut(pod_name) {
-            s.open = left;
         }
-        left
+    }
+
+    /// Streams opened while another stream of their pod was open, since the start
+    /// (see [`Opened::overlaps`]).
+    pub fn overlapping_streams(&self) -> u64 {
+        self.overlaps
     }
 
     /// Drops the counts of pods whose last stream closed [`GONE_POD_RETENTION`] or more
@@ -457,7 +586,7 @@ impl AckNackStats {
     pub fn streams_for_node(&self, node_id: &str) -> BTreeMap<String, usize> {
         self.streams
             .get(node_id)
-            .map(|p| p.iter().map(|(k, s)| (k.to_string(), s.open)).collect())
+            .map(|p| p.iter().map(|(k, s)| (k.to_string(), s.open())).collect())
             .unwrap_or_default()
     }
 
@@ -547,9 +676,9 @@ mod tests {
             !s.rejected_by_all_pods("n", Route, "v", 1, t0),
             "no pods: never rejected by all"
         );
-        s.stream_opened("n", "p1", t0);
-        s.stream_opened("n", "p1", t0);
-        s.stream_opened("n", "p2", t0);
+        let a = s.stream_opened("n", "p1", t0).stream;
+        let b = s.stream_opened("n", "p1", t0).stream;
+        let c = s.stream_opened("n", "p2", t0).stream;
         assert_eq!(
             s.pods_for_node("n"),
             ["p1".to_string(), "p2".to_string()].into()
@@ -568,12 +697,101 @@ mod tests {
         assert!(!s.rejected_by_all_pods("n", Route, "v", 5, t0));
         assert!(s.rejected_by_all_pods("n", Route, "v", 4, t0));
         // p2 leaves: only p1 is subscribed, and it rejected 5 times.
-        assert_eq!(s.stream_closed("n", "p2", t0), 0);
+        assert_eq!(s.stream_closed("n", "p2", c, t0), 0);
         assert!(s.rejected_by_all_pods("n", Route, "v", 5, t0));
-        assert_eq!(s.stream_closed("n", "p1", t0), 1);
-        assert_eq!(s.stream_closed("n", "p1", t0), 0);
-        assert_eq!(s.stream_closed("n", "p1", t0), 0, "extra close is harmless");
+        assert_eq!(s.stream_closed("n", "p1", a, t0), 1);
+        assert_eq!(
+            s.stream_closed("n", "p1", a, t0),
+            1,
+            "closing twice is harmless"
+        );
+        assert_eq!(s.stream_closed("n", "p1", b, t0), 0);
+        assert_eq!(
+            s.stream_closed("n", "p1", b, t0),
+            0,
+            "extra close is harmless"
+        );
         assert!(s.pods_for_node("n").is_empty());
+    }
+
+    #[test]
+    fn a_forged_nack_stream_next_to_an_acking_stream_of_the_same_pod_is_not_a_rejection() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        // The real Envoy of pod "envoy" ACKs v; a second stream claims the same pod.
+        let honest = s.stream_opened("n", "envoy", t0);
+        assert_eq!(honest.overlaps, None);
+        s.record(&ack("envoy", Listener, "v"));
+        let forger = s.stream_opened("n", "envoy", t0);
+        assert_eq!(
+            forger.overlaps,
+            Some(honest.stream),
+            "two live streams of one pod are reported, naming the other"
+        );
+        assert_eq!(s.overlapping_streams(), 1);
+        assert_eq!(s.streams_for_node("n")["envoy"], 2);
+        for _ in 0..10 {
+            s.record(&nack("envoy", Listener, "v", "forged"));
+        }
+        assert!(
+            !s.rejected_by_all_pods("n", Listener, "v", 5, t0),
+            "a pod that ACKed v on any stream does not reject v"
+        );
+        let versions = BTreeMap::from([(Listener, "v".to_string())]);
+        let digest = s.node_nacks("n", &versions, 5, t0);
+        assert_eq!(
+            (digest.pods, digest.min_nacks[&Listener], digest.message),
+            (1, 0, None),
+            "the digest a replica reports for the fleet applies the same rule"
+        );
+        // A version the pod rejected on every stream it answered on still counts.
+        for _ in 0..5 {
+            s.record(&nack("envoy", Listener, "bad", "invalid listener"));
+        }
+        assert!(s.rejected_by_all_pods("n", Listener, "bad", 5, t0));
+
+        // The honest stream closes; the forger stays. The ACK is the pod's: v stays
+        // accepted as long as the pod's counts are kept (while it has a stream, and
+        // GONE_POD_RETENTION after). A version served after that is judged on the
+        // streams left: alone, the forger is the pod (as any client holding the
+        // certificate is, with a pod name of its own, when no Envoy is connected).
+        assert_eq!(s.stream_closed("n", "envoy", honest.stream, t0), 1);
+        for _ in 0..10 {
+            s.record(&nack("envoy", Listener, "v", "forged"));
+        }
+        assert!(!s.rejected_by_all_pods("n", Listener, "v", 5, t0));
+        for _ in 0..5 {
+            s.record(&nack("envoy", Listener, "v2", "forged"));
+        }
+        assert!(s.rejected_by_all_pods("n", Listener, "v2", 5, t0));
+    }
+
+    #[test]
+    fn a_reconnect_after_the_old_stream_closed_is_not_an_overlap() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        let old = s.stream_opened("n", "envoy", t0);
+        assert_eq!(s.stream_closed("n", "envoy", old.stream, t0), 0);
+        let new = s.stream_opened("n", "envoy", t0);
+        assert_eq!(new.overlaps, None);
+        assert_ne!(new.stream, old.stream, "ids are not reused");
+        // Envoy's reconnect seen before its old stream closed: reported, and harmless
+        // (the counts are the pod's either way).
+        let third = s.stream_opened("n", "envoy", t0);
+        assert_eq!(third.overlaps, Some(new.stream));
+        let fourth = s.stream_opened("n", "envoy", t0);
+        assert_eq!(
+            fourth.overlaps,
+            Some(third.stream),
+            "names the newest other"
+        );
+        assert_eq!(s.stream_closed("n", "envoy", third.stream, t0), 2);
+        assert_eq!(s.stream_closed("n", "envoy", new.stream, t0), 1);
+        assert_eq!(s.streams_for_node("n")["envoy"], 1);
+        assert_eq!(s.overlapping_streams(), 2);
+        // Another pod of the node, or the same pod name on another node, is no overlap.
+        assert_eq!(s.stream_opened("n", "other", t0).overlaps, None);
+        assert_eq!(s.stream_opened("m", "envoy", t0).overlaps, None);
     }
 
     #[test]
@@ -652,15 +870,15 @@ mod tests {
         // 100 made-up pods connect, ACK, leave.
         for i in 0..100 {
             let pod = format!("p{i}");
-            s.stream_opened("n", &pod, t0);
+            let id = s.stream_opened("n", &pod, t0).stream;
             s.record(&ack(&pod, Cluster, "v1"));
-            assert_eq!(s.stream_closed("n", &pod, at(1)), 0);
+            assert_eq!(s.stream_closed("n", &pod, id, at(1)), 0);
         }
         // "back" flaps: gone at 1 s, back at 2 s, gone again at 200 s.
-        s.stream_opened("n", "back", t0);
+        let back = s.stream_opened("n", "back", t0).stream;
         s.record(&nack("back", Cluster, "v1", "bad"));
-        s.stream_closed("n", "back", at(1));
-        s.stream_opened("n", "back", at(2));
+        s.stream_closed("n", "back", back, at(1));
+        let back = s.stream_opened("n", "back", at(2)).stream;
         // "stays" keeps its stream.
         s.stream_opened("n", "stays", t0);
         s.record(&nack("stays", Cluster, "v1", "bad"));
@@ -670,10 +888,12 @@ mod tests {
             100,
             "kept within the retention"
         );
-        s.stream_closed("n", "back", at(200));
+        s.stream_closed("n", "back", back, at(200));
 
         // Retention over for the first closes: only their counts go.
-        s.stream_opened("n", "trigger", at(1) + GONE_POD_RETENTION);
+        let trigger = s
+            .stream_opened("n", "trigger", at(1) + GONE_POD_RETENTION)
+            .stream;
         assert!(s.acks("n", Cluster, "v1").is_empty(), "gone pods dropped");
         assert_eq!(
             s.nacks("n", Cluster, "v1"),
@@ -681,7 +901,7 @@ mod tests {
             "a pod that came back and left later keeps its counts; a connected pod too"
         );
         assert_eq!(s.gone_pods(), 1);
-        s.stream_closed("n", "trigger", at(201) + GONE_POD_RETENTION);
+        s.stream_closed("n", "trigger", trigger, at(201) + GONE_POD_RETENTION);
         assert_eq!(
             s.nacks("n", Cluster, "v1"),
             [("stays".to_string(), 1)].into()

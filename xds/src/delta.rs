@@ -37,6 +37,14 @@
 //! - **Snapshot change**: only the differences, only for subscribed types; a type whose
 //!   version changed without any difference for this client (e.g. only unsubscribed
 //!   resources changed) sends nothing. Responses of one call are in push order.
+//! - **Too many names**: a request with a list of more than
+//!   [`MAX_NAMES_PER_TYPE`](crate::tracking::MAX_NAMES_PER_TYPE) names, or after which a
+//!   type would be subscribed to more than that many names (subscriptions accumulate over
+//!   the stream), is refused (`Outcome::refused`: the stream ends with
+//!   `RESOURCE_EXHAUSTED`) and changes nothing.
+//! - **Work per request**: a type is diffed against the snapshot only when its
+//!   subscription, what the client holds or its snapshot version changed since its last
+//!   diff, so an ACK or a request of another type does not walk every subscribed name.
 //! - **Unknown type URLs**: a request without nonce is answered with an empty response
 //!   (version [`EMPTY_VERSION`]) listing the requested names as removed (they do not
 //!   exist here) the first time the type is seen or when it subscribes names;
@@ -54,7 +62,7 @@ use crate::events::StreamEvent;
 use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
 use crate::sotw::{AdsConfig, Outcome, Subscription, WILDCARD, supports_wildcard};
-use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
+use crate::tracking::{NackState, StreamNode, TypeMap, check_names, next_timer};
 use marin3r_envoyconfig::resource::{ResourceType, version_string};
 
 /// Outcome of a [`DeltaStream`] call.
@@ -93,6 +101,12 @@ struct TypeState {
     /// An initial request came while the node was held ([`Snapshot::is_held`]): it is
     /// answered with the first published snapshot, even with an empty difference.
     owed: bool,
+    /// The type version the client was last brought in line with, while neither the
+    /// subscription nor what the client holds changed since: the difference to that
+    /// version is empty, so a request of another type (or an ACK) does not diff this
+    /// type again. A type version is the hash of its resources' names and digests, so
+    /// the same version means the same resources.
+    synced: Option<String>,
 }
 
 impl TypeState {
@@ -134,6 +148,9 @@ pub struct DeltaStream {
     types: TypeMap<TypeState>,
     unknown_types: BTreeSet<String>,
     last_nonce: u64,
+    /// Types diffed against a snapshot, for tests of the work a request costs.
+    #[cfg(test)]
+    diffs: usize,
 }
 
 impl DeltaStream {
@@ -144,6 +161,8 @@ impl DeltaStream {
             types: TypeMap::default(),
             unknown_types: BTreeSet::new(),
             last_nonce: 0,
+            #[cfg(test)]
+            diffs: 0,
         }
     }
 
@@ -191,7 +210,11 @@ impl DeltaStream {
         if req.type_url.is_empty() {
             return out;
         }
-        let Some(t) = ResourceType::from_type_url(&req.type_url) else {
+        let t = ResourceType::from_type_url(&req.type_url);
+        if let Err(refused) = self.check_names(t, &req) {
+            return DeltaOutcome::refused(refused);
+        }
+        let Some(t) = t else {
             out.events.push(self.node.request(None));
             out.responses = self.converge(snapshot, now, None);
             if !snapshot.is_held()
@@ -224,6 +247,11 @@ impl DeltaStream {
                 {
                     out.events.push(event);
                 }
+                if !req.resource_names_subscribe.is_empty()
+                    || !req.resource_names_unsubscribe.is_empty()
+                {
+                    state.synced = None;
+                }
                 apply_changes(state, &req).then_some(Force::IfDiff)
             }
         };
@@ -235,7 +263,7 @@ impl DeltaStream {
     pub fn handle_snapshot(&mut self, snapshot: &Snapshot, now: Instant) -> DeltaOutcome {
         DeltaOutcome {
             responses: self.converge(snapshot, now, None),
-            events: Vec::new(),
+            ..DeltaOutcome::default()
         }
     }
 
@@ -247,6 +275,53 @@ impl DeltaStream {
     /// The earliest NACK backoff deadline, if any.
     pub fn next_timer(&self) -> Option<Instant> {
         next_timer(self.types.values().map(|s| &s.nack))
+    }
+
+    /// [`MAX_NAMES_PER_TYPE`](crate::tracking::MAX_NAMES_PER_TYPE) for a request of
+    /// `t`: each list it carries, and the names the type would be subscribed to after
+    /// it (subscriptions accumulate over a stream's requests). Work proportional to the
+    /// request; nothing is changed.
+    fn check_names(
+        &self,
+        t: Option<ResourceType>,
+        req: &DeltaDiscoveryRequest,
+    ) -> Result<(), crate::tracking::TooManyNames> {
+        let subscribe = &req.resource_names_subscribe;
+        check_names("resource_names_subscribe", t, subscribe.len())?;
+        check_names(
+            "resource_names_unsubscribe",
+            t,
+            req.resource_names_unsubscribe.len(),
+        )?;
+        check_names(
+            "initial_resource_versions",
+            t,
+            req.initial_resource_versions.len(),
+        )?;
+        let Some(names) = t
+            .and_then(|t| self.types.get(&t))
+            .map(|s| &s.subscription.names)
+        else {
+            return Ok(());
+        };
+        if subscribe.is_empty() {
+            return Ok(());
+        }
+        // As `apply_changes` applies them: the subscriptions, then the unsubscriptions.
+        let added: BTreeSet<&str> = subscribe
+            .iter()
+            .map(String::as_str)
+            .filter(|n| *n != WILDCARD && !names.contains(*n))
+            .collect();
+        let dropped = req
+            .resource_names_unsubscribe
+            .iter()
+            .map(String::as_str)
+            .filter(|n| names.contains(*n) || added.contains(n))
+            .collect::<BTreeSet<&str>>()
+            .len();
+        let after = (names.len() + added.len()).saturating_sub(dropped);
+        check_names("resource_names_subscribe", t, after)
     }
 
     fn next_nonce(&mut self) -> String {
@@ -311,8 +386,19 @@ impl DeltaStream {
             if forced.is_none() && state.nack.holds(ts.version(), now) {
                 continue;
             }
+            if forced != Some(Force::Always) && state.synced.as_deref() == Some(ts.version()) {
+                // Nothing changed on either side since the last diff.
+                continue;
+            }
+            #[cfg(test)]
+            {
+                self.diffs += 1;
+            }
             let (send, removed) = state.diff(ts);
             if send.is_empty() && removed.is_empty() && forced != Some(Force::Always) {
+                if let Some(state) = self.types.get_mut(&t) {
+                    state.synced = Some(ts.version().to_string());
+                }
                 continue;
             }
             let nonce = self.next_nonce();
@@ -320,6 +406,7 @@ impl DeltaStream {
                 continue;
             };
             state.owed = false;
+            state.synced = Some(ts.version().to_string());
             state.nack.on_sent(ts.version());
             let mut resources = Vec::with_capacity(send.len());
             for r in &send {
@@ -451,6 +538,7 @@ fn answer(
     for name in resend.into_iter().chain(reremove) {
         state.client.insert(name, Some(UNKNOWN_VERSION.to_string()));
     }
+    state.synced = None;
     Some(event)
 }
 
@@ -522,6 +610,148 @@ mod tests {
 
     fn v(s: &Snapshot, t: ResourceType, name: &str) -> String {
         version_string(s.resource(t, name).unwrap().digest)
+    }
+
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    }
+
+    fn subscribe(t: ResourceType, names: Vec<String>) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: t.type_url().into(),
+            resource_names_subscribe: names,
+            ..Default::default()
+        }
+    }
+
+    fn subscribed(st: &DeltaStream, t: ResourceType) -> usize {
+        st.types.get(&t).map_or(0, |s| s.subscription.names.len())
+    }
+
+    #[test]
+    fn subscriptions_over_the_limit_are_refused_before_anything_is_stored() {
+        use crate::tracking::MAX_NAMES_PER_TYPE as MAX;
+        let s0 = snap(&[(Endpoint, "e", "1")]);
+        let t0 = Instant::now();
+        let mut st = DeltaStream::new(AdsConfig::default());
+        let out = st.handle_request(first(Endpoint, &["e"]), &s0, t0);
+        assert_eq!(out.refused, None);
+        // Subscriptions accumulate: four requests of a quarter of the limit each fill it
+        // (with "e" already there, the last one is one name over).
+        for i in 0..3 {
+            let out = st.handle_request(
+                subscribe(Endpoint, names(&format!("{i}-"), MAX / 4)),
+                &s0,
+                t0,
+            );
+            assert_eq!(out.refused, None, "request {i}");
+        }
+        assert_eq!(subscribed(&st, Endpoint), 1 + 3 * (MAX / 4));
+        let out = st.handle_request(subscribe(Endpoint, names("3-", MAX / 4)), &s0, t0);
+        let refused = out.refused.expect("over the limit");
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "resource_names_subscribe of endpoint: {} resource names, over the limit of {MAX} per type per stream",
+                MAX + 1
+            )
+        );
+        assert!(out.responses.is_empty() && out.events.is_empty());
+        assert_eq!(
+            subscribed(&st, Endpoint),
+            1 + 3 * (MAX / 4),
+            "nothing stored"
+        );
+        // Names already subscribed, "*", and names unsubscribed in the same request do
+        // not count.
+        let mut again = subscribe(Endpoint, names("0-", MAX / 4));
+        again.resource_names_subscribe.push(WILDCARD.into());
+        assert_eq!(st.handle_request(again, &s0, t0).refused, None);
+        let mut swap = subscribe(Endpoint, names("3-", MAX / 4));
+        swap.resource_names_unsubscribe = names("2-", MAX / 4);
+        assert_eq!(st.handle_request(swap, &s0, t0).refused, None);
+        assert_eq!(subscribed(&st, Endpoint), 1 + 3 * (MAX / 4));
+
+        // Every list of a request is bounded on its own, for every type, known or not,
+        // on the first request of a type too.
+        let mut fresh = DeltaStream::new(AdsConfig::default());
+        let too_many = names("x", MAX + 1);
+        let mut initial = first(Cluster, &[]);
+        initial.initial_resource_versions = too_many
+            .iter()
+            .map(|n| (n.clone(), "v".to_string()))
+            .collect();
+        let mut unsubscribe = req(Route, &[], &[], "");
+        unsubscribe.resource_names_unsubscribe = too_many.clone();
+        let mut unknown = subscribe(Route, too_many.clone());
+        unknown.type_url = "type.googleapis.com/foo.Bar".into();
+        for (request, field, t) in [
+            (
+                subscribe(Secret, too_many.clone()),
+                "resource_names_subscribe",
+                "secret",
+            ),
+            (initial, "initial_resource_versions", "cluster"),
+            (unsubscribe, "resource_names_unsubscribe", "route"),
+            (unknown, "resource_names_subscribe", "unknown"),
+        ] {
+            let refused = fresh.handle_request(request, &s0, t0).refused;
+            assert_eq!(
+                refused.map(|r| (r.field, r.resource_type, r.names)),
+                Some((field, t, MAX + 1))
+            );
+        }
+        assert!(fresh.types.iter().next().is_none(), "no type state kept");
+        assert!(fresh.unknown_types.is_empty());
+        // At the limit is fine.
+        let out = fresh.handle_request(subscribe(Secret, names("s", MAX)), &s0, t0);
+        assert_eq!(out.refused, None);
+        assert_eq!(
+            removed(&out.responses[0]).len(),
+            MAX,
+            "all said not to exist"
+        );
+    }
+
+    #[test]
+    fn a_request_of_one_type_does_not_diff_the_others() {
+        use crate::tracking::MAX_NAMES_PER_TYPE as MAX;
+        let s0 = snap(&[(Cluster, "c", "1"), (Endpoint, "e", "1")]);
+        let t0 = Instant::now();
+        let mut st = DeltaStream::new(AdsConfig::default());
+        let out = st.handle_request(first(Cluster, &[]), &s0, t0);
+        let cds = out.responses[0].clone();
+        let out = st.handle_request(subscribe(Endpoint, names("e", MAX)), &s0, t0);
+        assert_eq!(out.responses.len(), 1);
+        let eds = out.responses[0].clone();
+        let diffs = st.diffs;
+        // ACKs and requests of clusters, a snapshot with the same versions: the full
+        // endpoint subscription is not looked at again.
+        st.handle_request(ack(&cds), &s0, t0);
+        st.handle_request(ack(&eds), &s0, t0);
+        for _ in 0..10 {
+            assert!(
+                st.handle_request(req(Cluster, &[], &[], ""), &s0, t0)
+                    .responses
+                    .is_empty()
+            );
+        }
+        assert!(st.handle_snapshot(&s0, t0).responses.is_empty());
+        assert_eq!(st.diffs, diffs, "no type was diffed again");
+        // A change of the endpoints' subscription diffs that type once.
+        let out = st.handle_request(req(Endpoint, &[], &["e1"], ""), &s0, t0);
+        assert!(out.responses.is_empty());
+        assert_eq!(st.diffs, diffs + 1);
+        // A new snapshot version of a type diffs that type, and is sent.
+        let s1 = snap(&[(Cluster, "c", "2"), (Endpoint, "e", "1")]);
+        let out = st.handle_snapshot(&s1, t0);
+        assert_eq!(sent(&out.responses[0]), ["c"]);
+        assert_eq!(st.diffs, diffs + 2);
+        // A NACK marks what the client holds as unknown: re-sent after the backoff.
+        let out = st.handle_request(nack(&out.responses[0], "bad"), &s1, t0);
+        assert!(out.responses.is_empty());
+        let out = st.poll_timers(&s1, t0 + ms(100));
+        assert_eq!(sent(&out.responses[0]), ["c"]);
     }
 
     #[test]

@@ -40,3 +40,4 @@ pub use node::{
 pub use snapshot::{DuplicateResource, EMPTY_VERSION, Snapshot, SnapshotCache, TypeSnapshot};
 pub use sotw::{AdsConfig, Outcome, SotwOutcome, SotwStream, supports_wildcard};
 pub use stats::SharedStats;
+pub use tracking::{MAX_NAMES_PER_TYPE, TooManyNames};

@@ -56,6 +56,7 @@ pub struct XdsMetrics {
     acks: Family<DiscoveryLabels, Counter>,
     nacks: Family<DiscoveryLabels, Counter>,
     streams: Family<StreamLabels, Gauge>,
+    pod_stream_overlaps: Counter,
     push_latency: Family<PushLabels, Histogram, fn() -> Histogram>,
 }
 
@@ -63,14 +64,23 @@ impl XdsMetrics {
     /// Registers the series (prometheus-client appends `_total` to counters):
     /// `marin3r_xdss_discovery_requests_total`, `marin3r_xdss_discovery_ack_total`,
     /// `marin3r_xdss_discovery_nack_total` {node_id, resource_type, pod_name},
-    /// `marin3r_xdss_streams` {node_id, api}, and
-    /// `marin3r_xdss_push_latency_seconds` {resource_type}.
+    /// `marin3r_xdss_streams` {node_id, api}, `marin3r_xdss_pod_stream_overlaps_total`
+    /// (no labels), and `marin3r_xdss_push_latency_seconds` {resource_type}.
+    ///
+    /// The `pod_name` label is upstream MARIN3R's (dashboards built on it keep working).
+    /// Its value is what the client says in `node.metadata.pod_name` (at most 1 KiB,
+    /// `node::check_node`), so a client holding the certificate can choose it; pod
+    /// names are not secret. The number of series stays bounded by the open streams: a
+    /// pod's series exist from its first stream's first event and are removed with its
+    /// last stream, events before a stream names its node count under empty labels, and
+    /// nothing else creates per-pod series.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
             requests: Family::default(),
             acks: Family::default(),
             nacks: Family::default(),
             streams: Family::default(),
+            pod_stream_overlaps: Counter::default(),
             push_latency: Family::new_with_constructor(push_histogram),
         };
         registry.register(
@@ -92,6 +102,11 @@ impl XdsMetrics {
             "marin3r_xdss_streams",
             "Open ADS streams, per node and API flavour",
             m.streams.clone(),
+        );
+        registry.register(
+            "marin3r_xdss_pod_stream_overlaps",
+            "ADS streams opened while another stream of the same node id and pod name was open",
+            m.pod_stream_overlaps.clone(),
         );
         registry.register(
             "marin3r_xdss_push_latency_seconds",
@@ -218,6 +233,11 @@ impl XdsMetrics {
         if before <= 1 {
             self.streams.remove(&labels);
         }
+    }
+
+    /// A stream opened while another stream of its pod was open.
+    pub fn pod_stream_overlap(&self) {
+        self.pod_stream_overlaps.inc();
     }
 
     /// Observes the time between a snapshot's publication and a push of `t`.

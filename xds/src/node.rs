@@ -60,11 +60,9 @@ impl NodeInfo {
     }
 }
 
-/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes.
-/// Kubernetes names are at most 253 characters and a node id is one (or a few joined),
-/// so 1 KiB leaves room for any real id while bounding what one stream can make the
-/// server store, label metrics with, and log.
-pub const MAX_NODE_NAME_BYTES: usize = 1024;
+/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes
+/// (one home: the injector refuses longer `node-id`/`cluster-id` annotations).
+pub use marin3r_wire::MAX_NODE_NAME_BYTES;
 /// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
 /// few short keys (the pod name); 64 KiB allows rich metadata from other bootstraps and
 /// still bounds every request that carries the node (Envoy sends it on each request by

@@ -26,7 +26,7 @@ use crate::metrics::StreamCounters;
 use crate::node::{NodeInfo, check_node, log_prefix};
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::sotw::{AdsConfig, Outcome};
-use crate::stats::SharedStats;
+use crate::stats::{SharedStats, StreamId};
 use crate::{DeltaStream, SotwStream};
 use marin3r_envoyconfig::resource::ResourceType;
 
@@ -162,7 +162,7 @@ impl AdsService {
         // stream of it from here (while the connection serves this request) to its end.
         let mut open = conn.as_ref().map(ConnectionHandle::ads_stream);
         tokio::spawn(async move {
-            let mut node: Option<NodeInfo> = None;
+            let mut node: Option<(NodeInfo, StreamId)> = None;
             let mut counters = StreamCounters::default();
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
             // Until the stream names its node, it is held like an unpublished node.
@@ -189,10 +189,10 @@ impl AdsService {
                             if node.is_none()
                                 && let Some(info) = proto.observe_node(P::node_of(&req))
                             {
-                                stats.stream_opened(&info, P::API);
-                                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream opened");
+                                let id = stats.stream_opened(&info, P::API);
+                                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, stream_id = %id, api = P::API.as_str(), "stream opened");
                                 snapshots = Some(cache.subscribe(&info.id));
-                                node = Some(info);
+                                node = Some((info, id));
                             }
                             let snap = current(&snapshots);
                             proto.handle_request(req, &snap, Instant::now())
@@ -232,7 +232,21 @@ impl AdsService {
                         proto.poll_timers(&snap, Instant::now())
                     },
                 };
-                stats.record_stream(node.as_ref(), &mut counters, &outcome.events);
+                stats.record_stream(
+                    node.as_ref().map(|(n, _)| n),
+                    &mut counters,
+                    &outcome.events,
+                );
+                if let Some(refused) = &outcome.refused {
+                    let (node_id, pod_name) = node
+                        .as_ref()
+                        .map_or(("", ""), |(n, _)| (n.id.as_str(), n.pod_name.as_str()));
+                    tracing::warn!(%node_id, %pod_name, field = refused.field, resource_type = refused.resource_type, names = refused.names, limit = refused.limit, api = P::API.as_str(), "stream refused: too many resource names");
+                    let _ = tx.try_send(Box::new(Err(Status::resource_exhausted(
+                        refused.to_string(),
+                    ))));
+                    break;
+                }
                 for response in outcome.responses {
                     // A free slot (the usual case) takes the response without arming the
                     // send timeout's timer (timers were ≈ 2 % of the server's samples in a
@@ -255,16 +269,16 @@ impl AdsService {
                         Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
                             let (node_id, pod_name) = node
                                 .as_ref()
-                                .map_or(("", ""), |n| (n.id.as_str(), n.pod_name.as_str()));
+                                .map_or(("", ""), |(n, _)| (n.id.as_str(), n.pod_name.as_str()));
                             tracing::warn!(%node_id, %pod_name, api = P::API.as_str(), timeout = ?send_timeout, "client does not read its stream; closing it");
                             break 'stream;
                         }
                     }
                 }
             }
-            if let Some(info) = &node {
-                stats.stream_closed(info, P::API);
-                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, api = P::API.as_str(), "stream closed");
+            if let Some((info, id)) = &node {
+                stats.stream_closed(info, P::API, *id);
+                tracing::info!(node_id = %info.id, pod_name = %info.pod_name, stream_id = %id, api = P::API.as_str(), "stream closed");
             }
         });
         Box::pin(ReceiverStream::new(rx).map(|item| *item))

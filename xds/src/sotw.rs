@@ -41,6 +41,10 @@
 //! - **Snapshot change**: only subscribed types whose version differs from the version
 //!   last sent are pushed. Responses produced by one call are ordered by
 //!   [`ResourceType::ALL`] (cluster → endpoint → listener → route → others).
+//! - **Too many names**: a request whose `resource_names` lists more than
+//!   [`MAX_NAMES_PER_TYPE`](crate::tracking::MAX_NAMES_PER_TYPE) names (any type, served
+//!   or not) is refused (`Outcome::refused`: the stream ends with `RESOURCE_EXHAUSTED`)
+//!   and changes nothing.
 //! - **Unknown type URLs** (types we do not serve): a request with an empty
 //!   `response_nonce` is answered with an empty resource list (version
 //!   [`EMPTY_VERSION`]) so Envoy does not wait for an initial fetch timeout; requests
@@ -57,15 +61,18 @@ use crate::events::StreamEvent;
 use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
 pub use crate::tracking::AdsConfig;
-use crate::tracking::{NackState, StreamNode, TypeMap, next_timer};
+pub use crate::tracking::TooManyNames;
+use crate::tracking::{NackState, StreamNode, TypeMap, check_names, next_timer};
 use marin3r_envoyconfig::resource::ResourceType;
 
 /// What one call of a stream state machine produced: responses to send in order, and
-/// events for the stats.
+/// events for the stats; or the request was refused and the stream must end with
+/// `RESOURCE_EXHAUSTED` and this message (nothing of the request was applied).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome<R> {
     pub responses: Vec<R>,
     pub events: Vec<StreamEvent>,
+    pub refused: Option<TooManyNames>,
 }
 
 impl<R> Default for Outcome<R> {
@@ -73,13 +80,22 @@ impl<R> Default for Outcome<R> {
         Self {
             responses: Vec::new(),
             events: Vec::new(),
+            refused: None,
         }
     }
 }
 
 impl<R> Outcome<R> {
     pub fn is_empty(&self) -> bool {
-        self.responses.is_empty() && self.events.is_empty()
+        self.responses.is_empty() && self.events.is_empty() && self.refused.is_none()
+    }
+
+    /// The outcome of a request refused with `why`.
+    pub(crate) fn refused(why: TooManyNames) -> Self {
+        Self {
+            refused: Some(why),
+            ..Self::default()
+        }
     }
 }
 
@@ -230,7 +246,12 @@ impl SotwStream {
         if req.type_url.is_empty() {
             return out;
         }
-        let Some(t) = ResourceType::from_type_url(&req.type_url) else {
+        let t = ResourceType::from_type_url(&req.type_url);
+        // A SotW request replaces the type's names: bounding the list bounds the stream.
+        if let Err(refused) = check_names("resource_names", t, req.resource_names.len()) {
+            return SotwOutcome::refused(refused);
+        }
+        let Some(t) = t else {
             out.events.push(self.node.request(None));
             out.responses = self.converge(snapshot, now, None);
             if req.response_nonce.is_empty() && !snapshot.is_held() {
@@ -308,7 +329,7 @@ impl SotwStream {
     pub fn handle_snapshot(&mut self, snapshot: &Snapshot, now: Instant) -> SotwOutcome {
         SotwOutcome {
             responses: self.converge(snapshot, now, None),
-            events: Vec::new(),
+            ..SotwOutcome::default()
         }
     }
 
@@ -503,6 +524,57 @@ mod tests {
         // what it has; published again with the same content: nothing to send either.
         assert!(st.handle_snapshot(&held, t0).responses.is_empty());
         assert!(st.handle_snapshot(&s1, t0).responses.is_empty());
+    }
+
+    #[test]
+    fn resource_names_over_the_limit_are_refused_before_anything_is_stored() {
+        use crate::tracking::MAX_NAMES_PER_TYPE as MAX;
+        let s0 = snap_named(&[(Route, "r1", "1")]);
+        let t0 = Instant::now();
+        let many = |n: usize| -> Vec<String> { (0..n).map(|i| format!("r{i}")).collect() };
+        let mut st = stream();
+        let mut over = first(Route, &[]);
+        over.resource_names = many(MAX + 1);
+        let out = st.handle_request(over.clone(), &s0, t0);
+        assert_eq!(
+            out.refused.map(|r| r.to_string()).as_deref(),
+            Some(
+                format!(
+                    "resource_names of route: {} resource names, over the limit of {MAX} per type per stream",
+                    MAX + 1
+                )
+                .as_str()
+            )
+        );
+        assert!(out.responses.is_empty() && out.events.is_empty());
+        assert!(st.subscribed_types().is_empty(), "nothing stored");
+        // Types we do not serve too.
+        over.type_url = "type.googleapis.com/foo.Bar".into();
+        assert_eq!(
+            st.handle_request(over, &s0, t0)
+                .refused
+                .map(|r| r.resource_type),
+            Some("unknown")
+        );
+        // At the limit: served; a later request over it is refused and the last good
+        // subscription is kept.
+        let mut at = first(Route, &[]);
+        at.resource_names = many(MAX);
+        let out = st.handle_request(at, &s0, t0);
+        assert_eq!(out.refused, None);
+        assert_eq!(names(&out.responses[0]), ["r1"]);
+        let mut later = req(
+            Route,
+            &[],
+            &out.responses[0].version_info,
+            &out.responses[0].nonce,
+        );
+        later.resource_names = many(MAX + 1);
+        assert!(st.handle_request(later, &s0, t0).refused.is_some());
+        assert_eq!(
+            st.types.get(&Route).map(|s| s.subscription.names.len()),
+            Some(MAX)
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use marin3r_envoyconfig::resource::ResourceType;
 
 pub use crate::acknack::{
     AckNackStats, DEFAULT_MAX_VERSIONS, GONE_POD_RETENTION, MAX_NACK_MESSAGE_BYTES, NodeNacks,
-    PodCounts, SILENT_POD_GRACE,
+    Opened, PodCounts, SILENT_POD_GRACE, StreamId,
 };
 pub use crate::events::{Api, StreamEvent};
 pub use crate::metrics::{PUSH_LATENCY_BUCKETS, StreamCounters, XdsMetrics};
@@ -80,24 +80,42 @@ impl SharedStats {
         events.iter().for_each(|e| s.record(e));
     }
 
-    /// A stream learned its node: counts it for the pod and the stream gauge.
-    pub fn stream_opened(&self, node: &NodeInfo, api: Api) {
+    /// A stream learned its node: counts it for the pod and the stream gauge, and
+    /// returns its id (for [`stream_closed`](Self::stream_closed) and log lines). A
+    /// stream of a pod that has another stream open is reported: a WARN naming the
+    /// node, the pod and both stream ids, and `marin3r_xdss_pod_stream_overlaps_total`.
+    pub fn stream_opened(&self, node: &NodeInfo, api: Api) -> StreamId {
         let mut s = self.lock();
-        s.stream_opened(&node.id, &node.pod_name, Instant::now());
+        let opened = s.stream_opened(&node.id, &node.pod_name, Instant::now());
         if let Some(m) = &self.metrics {
             // Under the lock, like the removal in `stream_closed`.
             m.stream_opened(&node.id, api);
+            if opened.overlaps.is_some() {
+                m.pod_stream_overlap();
+            }
         }
         drop(s);
+        if let Some(other) = opened.overlaps {
+            // Node id and pod name are bounded by `check_node`.
+            tracing::warn!(
+                node_id = %node.id,
+                pod_name = %node.pod_name,
+                stream_id = %opened.stream,
+                other_stream_id = %other,
+                api = api.as_str(),
+                "two live ADS streams claim one pod (an Envoy reconnecting before its old stream closed, or another client using its name); an ACK on either counts for the pod"
+            );
+        }
+        opened.stream
     }
 
     /// A stream that had learned its node ended. When it was the pod's last stream,
     /// the pod's per-pod Prometheus series are dropped (its ACK/NACK stats stay until
     /// [`clear_pod`](Self::clear_pod), or [`GONE_POD_RETENTION`] if it does not come
     /// back); the node's stream gauge goes with its last stream.
-    pub fn stream_closed(&self, node: &NodeInfo, api: Api) {
+    pub fn stream_closed(&self, node: &NodeInfo, api: Api, stream: StreamId) {
         let mut s = self.lock();
-        let left = s.stream_closed(&node.id, &node.pod_name, Instant::now());
+        let left = s.stream_closed(&node.id, &node.pod_name, stream, Instant::now());
         if let Some(m) = &self.metrics {
             m.stream_closed(&node.id, api);
             if left == 0 {
@@ -206,7 +224,7 @@ mod tests {
             id: "n".into(),
             pod_name: "p1".into(),
         };
-        stats.stream_opened(&node, Api::Sotw);
+        let id = stats.stream_opened(&node, Api::Sotw);
         stats.record(&[
             StreamEvent::Request {
                 node_id: "n".into(),
@@ -238,7 +256,7 @@ mod tests {
         }
         assert!(!text.contains("v2"), "no version label");
 
-        stats.stream_closed(&node, Api::Sotw);
+        stats.stream_closed(&node, Api::Sotw, id);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(
@@ -273,7 +291,7 @@ mod tests {
             text
         };
         for round in 1..=2 {
-            stats.stream_opened(&node, Api::Sotw);
+            let id = stats.stream_opened(&node, Api::Sotw);
             let mut counters = StreamCounters::default();
             // Before the node is known, events go through the plain path.
             stats.record_stream(None, &mut counters, &[request(Some(Listener))]);
@@ -312,7 +330,7 @@ mod tests {
             assert_eq!(stats.acks("n", Cluster, "v1")["p1"], 3 * round);
             // The pod's last stream closes: its series go, and the next stream (round 2)
             // starts them afresh with new handles.
-            stats.stream_closed(&node, Api::Sotw);
+            stats.stream_closed(&node, Api::Sotw, id);
             assert!(!encode().contains(r#"pod_name="p1""#));
         }
     }
@@ -333,9 +351,10 @@ mod tests {
                 pod_name: format!("pod-{i}"),
             })
             .collect();
+        let mut ids = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
             let api = if i % 2 == 0 { Api::Sotw } else { Api::Delta };
-            stats.stream_opened(n, api);
+            ids.push(stats.stream_opened(n, api));
             let mut counters = StreamCounters::default();
             stats.record_stream(
                 Some(n),
@@ -358,19 +377,19 @@ mod tests {
             id: "twice".into(),
             pod_name: "b".into(),
         };
-        stats.stream_opened(&twice, Api::Sotw);
-        stats.stream_opened(&other_pod, Api::Sotw);
-        stats.stream_opened(&other_pod, Api::Delta);
-        for (i, n) in nodes.iter().enumerate() {
+        let twice_id = stats.stream_opened(&twice, Api::Sotw);
+        let other_sotw = stats.stream_opened(&other_pod, Api::Sotw);
+        let other_delta = stats.stream_opened(&other_pod, Api::Delta);
+        for (i, (n, id)) in nodes.iter().zip(ids).enumerate() {
             let api = if i % 2 == 0 { Api::Sotw } else { Api::Delta };
-            stats.stream_closed(n, api);
+            stats.stream_closed(n, api, id);
         }
         let text = encode(&registry);
         assert!(
             !text.contains("node-"),
             "no series of a node without streams:\n{text}"
         );
-        stats.stream_closed(&twice, Api::Sotw);
+        stats.stream_closed(&twice, Api::Sotw, twice_id);
         let text = encode(&registry);
         assert!(
             text.contains(r#"marin3r_xdss_streams{node_id="twice",api="sotw"} 1"#),
@@ -380,19 +399,21 @@ mod tests {
             text.contains(r#"marin3r_xdss_streams{node_id="twice",api="delta"} 1"#),
             "{text}"
         );
-        stats.stream_closed(&other_pod, Api::Sotw);
+        stats.stream_closed(&other_pod, Api::Sotw, other_sotw);
         let text = encode(&registry);
         assert!(!text.contains(r#"node_id="twice",api="sotw""#), "{text}");
         assert!(
             text.contains(r#"marin3r_xdss_streams{node_id="twice",api="delta"} 1"#),
             "{text}"
         );
-        stats.stream_closed(&other_pod, Api::Delta);
+        stats.stream_closed(&other_pod, Api::Delta, other_delta);
         assert!(!encode(&registry).contains("twice"));
         // A node that comes back gets its series again, from 1.
         stats.stream_opened(&twice, Api::Sotw);
         assert!(
             encode(&registry).contains(r#"marin3r_xdss_streams{node_id="twice",api="sotw"} 1"#)
         );
+        // other_pod had two streams open at once (one per API): reported once.
+        assert!(encode(&registry).contains("marin3r_xdss_pod_stream_overlaps_total 1"));
     }
 }

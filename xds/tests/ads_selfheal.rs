@@ -65,7 +65,7 @@ fn persistent_rejection_reaches_the_taint_threshold_and_a_fix_goes_out_at_once()
         ..Default::default()
     };
     sotw.observe_node(first.node.as_ref());
-    stats.stream_opened(sotw.node().unwrap(), Api::Sotw);
+    let sotw_id = stats.stream_opened(sotw.node().unwrap(), Api::Sotw);
     let out = sotw.handle_request(first, &snap, t0);
     stats.record(&out.events);
     let mut sotw_nonce = Some(out.responses[0].nonce.clone());
@@ -137,6 +137,6 @@ fn persistent_rejection_reaches_the_taint_threshold_and_a_fix_goes_out_at_once()
     assert_eq!(sotw.handle_snapshot(&fixed, now).responses.len(), 1);
     assert_eq!(delta.handle_snapshot(&fixed, now).responses.len(), 1);
 
-    stats.stream_closed(sotw.node().unwrap(), Api::Sotw);
+    stats.stream_closed(sotw.node().unwrap(), Api::Sotw, sotw_id);
     assert_eq!(stats.pods_for_node("gateway"), ["pod-b".to_string()].into());
 }
