@@ -15,6 +15,7 @@
 pub mod fleet;
 pub mod kubernetes;
 pub mod local;
+pub mod metrics;
 pub mod nacks;
 pub mod publisher;
 pub mod revisions;
@@ -116,6 +117,8 @@ pub struct Context {
     /// revisions loaded). The discovery service is ready (`/readyz`, gRPC health) from
     /// then until it stops.
     pub ready: Readiness,
+    /// The self-healing series both sources feed ([`metrics::RevisionMetrics`]).
+    pub revisions: metrics::RevisionMetrics,
 }
 
 impl Context {
@@ -125,6 +128,7 @@ impl Context {
             cache: SnapshotCache::new(),
             stats,
             ready: Readiness::new(),
+            revisions: metrics::RevisionMetrics::default(),
         }
     }
 }
@@ -195,7 +199,15 @@ pub async fn serve_with<B: Backend>(
     let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
     let mut backend = backend;
     backend.register_metrics(&mut registry);
-    let ctx = Context::new(stats);
+    let mut ctx = Context::new(stats);
+    ctx.revisions = metrics::RevisionMetrics::register(&mut registry);
+    marin3r_kube::watch::register_reconcile_metrics(&mut registry);
+    marin3r_process::CertificateExpiry::served([
+        ("discovery-service-server", config.server_cert.clone()),
+        ("discovery-service-ca", config.ca_file.clone()),
+    ])
+    .register(&mut registry);
+    marin3r_process::register_ready_metric(&mut registry, ctx.ready.clone());
     let process = Process {
         name: "discovery service",
         health: listeners.health,

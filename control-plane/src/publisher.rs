@@ -32,6 +32,7 @@ use std::sync::LazyLock;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, SecretSource, resolve};
+use marin3r_envoyconfig::sensitive::redact_pem;
 use marin3r_envoyconfig::{DecodeError, Resource, ResourceType};
 use marin3r_xds::Snapshot;
 
@@ -101,11 +102,16 @@ pub fn with_default_runtime(mut resources: Vec<Resource>) -> Vec<Resource> {
 /// Resolves `spec` with `secrets` into what to serve, or the reason it cannot be served:
 /// [`Resolution::Invalid`] when any error is the config's own ([`is_config_error`]),
 /// else [`Resolution::Waiting`]. At most [`MAX_QUOTED_ERRORS`] errors are quoted.
+///
+/// Every text of a resolution ends up in a log, `/status`, the state file or a
+/// revision's status, so it goes through [`redact_pem`] (no PEM block, no long base64
+/// run) whatever produced it; decode errors never show a sensitive field's value in the
+/// first place (`marin3r_envoyconfig::sensitive`).
 pub fn resolution(spec: &EnvoyConfigSpec, secrets: &dyn SecretSource) -> Resolution {
     match resolve(spec, secrets) {
         Ok(resources) => match Snapshot::new(with_default_runtime(resources)) {
             Ok(snapshot) => Resolution::Ready(Box::new(snapshot)),
-            Err(e) => Resolution::Invalid(e.to_string()),
+            Err(e) => Resolution::Invalid(redact_pem(&e.to_string()).into_owned()),
         },
         Err(errors) => {
             let mut quoted: Vec<String> = errors
@@ -116,7 +122,7 @@ pub fn resolution(spec: &EnvoyConfigSpec, secrets: &dyn SecretSource) -> Resolut
             if errors.len() > MAX_QUOTED_ERRORS {
                 quoted.push(format!("and {} more", errors.len() - MAX_QUOTED_ERRORS));
             }
-            let text = quoted.join("; ");
+            let text = redact_pem(&quoted.join("; ")).into_owned();
             if errors.iter().any(is_config_error) {
                 Resolution::Invalid(text)
             } else {
@@ -522,6 +528,57 @@ mod tests {
         assert!(
             s.versions().contains_key(&ResourceType::Runtime),
             "the default runtime layer is added"
+        );
+    }
+
+    /// What a taint or wait reason says (in `/status`, the state file, a revision's
+    /// status and the logs) never shows a private key, a password or htpasswd lines,
+    /// however they were written.
+    #[test]
+    fn resolution_texts_never_show_sensitive_values() {
+        let key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQDx3aP5kGm0xKq7\n-----END PRIVATE KEY-----\n";
+        let tls = |certificate: serde_json::Value| {
+            serde_json::json!({"name": "envoy.transport_sockets.tls", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "commonTlsContext": {"tlsCertificates": [certificate]}}})
+        };
+        let listener = |name: &str, socket: serde_json::Value| {
+            serde_json::json!({"type": "listener", "value": {"name": name,
+                "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8443}},
+                "filter_chains": [{"transport_socket": socket, "filters": [{
+                    "name": "envoy.filters.network.echo", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.echo.v3.Echo"}}]}]}})
+        };
+        let spec = serde_json::from_value::<EnvoyConfigSpec>(serde_json::json!({
+            "nodeID": "kuard",
+            "resources": [
+                listener("key", tls(serde_json::json!({"privateKey": key}))),
+                listener("password", tls(serde_json::json!({
+                    "private_key": {"inline_string": "k"}, "password": {"inlineString": "Passw0rd-Needle", "x": 1}}))),
+            ]
+        }))
+        .unwrap();
+        let Resolution::Invalid(text) =
+            resolution(&spec, &marin3r_envoyconfig::envoyconfig::NoSecrets)
+        else {
+            panic!("resources that do not decode taint");
+        };
+        for needle in [
+            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQDx3aP5kGm0xKq7",
+            "PRIVATE KEY",
+            "Passw0rd-Needle",
+        ] {
+            assert!(!text.contains(needle), "{needle:?} in {text:?}");
+        }
+        assert!(
+            text.contains(
+                "tlsCertificates[0].privateKey: expected a DataSource object, found a string"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("tlsCertificates[0].password: unknown field"),
+            "{text}"
         );
     }
 

@@ -6,7 +6,10 @@
 //!
 //! Rules:
 //! - a revision is identified by the hash of `spec.resources` (+ the deprecated form);
-//!   applying a known hash moves that revision to the top (it keeps its taint);
+//!   applying a known hash moves that revision to the top (it keeps its taint); a
+//!   revision that holds the same resources under another version (one upstream MARIN3R
+//!   created: its versions are a different hash) is that revision, adopted, and keeps
+//!   its version ([`same_resources`]);
 //! - the published revision is the topmost untainted one; the state is `InSync` when it is
 //!   the desired (topmost) one, `Rollback` when it is older, `RollbackFailed` when every
 //!   revision is tainted (the last good snapshot keeps being served);
@@ -71,6 +74,19 @@ impl Revision {
     }
 }
 
+/// Whether two specs publish the same resources: the same `resources` and deprecated
+/// `envoyResources`, and (only for the latter, the one it applies to) the same
+/// `serialization`. The identity of a revision whose version is not our hash of its
+/// resources: upstream MARIN3R names versions by a hash of its Go structures, which
+/// cannot be recomputed here, and copies neither `serialization` nor `envoyResources`
+/// into its revisions (it converts the latter to `resources` first).
+pub fn same_resources(a: &EnvoyConfigSpec, b: &EnvoyConfigSpec) -> bool {
+    a.resources == b.resources
+        && a.envoy_resources == b.envoy_resources
+        && (a.envoy_resources.is_none()
+            || a.serialization.unwrap_or_default() == b.serialization.unwrap_or_default())
+}
+
 /// The revisions of one EnvoyConfig, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -89,28 +105,46 @@ impl Revisions {
     }
 
     /// Makes `spec` the desired revision: a new version is added on top, a known one is
-    /// moved to the top (keeping its taint). Returns its version.
+    /// moved to the top (keeping its taint). Returns its version (an adopted revision's
+    /// own, see [`find`](Self::find)).
     pub fn apply(&mut self, spec: &Arc<EnvoyConfigSpec>, now: SystemTime) -> String {
         let version = config_version(spec);
-        if let Some(i) = self.position(&version) {
-            let rev = self.revisions.remove(i);
-            self.revisions.push(rev);
-        } else {
-            self.revisions.push(Revision {
-                version: version.clone(),
+        let rev = match self.position_of(spec, &version) {
+            Some(i) => self.revisions.remove(i),
+            None => Revision {
+                version,
                 spec: Arc::clone(spec),
                 created_at: now,
                 last_published_at: None,
                 tainted: None,
                 provides_versions: BTreeMap::new(),
-            });
-        }
+            },
+        };
+        let version = rev.version.clone();
+        self.revisions.push(rev);
         self.trim();
         version
     }
 
     fn position(&self, version: &str) -> Option<usize> {
         self.revisions.iter().position(|r| r.version == version)
+    }
+
+    /// The revision of `spec` (whose [`config_version`] is `version`): the one with that
+    /// version, else one holding the same resources under another version.
+    fn position_of(&self, spec: &EnvoyConfigSpec, version: &str) -> Option<usize> {
+        self.position(version).or_else(|| {
+            self.revisions
+                .iter()
+                .position(|r| same_resources(&r.spec, spec))
+        })
+    }
+
+    /// The revision that holds `spec`, by version or, for a revision adopted from
+    /// upstream MARIN3R, by content ([`same_resources`]).
+    pub fn find(&self, spec: &EnvoyConfigSpec) -> Option<&Revision> {
+        self.position_of(spec, &config_version(spec))
+            .and_then(|i| self.revisions.get(i))
     }
 
     /// Drops the oldest revisions beyond [`MAX_REVISIONS`]. Never dropped: the desired
@@ -294,6 +328,44 @@ mod tests {
         r.apply(&spec(2), t(4));
         assert_eq!(r.cache_state(), Some(CacheState::Rollback));
         assert_eq!(r.published().unwrap().version, v1);
+    }
+
+    /// A revision upstream MARIN3R created (its version is another hash of the same
+    /// resources) is the revision of that spec: re-applying the spec moves it, keeping
+    /// its version and its taint, instead of adding a duplicate.
+    #[test]
+    fn a_revision_adopted_from_upstream_is_found_by_its_resources() {
+        let mut r = Revisions::new("kuard");
+        for (version, port) in [("6c8f9d7b4", 1), ("5d7f4c9b8", 2)] {
+            r.revisions.push(Revision {
+                version: version.into(),
+                spec: spec(port),
+                created_at: t(port),
+                last_published_at: None,
+                tainted: None,
+                provides_versions: BTreeMap::new(),
+            });
+        }
+        r.taint("6c8f9d7b4", "upstream: ResourcesFailing");
+        assert_eq!(
+            r.find(&spec(1)).map(|x| x.version.as_str()),
+            Some("6c8f9d7b4")
+        );
+        assert_eq!(r.apply(&spec(1), t(9)), "6c8f9d7b4");
+        assert_eq!(r.revisions.len(), 2, "no duplicate");
+        assert_eq!(
+            r.cache_state(),
+            Some(CacheState::Rollback),
+            "the taint is kept"
+        );
+        assert_eq!(r.published().unwrap().version, "5d7f4c9b8");
+        assert!(r.find(&spec(3)).is_none());
+
+        // `serialization` only matters to the deprecated `envoyResources`.
+        let mut yaml = EnvoyConfigSpec::clone(&spec(2));
+        yaml.serialization = Some(marin3r_envoyconfig::Serialization::Yaml);
+        assert!(same_resources(&spec(2), &yaml));
+        assert!(!same_resources(&spec(1), &spec(2)));
     }
 
     #[test]

@@ -17,7 +17,11 @@
 //!   closed (streams ended with UNAVAILABLE, GOAWAY) spread over the drain window;
 //! - node ids, clusters, pod names and metadata over their limits are refused with
 //!   INVALID_ARGUMENT and leave nothing in `/metrics`; per-node series go with the
-//!   node's last stream.
+//!   node's last stream;
+//! - a second stream claiming an Envoy's pod cannot turn the version the Envoy ACKed
+//!   into a rejection with its NACKs, and is reported;
+//! - subscriptions over `MAX_NAMES_PER_TYPE` names (SotW and Delta) are refused with
+//!   RESOURCE_EXHAUSTED naming the limit, and the stream's state goes with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use marin3r_testkit::{wait_ok, wait_until_some};
@@ -1230,5 +1234,166 @@ async fn per_node_series_are_removed_with_the_last_stream() {
     drop(tx0b);
     drop(second);
     wait_metrics(|t| !t.contains("seen-"), "every per-node series removed").await;
+    server.stop(LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stream_claiming_an_acking_pod_cannot_forge_its_rejection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let ads = AdsConfig {
+        nack_backoff_initial: Duration::from_millis(10),
+        nack_backoff_max: Duration::from_millis(20),
+        ..AdsConfig::default()
+    };
+    let server = start(dir.path(), &pki, ads).await;
+    server.ctx.cache.set(NODE, snapshot(1, 64));
+    let v1 = snapshot(1, 64).version(LISTENER).to_string();
+    let stats = server.ctx.stats.clone();
+
+    // The real Envoy of pod "envoy" ACKs v1 on its connection.
+    let honest = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let (_seen, reader) = spawn_reader(honest, "envoy");
+    wait_until_some("the Envoy ACKed v1", LONG, || {
+        stats
+            .acks(NODE, LISTENER, &v1)
+            .contains_key("envoy")
+            .then_some(())
+    })
+    .await;
+    // Another client holding the certificate claims the same pod and NACKs everything.
+    let forged = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let (tx, mut stream) = open(forged, "envoy").await.unwrap();
+    let forger = tokio::spawn(async move {
+        while let Ok(Some(resp)) = stream.message().await {
+            if tx.send(answer(&resp, "", true)).await.is_err() {
+                break;
+            }
+        }
+    });
+    const THRESHOLD: u64 = 5;
+    wait_until_some("the forged NACKs are counted", LONG, || {
+        let nacks = stats.nacks(NODE, LISTENER, &v1);
+        (nacks.get("envoy").copied().unwrap_or(0) >= 2 * THRESHOLD).then_some(())
+    })
+    .await;
+    assert!(
+        !stats.rejected_by_all_pods(NODE, LISTENER, &v1, THRESHOLD),
+        "the pod ACKed v1 on its Envoy's stream: the forged NACKs do not taint it"
+    );
+    // Reported: two live streams for the pod, and the counter.
+    assert_eq!(stats.snapshot().streams_for_node(NODE)["envoy"], 2);
+    let text = metrics_text(server.metrics).await;
+    assert!(
+        text.contains("marin3r_xdss_pod_stream_overlaps_total 1"),
+        "{text}"
+    );
+    forger.abort();
+    reader.abort();
+    server.stop(LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_over_the_name_limit_are_refused_and_leave_nothing() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use marin3r_xds::MAX_NAMES_PER_TYPE;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let server = start(dir.path(), &pki, AdsConfig::default()).await;
+    server.ctx.cache.set(NODE, snapshot(1, 64));
+    let ch = channel(server.addr, &pki.ca, Some(&pki.client))
+        .await
+        .unwrap();
+    let names = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}-{i:06}")).collect()
+    };
+    let endpoints = ResourceType::Endpoint.type_url().to_string();
+
+    // Delta: a stream subscribes names that do not exist, a quarter of the limit per
+    // request, as the SRE's client did; the request that goes over is refused.
+    let (tx, rx) = mpsc::channel(8);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(node("subscriber")),
+        type_url: endpoints.clone(),
+        resource_names_subscribe: names("first", MAX_NAMES_PER_TYPE / 4),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut delta = AggregatedDiscoveryServiceClient::new(ch.clone())
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = delta.message().await.unwrap().unwrap();
+    assert_eq!(first.removed_resources.len(), MAX_NAMES_PER_TYPE / 4);
+    for i in 1..=4 {
+        tx.send(DeltaDiscoveryRequest {
+            type_url: endpoints.clone(),
+            resource_names_subscribe: names(&format!("more{i}"), MAX_NAMES_PER_TYPE / 4),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let status = loop {
+        match tokio::time::timeout(LONG, delta.message()).await.unwrap() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without a status"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert_eq!(
+        status.message(),
+        format!(
+            "resource_names_subscribe of endpoint: {} resource names, over the limit of {MAX_NAMES_PER_TYPE} per type per stream",
+            MAX_NAMES_PER_TYPE + MAX_NAMES_PER_TYPE / 4
+        )
+    );
+    // The stream is gone, and with it its pod.
+    let stats = server.ctx.stats.clone();
+    wait_until_some("the refused stream closed", LONG, || {
+        (!stats.pods_for_node(NODE).contains("subscriber")).then_some(())
+    })
+    .await;
+    drop(tx);
+
+    // SotW: one request with too many names.
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: Some(node("sotw-subscriber")),
+        type_url: endpoints.clone(),
+        resource_names: names("sotw", MAX_NAMES_PER_TYPE + 1),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut sotw = AggregatedDiscoveryServiceClient::new(ch.clone())
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let status = tokio::time::timeout(LONG, sotw.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .starts_with("resource_names of endpoint: 10001 resource names"),
+        "{status:?}"
+    );
+    wait_until_some("no stream left", LONG, || {
+        stats.nodes_with_streams().is_empty().then_some(())
+    })
+    .await;
+    drop(tx);
     server.stop(LONG).await.unwrap();
 }

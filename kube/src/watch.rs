@@ -197,10 +197,119 @@ where
     Action::requeue(RETRY_FAILED)
 }
 
-/// Controller results: failed reconciles are logged by [`error_policy`]; what is left
-/// (e.g. a trigger for an object deleted meanwhile) is debug noise.
-pub async fn log_result<T, E: std::fmt::Display>(kind: &'static str, result: Result<T, E>) {
-    if let Err(e) = result {
+/// Labels of [`RECONCILES`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: String,
+    result: String,
+}
+
+/// Labels of [`RECONCILE_ERRORS`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+type Counters<L> =
+    prometheus_client::metrics::family::Family<L, prometheus_client::metrics::counter::Counter>;
+
+/// Reconciles run, per controller and result (`success`, `error`): fed by every
+/// controller of the process through [`log_result`], so one set per process (a static;
+/// [`register_reconcile_metrics`] exposes it).
+static RECONCILES: std::sync::LazyLock<Counters<ReconcileLabels>> =
+    std::sync::LazyLock::new(Counters::default);
+/// Reconciles that returned an error, per controller.
+static RECONCILE_ERRORS: std::sync::LazyLock<Counters<ControllerLabels>> =
+    std::sync::LazyLock::new(Counters::default);
+
+/// What one controller result counts as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReconcileResult {
+    /// The reconciler returned an action.
+    Success,
+    /// The reconciler returned an error (retried by [`error_policy`]).
+    Error,
+    /// No reconcile ran (the object was gone from the store, a queue or runner error).
+    NotRun,
+}
+
+impl ReconcileResult {
+    /// The result of one item of `Controller::run`'s stream.
+    pub fn of<T, E1, E2>(result: &Result<T, kube::runtime::controller::Error<E1, E2>>) -> Self {
+        use kube::runtime::controller::Error;
+        match result {
+            Ok(_) => Self::Success,
+            Err(Error::ReconcilerFailed(..)) => Self::Error,
+            Err(_) => Self::NotRun,
+        }
+    }
+
+    /// The `result` label (`None`: not counted).
+    pub fn label(self) -> Option<&'static str> {
+        match self {
+            Self::Success => Some("success"),
+            Self::Error => Some("error"),
+            Self::NotRun => None,
+        }
+    }
+}
+
+/// Registers the reconcile counters with `registry`, under the names controller-runtime
+/// (and so upstream MARIN3R's operator and discovery service) gives them:
+/// `controller_runtime_reconcile_total{controller, result}` and
+/// `controller_runtime_reconcile_errors_total{controller}`; `controller` is the kind in
+/// lower case (`envoyconfig`, `discoveryservice`, ...), as controller-runtime names it.
+pub fn register_reconcile_metrics(registry: &mut prometheus_client::registry::Registry) {
+    registry.register(
+        "controller_runtime_reconcile",
+        "Reconciles run, per controller and result (success, error)",
+        RECONCILES.clone(),
+    );
+    registry.register(
+        "controller_runtime_reconcile_errors",
+        "Reconciles that returned an error, per controller",
+        RECONCILE_ERRORS.clone(),
+    );
+}
+
+/// Counts one reconcile of controller `kind` (see [`register_reconcile_metrics`]).
+pub fn count_reconcile(kind: &str, result: ReconcileResult) {
+    let Some(label) = result.label() else {
+        return;
+    };
+    let controller = kind.to_ascii_lowercase();
+    // Every result and the error counter exist from a controller's first reconcile on
+    // (zeros rather than gaps for dashboards and `rate`).
+    for l in ["success", "error"] {
+        let counter = RECONCILES.get_or_create(&ReconcileLabels {
+            controller: controller.clone(),
+            result: l.to_string(),
+        });
+        if l == label {
+            counter.inc();
+        }
+    }
+    let errors = RECONCILE_ERRORS.get_or_create(&ControllerLabels { controller });
+    if result == ReconcileResult::Error {
+        errors.inc();
+    }
+}
+
+/// Controller results: every reconcile is counted ([`count_reconcile`]); failed ones are
+/// logged by [`error_policy`]; what is left (e.g. a trigger for an object deleted
+/// meanwhile) is debug noise.
+pub async fn log_result<T, E1, E2>(
+    kind: &'static str,
+    result: Result<T, kube::runtime::controller::Error<E1, E2>>,
+) where
+    E1: std::error::Error,
+    E2: std::error::Error,
+{
+    let counted = ReconcileResult::of(&result);
+    count_reconcile(kind, counted);
+    if let Err(e) = result
+        && counted == ReconcileResult::NotRun
+    {
         tracing::debug!(kind, error = %e, "reconcile not run");
     }
 }
@@ -259,6 +368,52 @@ where
 mod tests {
     use super::*;
     use kube::runtime::utils::Backoff as _;
+
+    #[tokio::test]
+    async fn every_reconcile_is_counted_by_controller_and_result() {
+        use kube::runtime::controller::Error;
+        use kube::runtime::reflector::ObjectRef;
+        type Item = Result<(), Error<std::io::Error, std::io::Error>>;
+        let object =
+            || Box::new(ObjectRef::<k8s_openapi::api::core::v1::ConfigMap>::new("a").erase());
+        let ok: Item = Ok(());
+        let failed: Item = Err(Error::ReconcilerFailed(
+            std::io::Error::other("no"),
+            object(),
+        ));
+        let gone: Item = Err(Error::ObjectNotFound(object()));
+        let queue: Item = Err(Error::QueueError(std::io::Error::other("watch")));
+        assert_eq!(ReconcileResult::of(&ok), ReconcileResult::Success);
+        assert_eq!(ReconcileResult::of(&failed), ReconcileResult::Error);
+        assert_eq!(ReconcileResult::of(&gone), ReconcileResult::NotRun);
+        assert_eq!(ReconcileResult::of(&queue), ReconcileResult::NotRun);
+
+        // The counters are the process's (a static): this test's own controller name.
+        for item in [ok, failed, gone, queue] {
+            log_result("WatchUnitTest", item).await;
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        register_reconcile_metrics(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"watchunittest\",result=\"success\"} 1",
+            "controller_runtime_reconcile_total{controller=\"watchunittest\",result=\"error\"} 1",
+            "controller_runtime_reconcile_errors_total{controller=\"watchunittest\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        // A controller that never failed shows zero errors.
+        count_reconcile("WatchUnitTestOk", ReconcileResult::Success);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"watchunittestok\",result=\"error\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"watchunittestok\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
 
     #[test]
     fn watch_namespace_is_every_namespace_or_a_list() {

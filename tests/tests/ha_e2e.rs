@@ -245,6 +245,40 @@ async fn every_envoy_rejecting_gives_one_taint_and_one_rollback_over_three_repli
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(tainted(&fleet).len(), 1, "still one taint");
+    // The self-healing series (summed over the replicas): the leader counts the taint it
+    // wrote and shows the EnvoyConfig's cacheState and ReplicasInSync; every replica
+    // counts the rollback it served.
+    let node = [("node_id", NODE)];
+    let taint = [("node_id", NODE), ("reason", "RejectedByEnvoy")];
+    assert_eq!(
+        fleet
+            .metric("marin3r_envoyconfig_revisions_tainted_total", &taint)
+            .await,
+        1.0
+    );
+    assert!(
+        fleet
+            .metric("marin3r_envoyconfig_rollbacks_total", &node)
+            .await
+            >= 1.0
+    );
+    let state = |s| [("node_id", NODE), ("state", s)];
+    assert_eq!(
+        fleet
+            .metric("marin3r_envoyconfig_cache_state", &state("Rollback"))
+            .await,
+        1.0
+    );
+    assert_eq!(
+        fleet
+            .metric("marin3r_envoyconfig_cache_state", &state("InSync"))
+            .await,
+        0.0
+    );
+    assert_eq!(
+        fleet.metric("marin3r_ha_replicas_in_sync", &node).await,
+        1.0
+    );
     let report = traffic.stop_all_served().await.must();
     assert!(report.ok > 10, "{report:?}");
 }

@@ -7,9 +7,14 @@
 //! (tlsCertificate and validationContext), an Opaque Secret behind
 //! `generateFromOpaqueSecret`, Secret rotation, malformed Secrets (bad base64, a YAML
 //! syntax error on the line holding the value, a secret resource given inline with an
-//! error), and the discovery service's own certificate reload (rotation, then a broken
-//! key file). Finally it searches the captured output for every private key (PEM body
-//! lines, base64 of the PEM as in a Secret, DER bytes) and every secret value.
+//! error), values at fields Envoy marks sensitive written in the wrong spelling (a
+//! listener's `private_key` as a plain PEM string instead of `{inline_string: …}`, a TLS
+//! `password` as a plain string, a camelCase `inlineString` password next to an unknown
+//! key, a BasicAuth filter's htpasswd `users` as a plain string), and the discovery
+//! service's own certificate reload (rotation, then a broken key file). Finally it
+//! searches the captured output, the `/status` report and the state files
+//! (`--state-dir`) for every private key (PEM body lines, base64 of the PEM as in a
+//! Secret, DER bytes) and every secret value.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write as _;
@@ -102,6 +107,58 @@ fn tls_listener(port: u16, secret: &str, body: &str) -> Value {
     )
 }
 
+/// `value` without its `spec` and `servedSpec` members, at any depth.
+fn without_specs(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("spec");
+            map.remove("servedSpec");
+            map.values_mut().for_each(without_specs);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_specs),
+        _ => {}
+    }
+}
+
+/// A listener that decodes up to its sensitive fields: a TLS transport socket with
+/// `certificate` as its one `tls_certificates` entry, and/or an HTTP connection manager
+/// whose BasicAuth filter has `users`.
+fn leaky_listener(name: &str, certificate: Option<Value>, users: Option<Value>) -> Value {
+    let hcm = json!({
+        "name": "envoy.filters.network.http_connection_manager",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": name,
+            "route_config": {"name": name},
+            "http_filters": [{
+                "name": "envoy.filters.http.basic_auth",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuth",
+                    "users": users.unwrap_or_else(|| json!({"inline_string": "bob:{SHA}x"})),
+                },
+            }],
+        },
+    });
+    let mut chain = json!({"filters": [hcm]});
+    if let Some(certificate) = certificate {
+        chain["transport_socket"] = json!({
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "common_tls_context": {"tls_certificates": [certificate]},
+            },
+        });
+    }
+    resource(
+        "listener",
+        json!({
+            "name": name,
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 1}},
+            "filter_chains": [chain],
+        }),
+    )
+}
+
 /// A new mTLS connection to the discovery service (makes it look at its certificate
 /// files, which is when it reloads them).
 async fn touch_xds(xds: &Xds) {
@@ -162,6 +219,9 @@ async fn no_secret_material_in_any_log_line() {
     const BROKEN_B64: &str = "BROKEN!KEY!MATERIAL!q8z";
     const YAML_SECRET: &str = "yaml-Syntax-Secret-55e1";
     const INLINE_SECRET: &str = "inline-Secret-Bytes-0d4b";
+    const PASSWORD: &str = "tls-Key-Passw0rd-91c2";
+    const CAMEL_PASSWORD: &str = "camel-Passw0rd-4e7d";
+    const HTPASSWD: &str = "alice:{SHA}htpasswd-Needle-b3f1=";
 
     let config = envoy_config(
         node,
@@ -176,7 +236,9 @@ async fn no_secret_material_in_any_log_line() {
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: hard-opaque\n  namespace: default\ntype: Opaque\ndata:\n  password: {}\nstringData:\n  other: {OPAQUE}-plain\n",
         b64(OPAQUE)
     );
-    let xds = Xds::start(&[
+    let state_dir = tempfile::tempdir().unwrap();
+    let state_path = state_dir.path().to_path_buf();
+    let files = [
         ("envoyconfig.json", config),
         (
             "secret-tls.yaml",
@@ -197,7 +259,10 @@ async fn no_secret_material_in_any_log_line() {
             ),
         ),
         ("secret-opaque.yaml", opaque),
-    ])
+    ];
+    let xds = Xds::start_with(&files, |dir: &std::path::Path| {
+        marin3r_control_plane::local::LocalBackend::new(dir).with_state_dir(&state_path)
+    })
     .await
     .unwrap();
     let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).unwrap();
@@ -260,6 +325,33 @@ async fn no_secret_material_in_any_log_line() {
                     json!({"type": "secret", "value": {"name": "inline-typo", "tls_certificate": {
                         "private_key": {"inline_string": first.client.key_pem}, "certificate_chian": {}}}}),
                     json!({"type": "secret", "value": {"name": "inline-type", "generic_secret": {"secret": {"inline_string": 42, "inline_bytes": b64(INLINE_SECRET)}}}}),
+                    // Sensitive fields in the wrong spelling, in resources that are decoded
+                    // (a `secret` with a `value` is refused before decoding).
+                    leaky_listener(
+                        "leak-key",
+                        Some(json!({
+                            "certificate_chain": {"inline_string": first.server.cert_pem},
+                            "private_key": second.client.key_pem,
+                        })),
+                        None,
+                    ),
+                    leaky_listener(
+                        "leak-password",
+                        Some(json!({
+                            "private_key": {"inline_string": second.client.key_pem},
+                            "password": PASSWORD,
+                        })),
+                        None,
+                    ),
+                    leaky_listener(
+                        "leak-camel",
+                        Some(json!({
+                            "privateKey": {"inlineString": second.client.key_pem},
+                            "password": {"inlineString": CAMEL_PASSWORD, "inlineStrin": CAMEL_PASSWORD},
+                        })),
+                        None,
+                    ),
+                    leaky_listener("leak-users", None, Some(json!(HTPASSWD))),
                 ],
             ),
         ),
@@ -278,6 +370,37 @@ async fn no_secret_material_in_any_log_line() {
             None => Err(format!("{report:?}")),
         }
     })
+    .await;
+    // What `/status` and the state files say about the broken config (its taint reason
+    // quotes the decode errors).
+    let stored = wait_ok(
+        "the taint stored in /status and the state file",
+        CONVERGE,
+        || async {
+            let status = marin3r_testkit::http::get(xds.metrics, "/status")
+                .await?
+                .body;
+            let mut state = String::new();
+            for entry in std::fs::read_dir(state_dir.path()).map_err(|e| e.to_string())? {
+                let path = entry.map_err(|e| e.to_string())?.path();
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                // The revisions' specs are the config itself (as an EnvoyConfigRevision holds
+                // it): what the service wrote about them is searched.
+                let mut json: Value = serde_json::from_str(&text).unwrap_or_default();
+                without_specs(&mut json);
+                state.push_str(&json.to_string());
+            }
+            let expected = "private_key: expected a DataSource object, found a string";
+            if status.contains("leak-key")
+                && state.contains("leak-key")
+                && status.contains(expected)
+            {
+                Ok(format!("{status}\n{state}"))
+            } else {
+                Err(format!("not yet: /status {status}\nstate {state}"))
+            }
+        },
+    )
     .await;
     second.write_to(&xds.certs_dir).unwrap();
     touch_xds(&xds).await;
@@ -299,14 +422,15 @@ async fn no_secret_material_in_any_log_line() {
     xds.stop().await.unwrap();
     std::io::stdout().flush().ok();
 
-    // The search.
-    let text = logs.text();
+    // The search: every log line, the `/status` report and the state files.
+    let text = format!("{}\n{stored}", logs.text());
     let mut needles: Vec<(String, String)> = Vec::new();
     for (what, key) in [
         ("first server key", &first.server.key_pem),
         ("second server key", &second.server.key_pem),
         ("first CA key", &first.ca.key_pem),
         ("first client key", &first.client.key_pem),
+        ("plain-string private key", &second.client.key_pem),
         ("discovery service key", &ds_key),
     ] {
         needles.extend(key_needles(key).into_iter().map(|n| (what.to_string(), n)));
@@ -322,6 +446,10 @@ async fn no_secret_material_in_any_log_line() {
         ("value on a YAML error line", YAML_SECRET.to_string()),
         ("inline secret bytes", INLINE_SECRET.to_string()),
         ("inline secret bytes, base64", b64(INLINE_SECRET)),
+        ("TLS password as a plain string", PASSWORD.to_string()),
+        ("camelCase TLS password", CAMEL_PASSWORD.to_string()),
+        ("BasicAuth htpasswd line", HTPASSWD.to_string()),
+        ("htpasswd hash", "htpasswd-Needle-b3f1".to_string()),
         (
             "any PEM private key, base64",
             "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t".to_string(),
@@ -346,6 +474,9 @@ async fn no_secret_material_in_any_log_line() {
         "reloaded TLS credentials",
         "reloading TLS credentials failed",
         "hard-secrets-broken",
+        "expected a DataSource object, found a string (value not shown: sensitive)",
+        "password: unknown field",
+        "typed_config.users: expected a DataSource object",
     ] {
         let line = text.lines().find(|l| l.contains(expected));
         assert!(

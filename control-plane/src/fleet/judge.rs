@@ -15,10 +15,14 @@
 //! where `E`, the expected replicas, are the pods with a ready or terminating endpoint
 //! in the discovery service's Service together with the replicas whose report is fresh
 //! (heartbeat at most [`FRESHNESS`] old). A missing, stale or lagging replica **vetoes**;
-//! a replica without pods of X cannot block. When the predicate holds, every pod a
-//! replica reported NACKed at least N times, so the fleet is never more eager than the
-//! single-process rule over what the replicas reported (it is sometimes later: a pod
-//! that moved mid-episode, a replica that has not caught up).
+//! a replica without pods of X cannot block. Within a replica, a pod that ACKed a version
+//! on any of its streams counts no NACKs for it (`marin3r_xds::PodCounts::counted_nacks`,
+//! the rule of the single-process test too), so a pod that accepted `v_r[t]` makes
+//! `minNacks_r[t] = 0` and no forged NACKs of it, on that replica or another, taint
+//! it. When the predicate holds, every pod a replica reported NACKed at least N times,
+//! so the fleet is never more eager than the single-process rule over what the replicas
+//! reported (it is sometimes later: a pod that moved mid-episode, a replica that has not
+//! caught up).
 //!
 //! [`FleetView`] is the publisher's [`NackView`] for one revision, so the publisher's
 //! rule ([`crate::publisher::decide`]) stays the one pure function both modes use.

@@ -224,10 +224,13 @@ pub async fn reconcile_envoyconfig(
         }
     };
     if ec.metadata.deletion_timestamp.is_some() {
+        ctx.xds.revisions.forget(&namespace, &name);
         // Its revisions are garbage collected through their owner reference.
         return Ok(Action::await_change());
     }
     if !ctx.may_write() {
+        // The leader shows the cacheState (a former leader's would go stale).
+        ctx.xds.revisions.forget(&namespace, &name);
         // Another replica leads: it creates the revisions and writes the status.
         return Ok(ctx.write_skipped());
     }
@@ -239,6 +242,10 @@ pub async fn reconcile_envoyconfig(
             return Ok(Action::await_change());
         }
     };
+    if let Some(status) = &plan.status {
+        let node_id = &ec.spec.node_id;
+        (ctx.xds.revisions).cache_state(&namespace, &name, node_id, status.cache_state);
+    }
     let mut action = Action::await_change();
     if let (Some(ha), Some(status)) = (&ctx.ha, plan.status.as_mut()) {
         let previous = ec.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
@@ -345,6 +352,14 @@ fn replicas_in_sync(
             ec.metadata.generation,
             now(),
         );
+    }
+    if let Some(c) = conditions
+        .iter()
+        .find(|c| c.type_ == plan::REPLICAS_IN_SYNC)
+    {
+        let (namespace, name) = (ec.namespace().unwrap_or_default(), ec.name_any());
+        let in_sync = c.status == "True";
+        (ctx.xds.revisions).replicas_in_sync(&namespace, &name, &ec.spec.node_id, in_sync);
     }
     again
 }
@@ -518,7 +533,11 @@ pub async fn reconcile_revision(
         match marin3r_kube::apply::apply_status_at(&api, &name, fence, &new_status, FIELD_MANAGER)
             .await
         {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Outcome::Tainted { reason, .. } = &outcome {
+                    ctx.xds.revisions.tainted_reason(&ecr.spec.node_id, reason);
+                }
+            }
             Err(e) if fence.is_some() && is_status(&e, 409) => {
                 return Ok(Action::requeue(RETRY_CONFLICT));
             }
@@ -621,6 +640,9 @@ async fn publish(
         return Outcome::NotElected;
     }
     set_snapshot(ctx, ecr, p.snapshot, p.versions.clone(), p.reset_nacks);
+    if p.reset_nacks {
+        ctx.xds.revisions.published(&revisions, version);
+    }
     Outcome::Published {
         versions: p.versions,
     }
@@ -690,6 +712,14 @@ pub fn forget_unclaimed_nodes(ctx: &Shared) {
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .map(|c| c.spec.node_id.clone())
         .collect();
+    let live = ctx.configs.state();
+    ctx.xds.revisions.retain(|namespace, name| {
+        live.iter().filter_map(|c| c.valid().ok()).any(|c| {
+            c.metadata.deletion_timestamp.is_none()
+                && c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata.name.as_deref() == Some(name)
+        })
+    });
     for node_id in ctx.served.snapshot().into_keys() {
         if !claimed.contains(&node_id) {
             forget_node(ctx, &node_id, None);
@@ -707,6 +737,7 @@ fn forget_node(ctx: &Shared, node_id: &str, revision: Option<&str>) {
     }
     ctx.served.remove(node_id);
     ctx.xds.stats.clear_node(node_id);
+    ctx.xds.revisions.forget_node(node_id);
 }
 
 /// Loads the elected, already published revisions into the cache without writing

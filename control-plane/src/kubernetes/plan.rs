@@ -248,6 +248,9 @@ fn revision_ref(name: &str, namespace: &str) -> ObjectReference {
 /// - the desired version is [`config_version`] of the spec; a new version gets a new
 ///   revision `<nodeID>-<envoyAPI>-<version>` (labels, controller owner reference,
 ///   finalizer, applied-at = now); a known one is moved to the top (applied-at = now);
+///   a revision upstream MARIN3R created for the same resources is a known one, under
+///   its own version ([`Revisions::find`]: adopting an upstream install duplicates
+///   nothing);
 /// - at most [`crate::revisions::MAX_REVISIONS`] are kept: the oldest are deleted, never
 ///   the desired one nor the rollback target; revisions of another node id or Envoy API
 ///   (the spec's nodeID was edited) are deleted;
@@ -279,9 +282,6 @@ pub fn plan_envoyconfig<'a>(
         .controller_owner_ref(&())
         .ok_or(PlanError::MissingMetadata("name or uid"))?;
     let api = ec.spec.envoy_api.unwrap_or_default();
-    let desired = config_version(&ec.spec);
-    let desired_name = revision_name(&ec.spec.node_id, api, &desired);
-
     let all: Vec<&EnvoyConfigRevision> = all.into_iter().collect();
     let (current, stale): (Vec<&EnvoyConfigRevision>, Vec<&EnvoyConfigRevision>) =
         siblings(all.iter().copied(), uid)
@@ -297,6 +297,13 @@ pub fn plan_envoyconfig<'a>(
         wait_for_deletion: false,
     };
 
+    let mut revisions = engine(&ec.spec.node_id, &current);
+    // The desired version: that of the revision already holding the spec's resources
+    // (adopted from upstream MARIN3R, it keeps upstream's version and name), else ours.
+    let desired = revisions
+        .find(&ec.spec)
+        .map_or_else(|| config_version(&ec.spec), |r| r.version.clone());
+    let desired_name = revision_name(&ec.spec.node_id, api, &desired);
     let existing = current.iter().find(|e| e.spec.version == desired).copied();
     if existing.is_none() {
         let terminating = all.iter().any(|e| {
@@ -312,7 +319,6 @@ pub fn plan_envoyconfig<'a>(
         }
     }
 
-    let mut revisions = engine(&ec.spec.node_id, &current);
     let names: BTreeMap<String, String> = current
         .iter()
         .map(|e| (e.spec.version.clone(), e.name_any()))
@@ -478,7 +484,8 @@ pub fn plan_revision_status(
                 &mut s.conditions,
                 REVISION_PUBLISHED,
                 true,
-                "Published",
+                // Upstream MARIN3R's reasons (docs/migrating.md).
+                "VersionPublished",
                 "the revision is served by the discovery service",
                 generation,
                 now,
@@ -487,7 +494,7 @@ pub fn plan_revision_status(
                 &mut s.conditions,
                 RESOURCES_IN_SYNC,
                 true,
-                "ResourcesInSync",
+                "ResourcesSynced",
                 "",
                 generation,
                 now,
@@ -905,6 +912,66 @@ mod tests {
             [oldest_tainted],
             "the published (rollback target) survives"
         );
+    }
+
+    /// A revision as upstream MARIN3R leaves it for `port`: its version is another hash
+    /// (`up<port>`), its name `<nodeID>-<envoyAPI>-<version>`, no applied-at annotation
+    /// (ordered by `lastPublishedAt`, then creation, as upstream sorts).
+    fn upstream_ecr(
+        port: u64,
+        published_at: i64,
+        status: Option<EnvoyConfigRevisionStatus>,
+    ) -> EnvoyConfigRevision {
+        let mut e = ecr(port, published_at, status);
+        let version = format!("up{port}");
+        e.spec.version = version.clone();
+        e.spec.serialization = None;
+        e.metadata.name = Some(format!("kuard-v3-{version}"));
+        e.metadata.annotations = None;
+        e.metadata.creation_timestamp = Some(Time(ts(0)));
+        if let Some(labels) = e.metadata.labels.as_mut() {
+            labels.insert(CONFIG_VERSION_LABEL.to_string(), version);
+        }
+        if let Some(s) = e.status.as_mut() {
+            s.last_published_at = Some(Time(ts(published_at)));
+        }
+        e
+    }
+
+    #[test]
+    fn upstream_revisions_are_adopted_by_content_and_trimmed_by_the_same_retention() {
+        // Upstream's published revision holds the spec: nothing to create or move.
+        let upstream: Vec<EnvoyConfigRevision> = (1..=10)
+            .map(|p| {
+                let status = match p {
+                    10 => published(),
+                    7 => tainted(),
+                    _ => Some(EnvoyConfigRevisionStatus {
+                        published: Some(false),
+                        ..Default::default()
+                    }),
+                };
+                upstream_ecr(p, p as i64, status)
+            })
+            .collect();
+        let plan = plan_envoyconfig(&ec(10), &upstream, ts(100)).unwrap();
+        assert!(plan.create.is_none() && plan.touch.is_none() && plan.delete.is_empty());
+        let status = plan.status.unwrap();
+        assert_eq!(status.desired_version.as_deref(), Some("up10"));
+        assert_eq!(status.published_version.as_deref(), Some("up10"));
+        assert_eq!(status.cache_state, Some(CacheState::InSync));
+        assert_eq!(status.revisions.len(), 10);
+
+        // Re-applying the tainted spec moves upstream's revision up, tainted: rollback.
+        let plan = plan_envoyconfig(&ec(7), &upstream, ts(100)).unwrap();
+        assert!(plan.create.is_none());
+        assert_eq!(plan.touch.map(|t| t.0).as_deref(), Some("kuard-v3-up7"));
+        assert_eq!(plan.status.unwrap().cache_state, Some(CacheState::Rollback));
+
+        // A new spec: one revision of ours, and the oldest upstream one goes.
+        let plan = plan_envoyconfig(&ec(11), &upstream, ts(100)).unwrap();
+        assert!(plan.create.is_some());
+        assert_eq!(plan.delete, ["kuard-v3-up1"]);
     }
 
     #[test]

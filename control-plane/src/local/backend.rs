@@ -1,6 +1,11 @@
 //! Local mode's async shell: scans the folder, feeds the [`Engine`], carries out its
 //! [`Effect`]s (snapshot cache, NACK statistics, state files) and serves the status
 //! routes.
+//!
+//! Every file system call (the scan, the state files' writes and their `fsync`) and every
+//! wait on the engine's lock runs on tokio's blocking pool ([`blocking`]), never on the
+//! runtime's workers: a slow or stuck file system never freezes `/status`, `/readyz` or
+//! the ADS streams.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -9,7 +14,6 @@ use std::time::{Duration, SystemTime};
 use super::engine::{Effect, Engine, Options};
 use super::folder::{Key, LocalSource};
 use super::state;
-use crate::status::StatusReport;
 
 /// How often the folder is scanned without an inotify wake-up. With inotify such a scan
 /// looks only at files still being written (the whole folder is listed every
@@ -27,13 +31,45 @@ pub const EVALUATE_INTERVAL: Duration = Duration::from_millis(250);
 /// `DELETE /status/revisions/{namespace}/{name}/{version}` on the metrics listener.
 #[derive(Debug)]
 pub struct LocalBackend {
-    source: LocalSource,
+    dir: PathBuf,
+    source: Arc<Mutex<LocalSource>>,
     engine: Arc<Mutex<Engine>>,
 }
 
-fn lock(engine: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
-    // Every engine method leaves it consistent, so a poisoned lock is usable.
-    engine.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every engine and source method leaves it consistent, so a poisoned lock is usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs `f` on tokio's blocking pool: `None` only when the runtime is shutting down (a
+/// panic in `f` is carried on).
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => Some(v),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        },
+    }
+}
+
+/// One scan of the folder and, when something changed, its reconcile and effects.
+/// Blocking: run it with [`blocking`].
+fn scan_and_apply(
+    source: &Mutex<LocalSource>,
+    engine: &Mutex<Engine>,
+    ctx: &crate::Context,
+) -> std::io::Result<bool> {
+    let mut source = lock(source);
+    let changed = source.scan()?;
+    if changed {
+        let manifests = source.manifests();
+        drop(source);
+        let mut engine = lock(engine);
+        let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
+        apply(&mut engine, effects, ctx);
+    }
+    Ok(changed)
 }
 
 impl LocalBackend {
@@ -43,8 +79,10 @@ impl LocalBackend {
     }
 
     pub fn with_options(dir: impl Into<PathBuf>, options: Options) -> Self {
+        let dir = dir.into();
         Self {
-            source: LocalSource::new(dir),
+            source: Arc::new(Mutex::new(LocalSource::new(&dir))),
+            dir,
             engine: Arc::new(Mutex::new(Engine::new(options))),
         }
     }
@@ -59,7 +97,7 @@ impl LocalBackend {
             nack_threshold,
             ..self.options()
         };
-        Self::with_options(self.source.dir, options)
+        Self::with_options(self.dir, options)
     }
 
     /// Persists revisions under `dir` (`--state-dir`).
@@ -68,7 +106,7 @@ impl LocalBackend {
             state_dir: Some(dir.into()),
             ..self.options()
         };
-        Self::with_options(self.source.dir, options)
+        Self::with_options(self.dir, options)
     }
 
     /// The engine (what `/status` shows), e.g. for tests.
@@ -83,10 +121,25 @@ struct RouteState {
     ctx: crate::Context,
 }
 
+/// The answer when the runtime is shutting down under a route.
+fn shutting_down() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(serde_json::json!({"error": "shutting down"})),
+    )
+        .into_response()
+}
+
 async fn get_status(
     axum::extract::State(s): axum::extract::State<RouteState>,
-) -> axum::Json<StatusReport> {
-    axum::Json(lock(&s.engine).report())
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let engine = s.engine.clone();
+    match blocking(move || lock(&engine).report()).await {
+        Some(report) => axum::Json(report).into_response(),
+        None => shutting_down(),
+    }
 }
 
 async fn delete_revision(
@@ -94,52 +147,43 @@ async fn delete_revision(
     axum::extract::Path((namespace, name, version)): axum::extract::Path<(String, String, String)>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
-    let mut engine = lock(&s.engine);
-    let result =
-        engine.remove_revision(&namespace, &name, &version, &s.ctx.stats, SystemTime::now());
-    match result {
-        Ok((report, effects)) => {
+    let result = blocking(move || {
+        let mut engine = lock(&s.engine);
+        let result =
+            engine.remove_revision(&namespace, &name, &version, &s.ctx.stats, SystemTime::now());
+        result.map(|(report, effects)| {
             apply(&mut engine, effects, &s.ctx);
-            (axum::http::StatusCode::OK, axum::Json(report)).into_response()
-        }
-        Err(e) => (
+            report
+        })
+    })
+    .await;
+    match result {
+        Some(Ok(report)) => (axum::http::StatusCode::OK, axum::Json(report)).into_response(),
+        Some(Err(e)) => (
             axum::http::StatusCode::NOT_FOUND,
             axum::Json(serde_json::json!({"error": e.to_string()})),
         )
             .into_response(),
+        None => shutting_down(),
     }
 }
 
 impl crate::Backend for LocalBackend {
     async fn start(&mut self, ctx: &crate::Context) -> Result<(), crate::Error> {
-        self.source
-            .scan()
-            .map_err(|source| crate::Error::ConfigDir {
-                dir: self.source.dir.clone(),
-                source,
-            })?;
-        let manifests = self.source.manifests();
-        let mut engine = lock(&self.engine);
-        let mut restored = 0;
-        if let Some(dir) = engine.options().state_dir.clone() {
-            let (states, errors) = state::load(&dir).map_err(|source| crate::Error::StateDir {
-                dir: dir.clone(),
-                source,
-            })?;
-            for error in errors {
-                tracing::error!(error = %error, "cannot read a state file; ignored");
-            }
-            restored = engine.restore(states);
-        }
-        let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
-        apply(&mut engine, effects, ctx);
-        tracing::info!(
-            dir = %self.source.dir.display(),
-            nack_threshold = engine.options().nack_threshold,
-            state_dir = ?engine.options().state_dir,
-            restored,
-            "local mode: serving the config folder"
+        lock(&self.engine).set_metrics(ctx.revisions.clone());
+        let (source, engine, dir, ctx2) = (
+            self.source.clone(),
+            self.engine.clone(),
+            self.dir.clone(),
+            ctx.clone(),
         );
+        let started = blocking(move || start_blocking(&source, &engine, &dir, &ctx2)).await;
+        started.unwrap_or_else(|| {
+            Err(crate::Error::ConfigDir {
+                dir: self.dir.clone(),
+                source: std::io::Error::other("the runtime is shutting down"),
+            })
+        })?;
         // The first scan is applied and its snapshots published.
         ctx.ready.set_synced();
         Ok(())
@@ -159,7 +203,12 @@ impl crate::Backend for LocalBackend {
             .with_state(state)
     }
 
-    async fn run(mut self, ctx: crate::Context, shutdown: crate::Shutdown) {
+    async fn run(self, ctx: crate::Context, shutdown: crate::Shutdown) {
+        let Self {
+            dir,
+            source,
+            engine,
+        } = self;
         let mut shutdown = shutdown;
         let mut scan = tokio::time::interval(POLL_INTERVAL);
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -167,54 +216,109 @@ impl crate::Backend for LocalBackend {
         evaluate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut folder_error = RepeatedError::default();
         // A change in the folder wakes the scan at once (inotify); the tick still scans
-        // every POLL_INTERVAL (no inotify, a watch lost with the folder).
-        let events = self.source.readiness();
-        let changed = || async {
-            match &events {
-                Some(fd) => match fd.readable().await {
-                    Ok(mut ready) => ready.clear_ready(),
-                    Err(_) => std::future::pending().await,
-                },
-                None => std::future::pending().await,
-            }
+        // every POLL_INTERVAL (no inotify, a watch being set up again). A watch set up
+        // again (the folder swapped, the queue lost) is waited on from then on.
+        let (mut generation, mut events) = {
+            let source = lock(&source);
+            (source.watch_generation(), source.readiness())
         };
         loop {
             let scan_now = tokio::select! {
                 () = &mut shutdown => return,
                 _ = scan.tick() => true,
-                () = changed() => true,
+                () = folder_changed(events.as_ref()) => true,
                 _ = evaluate.tick() => false,
             };
-            if !scan_now {
-                let mut engine = lock(&self.engine);
-                let effects = engine.evaluate(&ctx.stats, SystemTime::now());
-                apply(&mut engine, effects, &ctx);
-                continue;
-            }
-            match self.source.scan() {
-                Ok(changed) if folder_error.clear() => {
-                    tracing::info!(dir = %self.source.dir.display(), "config folder readable again");
-                    if changed {
-                        let manifests = self.source.manifests();
-                        let mut engine = lock(&self.engine);
-                        let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
+            let job = {
+                let (source, engine, ctx) = (source.clone(), engine.clone(), ctx.clone());
+                move || {
+                    if scan_now {
+                        Some(scan_and_apply(&source, &engine, &ctx))
+                    } else {
+                        let mut engine = lock(&engine);
+                        let effects = engine.evaluate(&ctx.stats, SystemTime::now());
                         apply(&mut engine, effects, &ctx);
+                        None
                     }
                 }
-                Ok(false) => {}
-                Ok(true) => {
-                    let manifests = self.source.manifests();
-                    let mut engine = lock(&self.engine);
-                    let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
-                    apply(&mut engine, effects, &ctx);
+            };
+            let scanned = tokio::select! {
+                () = &mut shutdown => return,
+                done = blocking(job) => match done {
+                    Some(scanned) => scanned,
+                    None => return,
+                },
+            };
+            match scanned {
+                None => continue,
+                Some(Ok(_)) if folder_error.clear() => {
+                    tracing::info!(dir = %dir.display(), "config folder readable again");
                 }
-                Err(e) => {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
                     if folder_error.should_log(&e.to_string(), std::time::Instant::now()) {
-                        tracing::error!(dir = %self.source.dir.display(), error = %e, "cannot read config folder; serving what was read last (logged again in a minute if it persists)");
+                        tracing::error!(dir = %dir.display(), error = %e, "cannot read config folder; serving what was read last (logged again in a minute if it persists)");
                     }
+                }
+            }
+            {
+                let folder = lock(&source);
+                if folder.watch_generation() != generation {
+                    generation = folder.watch_generation();
+                    events = folder.readiness();
                 }
             }
         }
+    }
+}
+
+/// The first load, blocking: the folder's first scan, the state dir, their reconcile and
+/// its effects, all before anything is published.
+fn start_blocking(
+    source: &Mutex<LocalSource>,
+    engine: &Mutex<Engine>,
+    dir: &Path,
+    ctx: &crate::Context,
+) -> Result<(), crate::Error> {
+    let mut source = lock(source);
+    source.scan().map_err(|e| crate::Error::ConfigDir {
+        dir: dir.to_path_buf(),
+        source: e,
+    })?;
+    let manifests = source.manifests();
+    drop(source);
+    let mut engine = lock(engine);
+    let mut restored = 0;
+    if let Some(dir) = engine.options().state_dir.clone() {
+        let (states, errors) = state::load(&dir).map_err(|source| crate::Error::StateDir {
+            dir: dir.clone(),
+            source,
+        })?;
+        for error in errors {
+            tracing::error!(error = %error, "cannot read a state file; ignored");
+        }
+        restored = engine.restore(states);
+    }
+    let effects = engine.reconcile(&manifests, &ctx.stats, SystemTime::now());
+    apply(&mut engine, effects, ctx);
+    tracing::info!(
+        dir = %dir.display(),
+        nack_threshold = engine.options().nack_threshold,
+        state_dir = ?engine.options().state_dir,
+        restored,
+        "local mode: serving the config folder"
+    );
+    Ok(())
+}
+
+/// Completes when the folder's inotify queue is readable (never without one).
+async fn folder_changed(events: Option<&tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>) {
+    match events {
+        Some(fd) => match fd.readable().await {
+            Ok(mut ready) => ready.clear_ready(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -307,6 +411,101 @@ fn remove_file(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Liveness guard for the steps below (not a timing assertion: without the fix they
+    /// block for ever on the FIFO).
+    const STUCK: Duration = Duration::from_secs(60);
+
+    async fn status_files(engine: &Arc<Mutex<Engine>>, ctx: &crate::Context) -> Vec<String> {
+        let state = RouteState {
+            engine: engine.clone(),
+            ctx: ctx.clone(),
+        };
+        let response = get_status(axum::extract::State(state)).await;
+        assert_eq!(response.status(), axum::http::StatusCode::OK);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| format!("{}: {}", f["path"], f["error"]))
+            .collect()
+    }
+
+    /// The SRE's FIFO named `*.yaml`, at start and created while running: the first load
+    /// completes (ready), the folder keeps being served and `/status` lists both FIFOs.
+    #[test]
+    fn a_fifo_in_the_folder_never_stalls_the_backend() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(fifo_in_the_folder());
+        }));
+        // A scan stuck on a FIFO (without the fix) must not hold the test's end.
+        rt.shutdown_background();
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    async fn fifo_in_the_folder() {
+        use crate::Backend as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mkfifo = |name: &str| {
+            let made = std::process::Command::new("mkfifo")
+                .arg(dir.path().join(name))
+                .status();
+            made.is_ok_and(|s| s.success())
+        };
+        if !mkfifo("early.yaml") {
+            return; // no mkfifo here
+        }
+        std::fs::write(
+            dir.path().join("kuard.yaml"),
+            "apiVersion: marin3r.3scale.net/v1alpha1\nkind: EnvoyConfig\nmetadata:\n  name: kuard\nspec:\n  nodeID: kuard\n  resources: []\n",
+        )
+        .unwrap();
+        let mut backend = LocalBackend::new(dir.path());
+        let engine = backend.engine();
+        let ctx = crate::Context::new(marin3r_xds::SharedStats::new());
+        tokio::time::timeout(STUCK, backend.start(&ctx))
+            .await
+            .expect("the first load completes")
+            .unwrap();
+        assert!(ctx.ready.is_ready());
+        assert!(ctx.cache.get("kuard").is_some(), "the folder is served");
+        let files = status_files(&engine, &ctx).await;
+        assert!(
+            files.len() == 1 && files[0].contains("early.yaml") && files[0].contains("FIFO"),
+            "{files:?}"
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(backend.run(
+            ctx.clone(),
+            Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        ));
+        assert!(mkfifo("late.yaml"));
+        tokio::time::timeout(STUCK, async {
+            while status_files(&engine, &ctx).await.len() < 2 {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+        })
+        .await
+        .expect("the FIFO created while running is reported");
+        let _ = stop.send(());
+        tokio::time::timeout(STUCK, running)
+            .await
+            .expect("the backend stops")
+            .unwrap();
+    }
 
     #[test]
     fn a_repeated_error_is_logged_when_it_starts_changes_or_each_minute() {

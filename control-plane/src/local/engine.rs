@@ -186,6 +186,8 @@ pub struct Engine {
     /// file, no error): then a change of specs only takes [`Engine::reconcile`]'s
     /// quick path.
     last_clean: bool,
+    /// The self-healing series (`Context::revisions`; unregistered until set).
+    metrics: crate::metrics::RevisionMetrics,
 }
 
 fn source(key: &Key) -> String {
@@ -206,7 +208,13 @@ impl Engine {
             unsaved: BTreeSet::new(),
             last: Vec::new(),
             last_clean: false,
+            metrics: crate::metrics::RevisionMetrics::default(),
         }
+    }
+
+    /// Feeds `metrics` (the process's [`crate::Context::revisions`]) from now on.
+    pub fn set_metrics(&mut self, metrics: crate::metrics::RevisionMetrics) {
+        self.metrics = metrics;
     }
 
     pub fn options(&self) -> &Options {
@@ -312,6 +320,7 @@ impl Engine {
             };
             let node_id = &t.revisions.node_id;
             tracing::info!(envoyconfig = %source(&key), node_id = %node_id, "EnvoyConfig removed (or its node id changed); its revisions are dropped");
+            self.metrics.forget(&key.0, &key.1);
             if self.options.state_dir.is_some() {
                 effects.push(Effect::Unsave { key: key.clone() });
             }
@@ -437,7 +446,7 @@ impl Engine {
             nacks,
             self.options.nack_threshold,
         );
-        sync(t, &key, &self.secrets, verdict, now, effects);
+        sync(t, &key, &self.secrets, &self.metrics, verdict, now, effects);
     }
 
     /// Checks the NACK statistics of every served revision
@@ -454,7 +463,15 @@ impl Engine {
                 continue;
             };
             self.unsaved.insert(key.clone());
-            sync(t, key, &self.secrets, Some(taint), now, &mut effects);
+            sync(
+                t,
+                key,
+                &self.secrets,
+                &self.metrics,
+                Some(taint),
+                now,
+                &mut effects,
+            );
         }
         // A taint is saved even when it leaves nothing to publish (RollbackFailed: the
         // last good snapshot stays served, no other effect).
@@ -499,7 +516,15 @@ impl Engine {
             nacks,
             self.options.nack_threshold,
         );
-        sync(t, &key, &self.secrets, verdict, now, &mut effects);
+        sync(
+            t,
+            &key,
+            &self.secrets,
+            &self.metrics,
+            verdict,
+            now,
+            &mut effects,
+        );
         let report = report_of(&key, t);
         self.persist(&mut effects);
         Ok((report, effects))
@@ -600,6 +625,7 @@ fn sync(
     t: &mut Tracked,
     key: &Key,
     secrets: &ManifestSecrets,
+    metrics: &crate::metrics::RevisionMetrics,
     verdict: Option<Taint>,
     now: SystemTime,
     effects: &mut Vec<Effect>,
@@ -613,7 +639,9 @@ fn sync(
     });
     for taint in &decision.taints {
         tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %taint.version, reason = %taint.reason, "revision tainted");
-        t.revisions.taint(&taint.version, taint.reason.clone());
+        if t.revisions.taint(&taint.version, taint.reason.clone()) {
+            metrics.tainted(&node_id, taint.cause);
+        }
     }
     if let Some(w) = &decision.waiting
         && t.waiting.as_ref() != Some(w)
@@ -659,6 +687,9 @@ fn sync(
         if let Some(rev) = t.revisions.revisions.iter().find(|r| r.version == version) {
             t.served_spec = Some(rev.spec.clone());
         }
+        if reset_nacks.is_some() {
+            metrics.published(&t.revisions, &version);
+        }
         if news || reset_nacks.is_some() || t.served.as_deref() != Some(version.as_str()) {
             effects.push(Effect::Publish {
                 envoyconfig: envoyconfig.clone(),
@@ -671,6 +702,7 @@ fn sync(
         t.served = Some(version);
     }
     let state = t.revisions.cache_state();
+    metrics.cache_state(&key.0, &key.1, &node_id, state);
     let desired = t.revisions.desired().map(|r| r.version.clone());
     if state != t.state {
         let desired = desired.as_deref().unwrap_or_default();
@@ -1423,6 +1455,53 @@ mod tests {
             report(&restarted).cache_state,
             Some(CacheState::RollbackFailed)
         );
+    }
+
+    /// A restart on a corrupt state file whose last change was the taint: the first
+    /// publication of the new process already honours it (the known-bad revision, which
+    /// is the folder's current content, is never published again).
+    #[test]
+    fn a_restart_on_a_corrupt_state_file_never_publishes_the_tainted_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            nack_threshold: 1,
+            state_dir: Some(dir.path().join("state")),
+        };
+        let good = || manifests(vec![envoy_config("kuard", "kuard", vec![cluster("a")])]);
+        let bad = || manifests(vec![envoy_config("kuard", "kuard", vec![cluster("b")])]);
+        let ctx1 = ctx();
+        let mut e = Engine::new(options.clone());
+        assert_eq!(load_state(&mut e), 0);
+        reconcile(&mut e, &good(), &ctx1, t(1));
+        let good_cluster = served_cluster_version(&ctx1);
+        reconcile(&mut e, &bad(), &ctx1, t(2));
+        let bad_cluster = served_cluster_version(&ctx1);
+        connect(&ctx1, "pod-a");
+        nack(&ctx1, "pod-a", ResourceType::Cluster, &bad_cluster, 1);
+        evaluate(&mut e, &ctx1, t(3));
+        assert_eq!(report(&e).cache_state, Some(CacheState::Rollback));
+        assert_eq!(served_cluster_version(&ctx1), good_cluster);
+
+        // The state file is corrupted while the process is down.
+        std::fs::write(dir.path().join("state/default_kuard.json"), "{").unwrap();
+        let ctx2 = ctx();
+        let mut e = Engine::new(options);
+        assert_eq!(load_state(&mut e), 1);
+        let effects = e.reconcile(&bad(), &ctx2.stats, t(10));
+        let published: Vec<String> = effects
+            .iter()
+            .filter_map(|effect| match effect {
+                Effect::Publish { snapshot, .. } => {
+                    Some(snapshot.version(ResourceType::Cluster).to_string())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(published, [good_cluster], "only the last good revision");
+        super::super::backend::apply(&mut e, effects, &ctx2);
+        let r = report(&e);
+        assert_eq!(r.cache_state, Some(CacheState::Rollback));
+        assert!(r.revisions[1].tainted, "the taint survived");
     }
 
     #[test]

@@ -13,6 +13,22 @@ use marin3r_envoyconfig::manifest::ManifestSecrets;
 
 use super::settle::{Event, Settling, Verdict, Watch};
 
+/// How long after a failed attempt the folder's inotify watch is set up again (doubling
+/// up to [`REARM_BACKOFF_MAX`]).
+pub const REARM_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest wait between two attempts to set the watch up again.
+pub const REARM_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a file's directory entry must stay gone before what it defined is deleted:
+/// a file replaced in two steps (`rm` then a new file or symlink, `ln -sf` without an
+/// atomic rename) is a replacement, not a deletion followed by a new EnvoyConfig (which
+/// would drop its revisions and taints).
+pub const DELETE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How often every settled file is read again and its bytes compared, whatever its
+/// fingerprint says: a rewrite that kept size, inode and times (a clock or file system
+/// with coarse timestamps) is not served stale for longer than this.
+pub const CONTENT_RESCAN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Identity of an EnvoyConfig: `(namespace, name)`.
 pub type Key = (String, String);
 
@@ -35,7 +51,8 @@ pub fn key_of(ec: &EnvoyConfig) -> Key {
 
 /// Largest manifest file that is read, like the API server's ~1.5 MiB object limit (an
 /// EnvoyConfig larger than that could not exist in a cluster either). A larger file is
-/// reported and its last good content kept; it is never read into memory.
+/// reported and its last good content kept; it is never read into memory (a file that
+/// grows while read, or says it is smaller than it is, is cut at the limit and refused).
 pub const MAX_FILE_BYTES: u64 = 3 * 512 * 1024;
 
 /// With inotify, how often the whole folder is listed anyway, for the changes it does not
@@ -44,10 +61,15 @@ pub const MAX_FILE_BYTES: u64 = 3 * 512 * 1024;
 /// files as alone.
 pub const FULL_RESCAN: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What `stat` says of a file; a change of any of it means the file is read again. The
+/// status-change time (`ctime`) moves on every write and cannot be set back, so a
+/// rewrite of the same size that restores the modification time (`cp -p`) is seen.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Fingerprint {
     len: u64,
     modified: Option<SystemTime>,
+    changed: (i64, i64),
+    device: u64,
     inode: u64,
 }
 
@@ -65,8 +87,82 @@ fn fingerprint(m: &std::fs::Metadata) -> Fingerprint {
     Fingerprint {
         len: m.len(),
         modified: m.modified().ok(),
+        changed: (m.ctime(), m.ctime_nsec()),
+        device: m.dev(),
         inode: m.ino(),
     }
+}
+
+/// Why a folder entry named like a manifest cannot be read as one, from its `stat`
+/// (symlinks followed), or `None` for a regular file: only regular files are ever
+/// read. Asked before opening (a FIFO would block the open, a device never ends) and
+/// again on the opened file (it may have been swapped in between).
+fn not_a_regular_file(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    };
+    Some(format!(
+        "not a regular file ({what}): only regular files are read"
+    ))
+}
+
+/// Why a file of `len` bytes is not read, if it is over `limit`.
+fn too_large(len: u64, limit: u64) -> Result<(), String> {
+    if len > limit {
+        return Err(format!(
+            "the file is {len} bytes or more, more than the {limit}-byte limit"
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the regular file at `path` (symlinks followed), at most `limit` bytes, or why
+/// not: the one way local mode reads a file it does not control (manifests, state files).
+/// It is opened without blocking (`O_NONBLOCK`: a FIFO never blocks the open), checked
+/// to be a regular file once open ([`not_a_regular_file`]: no FIFO, socket or device,
+/// e.g. `/dev/zero`, is ever read), and read up to `limit` + 1 bytes (a file that grows
+/// past the limit, or says it is smaller than it is, is refused, never read whole).
+pub(super) fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let cannot = |e: std::io::Error| format!("cannot read the file: {e}");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    let opened = file.metadata().map_err(cannot)?;
+    if let Some(problem) = not_a_regular_file(&opened) {
+        return Err(problem);
+    }
+    too_large(opened.len(), limit)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(opened.len()).unwrap_or_default());
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    too_large(bytes.len() as u64, limit)?;
+    Ok(bytes)
+}
+
+/// Whether the folder entry at `path` is gone (only then is what it defined deleted): an
+/// entry that is there but cannot be used (a dangling symlink, a loop, a special file,
+/// a directory, no permission) is not.
+fn entry_gone(path: &Path) -> bool {
+    matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
 #[derive(Debug)]
@@ -76,6 +172,9 @@ struct FileState {
     /// [`digest`] of the documents of the last successful parse (the documents are not
     /// kept: their tree is ten times the file's size).
     digest: Option<u64>,
+    /// A hash of the bytes of the last successful parse: the same bytes read again are
+    /// not parsed again.
+    bytes: Option<u64>,
     /// What each document defines, parsed once when the file changes (a change elsewhere
     /// in the folder never parses this file again).
     parsed: Vec<Parsed>,
@@ -123,6 +222,14 @@ pub struct LocalSource {
     files: BTreeMap<PathBuf, FileState>,
     /// The folder's inotify watch; `None` when it could not be set up or was lost.
     watch: Option<Watch>,
+    /// Without a watch: when to try setting it up again, and the wait after that.
+    rearm: Option<(Instant, std::time::Duration)>,
+    /// How many times the watch was set up (a new one needs a new [`Self::readiness`]).
+    watch_generation: u64,
+    /// When every settled file was last read again ([`CONTENT_RESCAN`]).
+    last_content: Option<Instant>,
+    /// Known files whose directory entry is gone, since when ([`DELETE_GRACE`]).
+    gone: BTreeMap<PathBuf, Instant>,
     settling: Settling,
     /// Changed files whose writer is not done yet (their last good content is used).
     unsettled: BTreeSet<PathBuf>,
@@ -159,24 +266,31 @@ impl LocalSource {
         let watch = match Watch::new(&dir) {
             Ok(watch) => Some(watch),
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the config folder with inotify; a changed file is read once unchanged for {} ms instead", super::settle::QUIET.as_millis());
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the config folder with inotify; a changed file is read once unchanged for {} ms until the watch can be set up", super::settle::QUIET.as_millis());
                 None
             }
         };
-        Self::with_watch(dir, watch)
+        Self::with_watch(dir, watch, true)
     }
 
     /// Reads `dir` without inotify: a changed file is read once unchanged for
     /// [`super::settle::QUIET`].
     pub fn without_watch(dir: impl Into<PathBuf>) -> Self {
-        Self::with_watch(dir.into(), None)
+        Self::with_watch(dir.into(), None, false)
     }
 
-    fn with_watch(dir: PathBuf, watch: Option<Watch>) -> Self {
+    /// `inotify`: whether a missing watch is to be set up again (never for
+    /// [`Self::without_watch`]).
+    fn with_watch(dir: PathBuf, watch: Option<Watch>, inotify: bool) -> Self {
+        let now = Instant::now();
         Self {
             dir,
             files: BTreeMap::new(),
             settling: Settling::new(watch.is_some()),
+            rearm: (inotify && watch.is_none()).then_some((now + REARM_BACKOFF, REARM_BACKOFF)),
+            watch_generation: u64::from(watch.is_some()),
+            last_content: None,
+            gone: BTreeMap::new(),
             watch,
             unsettled: BTreeSet::new(),
             overdue: BTreeSet::new(),
@@ -200,17 +314,71 @@ impl LocalSource {
         }
     }
 
+    /// Whether the folder is watched by inotify now (its changes are events).
+    pub fn watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// Changes each time the watch is set up again: [`Self::readiness`] is then to be
+    /// asked again.
+    pub fn watch_generation(&self) -> u64 {
+        self.watch_generation
+    }
+
+    /// The watch is lost (the folder was deleted, moved or swapped): drops it, and sets it
+    /// up again on this scan or the next ones ([`Self::rearm_if_due`]).
+    fn lose_watch(&mut self, now: Instant, why: &str) {
+        tracing::warn!(dir = %self.dir.display(), "{why}; watching the folder again");
+        self.watch = None;
+        self.settling.observe(Event::Lost, now);
+        self.rescan_all = true;
+        self.rearm = Some((now, REARM_BACKOFF));
+    }
+
+    /// Without a watch, sets it up again once due (with backoff while that fails); then
+    /// the whole folder is listed again, and a file whose writer was not seen closing it
+    /// is read only once it stayed unchanged for a while ([`Settling::resume`]).
+    fn rearm_if_due(&mut self, now: Instant) {
+        let Some((due, backoff)) = self.rearm else {
+            return;
+        };
+        if self.watch.is_some() || now < due {
+            return;
+        }
+        match Watch::new(&self.dir) {
+            Ok(watch) => {
+                tracing::info!(dir = %self.dir.display(), "watching the config folder with inotify again");
+                self.watch = Some(watch);
+                self.watch_generation += 1;
+                self.rearm = None;
+                self.settling.resume(now);
+                self.rescan_all = true;
+            }
+            Err(e) => {
+                if backoff == REARM_BACKOFF {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "cannot watch the config folder with inotify; retrying with backoff, polling meanwhile");
+                }
+                self.rearm = Some((now + backoff, (backoff * 2).min(REARM_BACKOFF_MAX)));
+            }
+        }
+    }
+
     /// Takes the events queued since the last call: write events feed the settling, and
-    /// the manifests they name are looked at again by the next scan.
+    /// the manifests they name are looked at again by the next scan. Lost events mean
+    /// the whole folder is listed again; a lost watch is set up again.
     fn observe_events(&mut self, now: Instant) {
         let Some(watch) = &mut self.watch else { return };
         for event in watch.drain() {
             let path = match &event {
                 Event::Written(p) | Event::Done(p) | Event::Touched(p) => p,
                 Event::Overflow => {
-                    tracing::warn!(dir = %self.dir.display(), "lost track of the config folder's writers (inotify queue overflow or watch removed); from now on a changed file is read once unchanged for {} ms", super::settle::QUIET.as_millis());
-                    self.watch = None;
+                    tracing::warn!(dir = %self.dir.display(), "inotify queue overflow: lost track of the config folder's writers; listing it again");
+                    self.rescan_all = true;
                     self.settling.observe(event, now);
+                    continue;
+                }
+                Event::Lost => {
+                    self.lose_watch(now, "the config folder's inotify watch is gone (the folder was deleted, moved or swapped)");
                     return;
                 }
             };
@@ -270,6 +438,7 @@ impl LocalSource {
     /// the folder.
     pub fn scan_at(&mut self, now: Instant) -> std::io::Result<bool> {
         self.observe_events(now);
+        self.rearm_if_due(now);
         let full = !self.scanned
             || self.watch.is_none()
             || self.rescan_all
@@ -285,10 +454,23 @@ impl LocalSource {
 
     /// Lists the folder and looks at every manifest in it.
     fn full_scan(&mut self, now: Instant) -> std::io::Result<bool> {
+        if self.watch.as_ref().is_some_and(|w| !w.watches_the_folder()) {
+            // The folder was swapped for another one (renamed over, or its path is a
+            // symlink that now points elsewhere): the watch sees the old one.
+            self.lose_watch(now, "the config folder was replaced by another one");
+            self.rearm_if_due(now);
+        }
         let entries = std::fs::read_dir(&self.dir)?;
         self.dirty.clear();
         self.rescan_all = false;
         self.last_full = Some(now);
+        // Every settled file is read again now and then, whatever its fingerprint says.
+        let reread = self
+            .last_content
+            .is_none_or(|at| now.saturating_duration_since(at) >= CONTENT_RESCAN);
+        if reread {
+            self.last_content = Some(now);
+        }
         let mut present = HashSet::new();
         let mut unsettled = BTreeSet::new();
         let mut changed = false;
@@ -299,20 +481,39 @@ impl LocalSource {
             }
             // One `stat` per file and scan (symlinks followed, e.g. a mounted ConfigMap).
             let meta = std::fs::metadata(&path);
-            if meta.as_ref().is_ok_and(std::fs::Metadata::is_dir) {
-                continue;
-            }
-            changed |= self.look_at(&path, meta, now, &mut unsettled);
+            changed |= self.look_at(&path, meta, now, reread, &mut unsettled);
+            self.gone.remove(&path);
             present.insert(path);
         }
-        let before = self.files.len();
-        self.files.retain(|p, _| present.contains(p));
-        self.settling.retain(|p| present.contains(p));
+        let missing: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !present.contains(*p))
+            .cloned()
+            .collect();
+        for path in missing {
+            changed |= self.entry_is_gone(path, now);
+        }
+        self.settling
+            .retain(|p| present.contains(p) || self.files.contains_key(p));
         self.overdue.retain(|p| present.contains(p));
         changed |= unsettled != self.unsettled;
         self.unsettled = unsettled;
         self.scanned = true;
-        Ok(changed || self.files.len() != before)
+        Ok(changed)
+    }
+
+    /// The directory entry of `path` is gone at `now`: what it defined is deleted once it
+    /// stayed gone for [`DELETE_GRACE`] (kept meanwhile). Returns whether it was deleted.
+    fn entry_is_gone(&mut self, path: PathBuf, now: Instant) -> bool {
+        let since = *self.gone.entry(path.clone()).or_insert(now);
+        if self.files.contains_key(&path) && now.saturating_duration_since(since) < DELETE_GRACE {
+            return false;
+        }
+        self.gone.remove(&path);
+        self.settling.remove(&path);
+        self.overdue.remove(&path);
+        self.files.remove(&path).is_some()
     }
 
     /// Looks only at the files events named since the last scan, and those still being
@@ -320,22 +521,20 @@ impl LocalSource {
     fn targeted_scan(&mut self, now: Instant) -> bool {
         let mut paths = std::mem::take(&mut self.dirty);
         paths.extend(self.unsettled.iter().cloned());
-        // Every file still being written is among `paths`: looked at again.
+        paths.extend(self.gone.keys().cloned());
+        // Every file still being written or gone for less than DELETE_GRACE is among
+        // `paths`: looked at again.
         let mut unsettled = BTreeSet::new();
         let mut changed = false;
         for path in paths {
             let meta = std::fs::metadata(&path);
-            let present = match &meta {
-                Ok(meta) => !meta.is_dir(),
-                // A dangling symlink is still an entry of the folder (reported).
-                Err(_) => std::fs::symlink_metadata(&path).is_ok(),
-            };
-            if present {
-                changed |= self.look_at(&path, meta, now, &mut unsettled);
+            // A dangling symlink, a special file or a directory is still an entry of the
+            // folder (reported); only a gone entry is a deletion.
+            if meta.is_ok() || !entry_gone(&path) {
+                self.gone.remove(&path);
+                changed |= self.look_at(&path, meta, now, false, &mut unsettled);
             } else {
-                changed |= self.files.remove(&path).is_some();
-                self.settling.remove(&path);
-                self.overdue.remove(&path);
+                changed |= self.entry_is_gone(path, now);
             }
         }
         changed |= unsettled != self.unsettled;
@@ -344,27 +543,42 @@ impl LocalSource {
     }
 
     /// Looks at one manifest of the folder (`meta`: its `stat`): reads it when its
-    /// fingerprint changed and it has settled, or adds it to `unsettled`. Returns whether
-    /// its content or problem changed.
+    /// fingerprint changed (or `reread`, [`CONTENT_RESCAN`]) and it has settled, or adds
+    /// it to `unsettled`. Returns whether its content or problem changed. An entry that is
+    /// not a regular file is never opened: it is reported at once.
     fn look_at(
         &mut self,
         path: &Path,
         meta: std::io::Result<std::fs::Metadata>,
         now: Instant,
+        reread: bool,
         unsettled: &mut BTreeSet<PathBuf>,
     ) -> bool {
         let read = match meta {
             Ok(meta) => {
                 let fp = fingerprint(&meta);
-                if self
+                if let Some(problem) = not_a_regular_file(&meta) {
+                    self.settling.remove(path);
+                    return self.update(path.to_path_buf(), (Some(fp), Err(problem)));
+                }
+                let same = self
                     .files
                     .get(path)
-                    .is_some_and(|f| f.fingerprint.as_ref() == Some(&fp))
-                {
+                    .is_some_and(|f| f.fingerprint.as_ref() == Some(&fp));
+                if same && !reread {
                     return false;
                 }
-                if !self.settled(path, &fp, now) {
-                    unsettled.insert(path.to_path_buf());
+                // A read again with the same fingerprint: nothing says a writer is at it
+                // (one would have changed the times), unless its events do.
+                let settled = if same {
+                    !self.settling.uses_events() || self.settled(path, &fp, now)
+                } else {
+                    self.settled(path, &fp, now)
+                };
+                if !settled {
+                    if !same {
+                        unsettled.insert(path.to_path_buf());
+                    }
                     return false;
                 }
                 let token = self.settling.before_read(path);
@@ -388,17 +602,29 @@ impl LocalSource {
     fn update(
         &mut self,
         path: PathBuf,
-        (fingerprint, read): (Option<Fingerprint>, Result<Vec<Value>, String>),
+        (fingerprint, read): (Option<Fingerprint>, Result<Vec<u8>, String>),
     ) -> bool {
         let state = self.files.entry(path.clone()).or_insert(FileState {
             fingerprint: None,
             digest: None,
+            bytes: None,
             parsed: Vec::new(),
             error: None,
         });
         state.fingerprint = fingerprint;
+        let read = read.and_then(|bytes| {
+            let hash = bytes_hash(&bytes);
+            if state.bytes == Some(hash) {
+                // The bytes of the last good parse: nothing to parse again.
+                return Ok(None);
+            }
+            let docs = documents(bytes)?;
+            state.bytes = Some(hash);
+            Ok(Some(docs))
+        });
         match read {
-            Ok(docs) => {
+            Ok(None) => state.error.take().is_some(),
+            Ok(Some(docs)) => {
                 let digest = digest(&docs);
                 let same = state.digest == Some(digest);
                 let changed = !same || state.error.is_some();
@@ -515,16 +741,36 @@ fn digest(docs: &[Value]) -> u64 {
     h.finish()
 }
 
-/// Reads one manifest file (`meta` is its `stat`) into its documents, or why it cannot be
-/// used.
-fn read_manifest(path: &Path, meta: &std::fs::Metadata) -> Result<Vec<Value>, String> {
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(format!(
-            "the file is {} bytes, more than the {MAX_FILE_BYTES}-byte limit (the API server's object size limit)",
-            meta.len()
-        ));
+/// A hash of a file's bytes.
+fn bytes_hash(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
+}
+
+/// Reads one manifest file (`meta` is its `stat`, symlinks followed), or why it cannot be
+/// used: only a regular file of at most [`MAX_FILE_BYTES`] (the API server's object size
+/// limit) is read ([`read_regular_file`]).
+fn read_manifest(path: &Path, meta: &std::fs::Metadata) -> Result<Vec<u8>, String> {
+    let limit = |e: String| format!("{e} (the API server's object size limit)");
+    if let Some(problem) = not_a_regular_file(meta) {
+        return Err(problem);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    too_large(meta.len(), MAX_FILE_BYTES).map_err(limit)?;
+    read_regular_file(path, MAX_FILE_BYTES).map_err(|e| {
+        if e.starts_with("the file is") {
+            limit(e)
+        } else {
+            e
+        }
+    })
+}
+
+/// The documents of a file's bytes, or why they cannot be used.
+fn documents(bytes: Vec<u8>) -> Result<Vec<Value>, String> {
+    let text = String::from_utf8(bytes)
+        .map_err(|e| format!("cannot read the file: it is not UTF-8 text ({e})"))?;
     let docs: Vec<Value> = marin3r_envoyconfig::manifest::documents(&text)?
         .into_iter()
         .filter(|d| !d.is_null())
@@ -636,9 +882,12 @@ mod tests {
         write(&file, &ec("kuard", 2));
         assert!(source.scan().unwrap());
         assert!(source.file_errors().is_empty());
-        // Only a file whose directory entry is gone is deleted.
+        // Only a file whose directory entry is gone (for DELETE_GRACE) is deleted.
         std::fs::remove_file(&file).unwrap();
-        assert!(source.scan().unwrap());
+        let t = Instant::now();
+        assert!(!source.scan_at(t).unwrap());
+        assert_eq!(names(&source), ["kuard"], "gone for less than the grace");
+        assert!(source.scan_at(t + DELETE_GRACE).unwrap());
         assert!(names(&source).is_empty());
     }
 
@@ -753,7 +1002,11 @@ mod tests {
 
         std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
         let soon = t0 + FULL_RESCAN + std::time::Duration::from_millis(100);
-        assert!(source.scan_at(soon).unwrap());
+        assert!(
+            !source.scan_at(soon).unwrap(),
+            "gone for less than the grace"
+        );
+        assert!(source.scan_at(soon + DELETE_GRACE).unwrap());
         assert_eq!(names(&source), ["b"]);
     }
 
@@ -778,6 +1031,353 @@ mod tests {
         std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
         let soon = t0 + std::time::Duration::from_millis(100);
         assert!(source.scan_at(soon).unwrap());
+        assert_eq!(resources(&source), [1]);
+    }
+
+    /// One kind of folder entry named `kuard.yaml` that is not a usable file, made in
+    /// place of `file`; `None` when it cannot be made here.
+    fn make_special(kind: &str, file: &Path, dir: &Path) -> Option<String> {
+        let expect = match kind {
+            "FIFO" => {
+                let made = std::process::Command::new("mkfifo").arg(file).status();
+                if !made.is_ok_and(|s| s.success()) {
+                    return None;
+                }
+                "named pipe (FIFO)"
+            }
+            "/dev/zero symlink" => {
+                std::os::unix::fs::symlink("/dev/zero", file).unwrap();
+                "character device"
+            }
+            "dangling symlink" => {
+                std::os::unix::fs::symlink(dir.join("nowhere.yaml"), file).unwrap();
+                "No such file"
+            }
+            "symlink loop" => {
+                std::os::unix::fs::symlink(file, file).unwrap();
+                "symbolic links"
+            }
+            "directory" => {
+                std::fs::create_dir(file).unwrap();
+                "directory"
+            }
+            "socket" => {
+                // The listener is closed at once; the socket file stays.
+                std::os::unix::net::UnixListener::bind(file).unwrap();
+                "socket"
+            }
+            "unreadable" => {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::write(file, ec("kuard", 9)).unwrap();
+                std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o000)).unwrap();
+                if std::fs::File::open(file).is_ok() {
+                    // Running as root (as in CI): permissions do not stop a read.
+                    std::fs::remove_file(file).unwrap();
+                    return None;
+                }
+                "Permission denied"
+            }
+            _ => return Some(String::new()),
+        };
+        Some(expect.to_string())
+    }
+
+    fn unmake(file: &Path) {
+        match std::fs::symlink_metadata(file) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir(file).unwrap(),
+            Ok(_) => std::fs::remove_file(file).unwrap(),
+            Err(_) => {}
+        }
+    }
+
+    /// The class "special files": over every kind of entry that is not a usable regular
+    /// file, present at start or replacing a served file: the scan finishes (a FIFO never
+    /// blocks it, /dev/zero is never read), the entry is reported, the last good content
+    /// is kept and nothing is deleted, however long it stays. (Permissions are skipped
+    /// when running as root.)
+    #[test]
+    fn special_files_never_block_the_scan_are_reported_and_never_delete() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            special_files_cases();
+            let _ = done.send(());
+        });
+        // A liveness guard, not a timing assertion: without the fix the FIFO blocks the
+        // scan for ever.
+        finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("the scan finished");
+    }
+
+    fn special_files_cases() {
+        let kinds = [
+            "FIFO",
+            "/dev/zero symlink",
+            "dangling symlink",
+            "symlink loop",
+            "directory",
+            "socket",
+            "unreadable",
+            "regular",
+        ];
+        for kind in kinds {
+            // At start, beside a good file.
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("kuard.yaml");
+            write(&dir.path().join("other.yaml"), &ec("other", 1));
+            let Some(expect) = make_special(kind, &file, dir.path()) else {
+                continue;
+            };
+            if kind == "regular" {
+                write(&file, &ec("kuard", 1));
+            }
+            for watched in [true, false] {
+                let mut source = if watched {
+                    LocalSource::new(dir.path())
+                } else {
+                    LocalSource::without_watch(dir.path())
+                };
+                let t0 = Instant::now();
+                assert!(source.scan_at(t0).unwrap(), "{kind}: at start");
+                let errors = source.file_errors();
+                if kind == "regular" {
+                    assert!(errors.is_empty(), "{errors:?}");
+                    assert_eq!(names(&source), ["kuard", "other"]);
+                } else {
+                    assert!(errors[&file].contains(&expect), "{kind}: {errors:?}");
+                    assert_eq!(names(&source), ["other"], "{kind}");
+                }
+            }
+            unmake(&file);
+
+            // Replacing a served file (in two steps: the entry is gone for a moment).
+            write(&file, &ec("kuard", 1));
+            for watched in [true, false] {
+                let mut source = if watched {
+                    LocalSource::new(dir.path())
+                } else {
+                    LocalSource::without_watch(dir.path())
+                };
+                let t0 = Instant::now();
+                assert!(source.scan_at(t0).unwrap());
+                assert_eq!(names(&source), ["kuard", "other"]);
+                std::fs::remove_file(&file).unwrap();
+                let t1 = t0 + std::time::Duration::from_millis(10);
+                assert!(!source.scan_at(t1).unwrap(), "{kind}: not deleted at once");
+                make_special(kind, &file, dir.path());
+                if kind == "regular" {
+                    write(&file, &ec("kuard", 1));
+                }
+                let mut at = t1;
+                for step in 0..4 {
+                    // Long past every grace and settling time, and a full rescan each.
+                    at += FULL_RESCAN + DELETE_GRACE + super::super::settle::QUIET;
+                    source.scan_at(at).unwrap();
+                    assert_eq!(
+                        names(&source),
+                        ["kuard", "other"],
+                        "{kind}, watched {watched}, step {step}: last good content kept"
+                    );
+                    assert_eq!(resources(&source), [1, 1], "{kind}");
+                    let errors = source.file_errors();
+                    if kind == "regular" {
+                        // (Without inotify, read once unchanged for QUIET: one scan later.)
+                        assert!(step == 0 || errors.is_empty(), "{errors:?}");
+                    } else {
+                        assert!(errors[&file].contains(&expect), "{kind}: {errors:?}");
+                        let manifests = source.manifests();
+                        assert_eq!(
+                            manifests.files[&("default".to_string(), "kuard".to_string())],
+                            file,
+                            "{kind}: reported on its EnvoyConfig"
+                        );
+                    }
+                }
+                unmake(&file);
+                write(&file, &two_listeners("kuard"));
+                at += FULL_RESCAN + super::super::settle::QUIET;
+                source.scan_at(at).unwrap();
+                at += super::super::settle::QUIET;
+                source.scan_at(at).unwrap();
+                assert_eq!(resources(&source), [2, 1], "{kind}: fixed, read again");
+                assert!(source.file_errors().is_empty(), "{kind}");
+                write(&file, &ec("kuard", 1));
+            }
+        }
+    }
+
+    /// The port of the first listener of the first EnvoyConfig read.
+    fn port(source: &LocalSource) -> Option<u64> {
+        let configs = source.manifests().configs;
+        let resources = configs.first()?.spec.resources.clone()?;
+        resources.first()?.value.as_ref()?["port"].as_u64()
+    }
+
+    /// Rewrites `path` in place with `text` and puts its modification time back, as
+    /// `cp -p` over it does.
+    fn rewrite_keeping_mtime(path: &Path, text: &str) {
+        let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+        std::fs::write(path, text).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_same_size_rewrite_that_keeps_the_mtime_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        write(&file, &ec("a", 1));
+        for watched in [true, false] {
+            let mut source = if watched {
+                LocalSource::new(dir.path())
+            } else {
+                LocalSource::without_watch(dir.path())
+            };
+            let t0 = Instant::now();
+            source.scan_at(t0).unwrap();
+            let before = port(&source);
+            let other = if before == Some(1) { 2 } else { 1 };
+            rewrite_keeping_mtime(&file, &ec("a", other));
+            // Full rescans (not the content rescan) and past the quiet time.
+            let mut at = t0;
+            for _ in 0..2 {
+                at += FULL_RESCAN + super::super::settle::QUIET;
+                source.scan_at(at).unwrap();
+            }
+            assert!(at < t0 + CONTENT_RESCAN);
+            assert_eq!(port(&source), Some(other.into()), "watched {watched}");
+        }
+    }
+
+    #[test]
+    fn the_content_rescan_finds_a_rewrite_no_stat_field_shows() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        write(&file, &ec("a", 1));
+        let mut source = LocalSource::new(dir.path());
+        let t0 = Instant::now();
+        source.scan_at(t0).unwrap();
+        rewrite_keeping_mtime(&file, &ec("a", 2));
+        // A file system whose stat did not move (coarse or frozen times): the recorded
+        // fingerprint is the new one.
+        let fp = fingerprint(&std::fs::metadata(&file).unwrap());
+        source.files.get_mut(&file).unwrap().fingerprint = Some(fp);
+        source.scan_at(t0 + FULL_RESCAN).unwrap();
+        assert_eq!(resources(&source), [1]);
+        assert_eq!(
+            port(&source),
+            Some(1),
+            "the full rescan trusts the fingerprint"
+        );
+        assert!(source.scan_at(t0 + CONTENT_RESCAN).unwrap());
+        assert_eq!(port(&source), Some(2), "the content rescan reads it");
+        // Unchanged bytes are not parsed again.
+        let parsed = source.manifests().configs[0].clone();
+        assert!(!source.scan_at(t0 + CONTENT_RESCAN * 2).unwrap());
+        assert!(Arc::ptr_eq(&parsed, &source.manifests().configs[0]));
+    }
+
+    #[test]
+    fn after_the_folder_is_swapped_edits_are_events_again() {
+        // Three swaps: renamed away and deleted; renamed away and kept; a symlink to the
+        // folder pointed at another one (what Kubernetes does with `..data`).
+        for swap in ["mv and rm", "mv", "symlink"] {
+            let parent = tempfile::tempdir().unwrap();
+            let dir = parent.path().join("config");
+            let first = parent.path().join("v1");
+            std::fs::create_dir(&first).unwrap();
+            write(&first.join("a.yaml"), &ec("a", 1));
+            if swap == "symlink" {
+                std::os::unix::fs::symlink(&first, &dir).unwrap();
+            } else {
+                std::fs::rename(&first, &dir).unwrap();
+            }
+            let mut source = LocalSource::new(&dir);
+            let t0 = Instant::now();
+            assert!(source.scan_at(t0).unwrap());
+            let generation = source.watch_generation();
+            assert!(source.watching());
+
+            let second = parent.path().join("v2");
+            std::fs::create_dir(&second).unwrap();
+            write(&second.join("a.yaml"), &two_listeners("a"));
+            match swap {
+                "symlink" => {
+                    let tmp = parent.path().join("config.tmp");
+                    std::os::unix::fs::symlink(&second, &tmp).unwrap();
+                    std::fs::rename(&tmp, &dir).unwrap();
+                }
+                _ => {
+                    std::fs::rename(&dir, parent.path().join("config.old")).unwrap();
+                    std::fs::rename(&second, &dir).unwrap();
+                    if swap == "mv and rm" {
+                        std::fs::remove_dir_all(parent.path().join("config.old")).unwrap();
+                    }
+                }
+            }
+            // Seen by the next full rescan at the latest (the symlink swap has no event).
+            let mut at = t0 + FULL_RESCAN;
+            source.scan_at(at).unwrap();
+            assert!(source.watching(), "{swap}: watched again");
+            assert!(source.watch_generation() > generation, "{swap}");
+            // A file not seen closed since is read once quiet.
+            at += super::super::settle::QUIET;
+            source.scan_at(at).unwrap();
+            assert_eq!(resources(&source), [2], "{swap}");
+
+            // An edit in the new folder is an event again: seen before any full rescan.
+            write(&dir.join("a.yaml"), &ec("a", 1));
+            at += std::time::Duration::from_millis(10);
+            assert!(source.scan_at(at).unwrap(), "{swap}");
+            assert_eq!(resources(&source), [1], "{swap}: event-driven");
+        }
+    }
+
+    #[test]
+    fn after_an_inotify_overflow_edits_are_events_again_and_a_half_file_waits() {
+        use std::io::Write as _;
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16_384);
+        if max > 200_000 {
+            return; // too many events to overflow it quickly
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        write(&file, &two_listeners("a"));
+        let mut source = LocalSource::new(dir.path());
+        let t0 = Instant::now();
+        assert!(source.scan_at(t0).unwrap());
+        // Flood the queue: every event after the limit is lost, a writer's included.
+        let noise = dir.path().join("noise");
+        for _ in 0..=max / 2 {
+            std::fs::write(&noise, "x").unwrap();
+            std::fs::remove_file(&noise).unwrap();
+        }
+        let full = two_listeners("a");
+        let (half, _) = full.split_at(ec("a", 1).len());
+        let mut writer = std::fs::File::create(&file).unwrap();
+        writer.write_all(half.as_bytes()).unwrap();
+        writer.flush().unwrap();
+        let at = t0 + std::time::Duration::from_millis(10);
+        source.scan_at(at).unwrap();
+        assert!(source.watching(), "the watch is kept");
+        assert_eq!(resources(&source), [2], "the half file is not read");
+        // The writer is done (its half of two listeners is a whole one-listener file).
+        drop(writer);
+        // Its close is an event again: read at once.
+        let at = at + std::time::Duration::from_millis(10);
+        source.scan_at(at).unwrap();
+        assert!(
+            source.file_errors().is_empty(),
+            "{:?}",
+            source.file_errors()
+        );
         assert_eq!(resources(&source), [1]);
     }
 

@@ -12,9 +12,14 @@
 //!   never closes it) does not freeze the file: it is then read as it is, with a warning.
 //!   Where a read overlaps a write (the file changed while it was being read), the read is
 //!   dropped and tried again on the next scan.
-//! - **Without inotify** (its instance or watch limit reached, or the event queue
-//!   overflowed): a changed file is read once its fingerprint (inode, size, mtime) has
+//! - **Without inotify** (its instance or watch limit reached, or the watch lost with the
+//!   folder): a changed file is read once its fingerprint (inode, size, times) has
 //!   stayed the same for [`QUIET`]. This cannot see a writer that pauses longer than that.
+//! - **Right after events were lost** (the queue overflowed, or the watch was re-armed
+//!   after the folder was swapped, [`Settling::resume`]): for [`MAX_SETTLE`], a changed
+//!   file whose writer was not seen closing it since is read under the [`QUIET`] rule (a
+//!   writer that started while nothing was watched is not trusted to be done); then
+//!   events decide again.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -38,9 +43,13 @@ pub enum Event {
     /// Deleted, renamed away or its attributes changed (`IN_DELETE`, `IN_MOVED_FROM`,
     /// `IN_ATTRIB`): nothing about writers, but the entry is to be looked at again.
     Touched(PathBuf),
-    /// Events were lost (`IN_Q_OVERFLOW`), or the watch is gone (`IN_IGNORED`: the folder
-    /// was deleted or moved): nothing is known about writers any more.
+    /// Events were lost (`IN_Q_OVERFLOW`): the watch still works, but what writers did
+    /// meanwhile is unknown.
     Overflow,
+    /// The watch is gone or watches the wrong folder (`IN_IGNORED`, `IN_DELETE_SELF`,
+    /// `IN_MOVE_SELF`: the folder was deleted, moved or swapped; or its queue cannot be
+    /// read): nothing is known about writers until it is re-armed.
+    Lost,
 }
 
 /// Whether a changed file can be read now.
@@ -65,6 +74,18 @@ pub struct Settling {
     writes: HashMap<PathBuf, u64>,
     /// Without events: each changed file's fingerprint and since when it is unchanged.
     quiet: HashMap<PathBuf, (u64, Instant)>,
+    /// When events were last lost and resumed ([`Self::resume`]), and the files whose
+    /// writer was seen closing them since.
+    resumed: Option<(Instant, std::collections::HashSet<PathBuf>)>,
+    /// How many times events were lost: a read that overlapped a loss is not trusted.
+    losses: u64,
+}
+
+/// What [`Settling::before_read`] hands out and [`Settling::unchanged_since`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadToken {
+    writes: u64,
+    losses: u64,
 }
 
 impl Settling {
@@ -75,7 +96,18 @@ impl Settling {
             writing: HashMap::new(),
             writes: HashMap::new(),
             quiet: HashMap::new(),
+            resumed: None,
+            losses: 0,
         }
+    }
+
+    /// Events are observed again from `now` (the queue overflowed and was drained, or the
+    /// watch was re-armed): for [`MAX_SETTLE`], a file whose writer was not seen closing it
+    /// since is read only under the [`QUIET`] rule.
+    pub fn resume(&mut self, now: Instant) {
+        self.events = true;
+        self.writing.clear();
+        self.resumed = Some((now, std::collections::HashSet::new()));
     }
 
     /// Whether write events are used (rather than the [`QUIET`] rule).
@@ -93,11 +125,20 @@ impl Settling {
             Event::Done(path) => {
                 *self.writes.entry(path.clone()).or_default() += 1;
                 self.writing.remove(&path);
+                if let Some((_, closed)) = &mut self.resumed {
+                    closed.insert(path);
+                }
             }
             Event::Touched(_) => {}
             Event::Overflow => {
+                self.losses += 1;
+                self.resume(now);
+            }
+            Event::Lost => {
+                self.losses += 1;
                 self.events = false;
                 self.writing.clear();
+                self.resumed = None;
             }
         }
     }
@@ -106,7 +147,14 @@ impl Settling {
     /// `fingerprint`, can be read at `now`.
     pub fn verdict(&mut self, path: &Path, fingerprint: u64, now: Instant) -> Verdict {
         if self.events {
+            let unsure = match &self.resumed {
+                Some((at, closed)) if now.saturating_duration_since(*at) < MAX_SETTLE => {
+                    !closed.contains(path)
+                }
+                _ => false,
+            };
             return match self.writing.get(path) {
+                None if unsure => self.quiet_verdict(path, fingerprint, now),
                 None => Verdict::Settled,
                 Some(since) if now.saturating_duration_since(*since) >= MAX_SETTLE => {
                     Verdict::Overdue
@@ -114,6 +162,11 @@ impl Settling {
                 Some(_) => Verdict::Writing,
             };
         }
+        self.quiet_verdict(path, fingerprint, now)
+    }
+
+    /// The [`QUIET`] rule: settled once the fingerprint stayed the same that long.
+    fn quiet_verdict(&mut self, path: &Path, fingerprint: u64, now: Instant) -> Verdict {
         match self.quiet.get(path) {
             Some((fp, since)) if *fp == fingerprint => {
                 if now.saturating_duration_since(*since) >= QUIET {
@@ -130,13 +183,16 @@ impl Settling {
     }
 
     /// A token to pass to [`Self::unchanged_since`] after reading `path`.
-    pub fn before_read(&self, path: &Path) -> u64 {
-        self.writes.get(path).copied().unwrap_or_default()
+    pub fn before_read(&self, path: &Path) -> ReadToken {
+        ReadToken {
+            writes: self.writes.get(path).copied().unwrap_or_default(),
+            losses: self.losses,
+        }
     }
 
-    /// Whether no write event arrived for `path` since `token` was taken (the events that
-    /// arrived during the read must have been observed first).
-    pub fn unchanged_since(&self, path: &Path, token: u64) -> bool {
+    /// Whether no write event arrived for `path`, and no event was lost, since `token` was
+    /// taken (the events that arrived during the read must have been observed first).
+    pub fn unchanged_since(&self, path: &Path, token: ReadToken) -> bool {
         self.before_read(path) == token
     }
 
@@ -168,13 +224,25 @@ impl Settling {
 pub struct Watch {
     inotify: inotify::Inotify,
     dir: PathBuf,
+    /// The watched folder's identity when the watch was set up ([`folder_identity`]).
+    identity: Option<(u64, u64)>,
     buffer: Vec<u8>,
 }
 
+/// The identity (device, inode) of the folder at `dir` now (symlinks followed), or `None`
+/// when it cannot be stat'ed: a watch whose folder's identity changed watches a folder
+/// that was swapped away.
+pub fn folder_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
 impl Watch {
-    /// Watches `dir` for writes, closes and renames of its entries.
+    /// Watches `dir` for writes, closes and renames of its entries, and for the folder
+    /// itself being deleted or moved.
     pub fn new(dir: &Path) -> std::io::Result<Self> {
         use inotify::WatchMask;
+        let identity = folder_identity(dir);
         let inotify = inotify::Inotify::init()?;
         inotify.watches().add(
             dir,
@@ -184,13 +252,22 @@ impl Watch {
                 | WatchMask::MOVED_TO
                 | WatchMask::DELETE
                 | WatchMask::MOVED_FROM
-                | WatchMask::ATTRIB,
+                | WatchMask::ATTRIB
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF,
         )?;
         Ok(Self {
             inotify,
             dir: dir.to_path_buf(),
+            identity,
             buffer: vec![0; 16 * 1024],
         })
+    }
+
+    /// Whether the watch still watches what is at its path now (the folder was not
+    /// swapped for another one since it was set up).
+    pub fn watches_the_folder(&self) -> bool {
+        self.identity.is_some() && folder_identity(&self.dir) == self.identity
     }
 
     /// A second handle on the inotify queue that tokio can wait on: readable when events
@@ -216,19 +293,21 @@ impl Watch {
                 Ok(events) => events,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return out,
                 Err(e) => {
-                    tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the config folder's inotify events; files are read once unchanged for a while instead");
-                    out.push(Event::Overflow);
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read the config folder's inotify events; the watch is set up again");
+                    out.push(Event::Lost);
                     return out;
                 }
             };
             for event in events {
                 let path = |name: Option<&OsStr>| name.map(|n| self.dir.join(n));
-                if event
-                    .mask
-                    .intersects(EventMask::Q_OVERFLOW | EventMask::IGNORED)
-                {
-                    // IN_IGNORED: the watch is gone (the folder was deleted or moved).
+                if event.mask.intersects(EventMask::Q_OVERFLOW) {
                     out.push(Event::Overflow);
+                } else if event
+                    .mask
+                    .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF)
+                {
+                    // The watch is gone, or follows the folder to where it was moved.
+                    out.push(Event::Lost);
                 } else if event
                     .mask
                     .intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
@@ -313,15 +392,72 @@ mod tests {
     }
 
     #[test]
-    fn lost_events_fall_back_to_the_quiet_rule() {
+    fn a_lost_watch_falls_back_to_the_quiet_rule() {
         let t0 = Instant::now();
         let f = Path::new("/config/a.yaml");
         let mut s = Settling::new(true);
         s.observe(Event::Written(f.into()), t0);
-        s.observe(Event::Overflow, t0);
+        s.observe(Event::Lost, t0);
         assert!(!s.uses_events());
         assert_eq!(s.verdict(f, 1, t0), Verdict::Writing);
         assert_eq!(s.verdict(f, 1, t0 + QUIET), Verdict::Settled);
+    }
+
+    #[test]
+    fn after_lost_events_a_file_is_trusted_only_once_seen_closed_or_quiet() {
+        let t0 = Instant::now();
+        let (a, b) = (Path::new("/config/a.yaml"), Path::new("/config/b.yaml"));
+        for lost in [Event::Overflow, Event::Lost] {
+            let mut s = Settling::new(true);
+            // A writer started on `a` while events were being lost: its close is unknown.
+            s.observe(lost.clone(), t0);
+            if lost == Event::Lost {
+                assert!(!s.uses_events());
+                s.resume(t0);
+            }
+            assert!(s.uses_events(), "{lost:?}: events decide again");
+            assert_eq!(s.verdict(a, 1, t0), Verdict::Writing, "{lost:?}: half file");
+            assert_eq!(s.verdict(a, 1, at(t0, 499)), Verdict::Writing, "{lost:?}");
+            assert_eq!(s.verdict(a, 1, t0 + QUIET), Verdict::Settled, "{lost:?}");
+            // A writer seen after the loss is trusted as usual.
+            s.observe(Event::Written(b.into()), at(t0, 10));
+            assert_eq!(s.verdict(b, 2, at(t0, 20)), Verdict::Writing, "{lost:?}");
+            s.observe(Event::Done(b.into()), at(t0, 30));
+            assert_eq!(s.verdict(b, 2, at(t0, 30)), Verdict::Settled, "{lost:?}");
+            // Past MAX_SETTLE any writer of before the loss is overdue: events alone.
+            let c = Path::new("/config/c.yaml");
+            assert_eq!(
+                s.verdict(c, 3, t0 + MAX_SETTLE),
+                Verdict::Settled,
+                "{lost:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_read_that_overlapped_lost_events_is_not_trusted() {
+        let f = Path::new("/config/a.yaml");
+        let mut s = Settling::new(true);
+        let token = s.before_read(f);
+        s.observe(Event::Overflow, Instant::now());
+        assert!(!s.unchanged_since(f, token));
+    }
+
+    #[test]
+    fn the_watch_reports_the_folder_moved_or_deleted_and_its_identity() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("config");
+        std::fs::create_dir(&dir).unwrap();
+        let mut watch = Watch::new(&dir).unwrap();
+        assert!(watch.watches_the_folder());
+        std::fs::rename(&dir, parent.path().join("config.old")).unwrap();
+        assert_eq!(watch.drain(), vec![Event::Lost], "moved");
+        assert!(!watch.watches_the_folder(), "nothing at its path");
+        std::fs::create_dir(&dir).unwrap();
+        assert!(!watch.watches_the_folder(), "another folder at its path");
+        let mut watch = Watch::new(&dir).unwrap();
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(watch.drain().contains(&Event::Lost), "deleted");
     }
 
     #[test]

@@ -50,19 +50,28 @@ pub fn state_file_name(key: &Key) -> String {
     format!("{}_{}.json", encode(&key.0), encode(&key.1))
 }
 
-/// The previous generation of a state file: `.<name>.prev`, hidden (never loaded as a
-/// state file of its own), used when the current one does not parse.
+/// The second copy of a state file: `.<name>.prev`, hidden (never loaded as a state file
+/// of its own), used when the file itself does not parse. It holds the same state as the
+/// file (written just before it, [`write_atomic`]); it is older only after a crash
+/// between the two writes.
 pub fn previous_of(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     path.with_file_name(format!(".{}.prev", name.unwrap_or_default()))
 }
 
-/// Replaces `path` atomically: a hidden temp file in the same folder (mode 0600: specs
-/// may hold inline key material), synced, renamed; the file it replaces is kept as its
-/// [previous generation](previous_of) (hard link, then rename: `path` itself always
-/// exists), so a corrupt state file (a bad disk, a hand edit) loses one change, not the
-/// history.
+/// Writes the state to `path` and to its [second copy](previous_of), the copy first, each
+/// replaced atomically ([`replace`]), so a corrupt state file (a bad disk, a hand edit)
+/// loses nothing: the copy holds the same revisions and taints. (A copy one change
+/// behind, the previous generation, lost exactly that change when it was a taint: the
+/// known-bad revision was published again after the restart.)
 pub fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
+    replace(&previous_of(path), contents)?;
+    replace(path, contents)
+}
+
+/// Replaces `path` atomically: a hidden temp file in the same folder (mode 0600: specs
+/// may hold inline key material), synced, renamed (`path` itself always exists).
+fn replace(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let name = path
@@ -70,12 +79,6 @@ pub fn write_atomic(path: &Path, contents: &str) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    if path.exists() {
-        let link = path.with_file_name(format!(".{name}.prev.tmp"));
-        let _ = std::fs::remove_file(&link);
-        std::fs::hard_link(path, &link)?;
-        std::fs::rename(&link, previous_of(path))?;
-    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -107,10 +110,7 @@ pub fn load(dir: &Path) -> std::io::Result<(Vec<StateFile>, Vec<String>)> {
             Ok(state) => states.push(state),
             Err(e) => match read(&previous_of(&path)) {
                 Ok(state) => {
-                    errors.push(format!(
-                        "{}: {e}; using its previous generation",
-                        path.display()
-                    ));
+                    errors.push(format!("{}: {e}; using its copy", path.display()));
                     states.push(state);
                 }
                 Err(_) => errors.push(format!("{}: {e}", path.display())),
@@ -120,9 +120,14 @@ pub fn load(dir: &Path) -> std::io::Result<(Vec<StateFile>, Vec<String>)> {
     Ok((states, errors))
 }
 
+/// Largest state file read: ten revisions of EnvoyConfigs at the API server's object size
+/// limit, and the served spec, fit several times over.
+pub const MAX_STATE_BYTES: u64 = 64 * 1024 * 1024;
+
 fn read(path: &Path) -> Result<StateFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    serde_json::from_str::<StateFile>(&text).map_err(|e| e.to_string())
+    // Only a regular file, bounded, never blocking (the folder's rule).
+    let bytes = super::folder::read_regular_file(path, MAX_STATE_BYTES)?;
+    serde_json::from_slice::<StateFile>(&bytes).map_err(|e| e.to_string())
 }
 
 /// The state file of an EnvoyConfig under `dir`.
@@ -155,7 +160,7 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_state_file_falls_back_to_its_previous_generation() {
+    fn a_corrupt_state_file_falls_back_to_its_copy_and_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = path_of(dir.path(), &("default".to_string(), "kuard".to_string()));
         write_atomic(&path, &state(1)).unwrap();
@@ -166,13 +171,13 @@ mod tests {
         for corrupt in ["", "{", "{}", "\u{0}garbage"] {
             std::fs::write(&path, corrupt).unwrap();
             let (states, errors) = load(dir.path()).unwrap();
+            assert_eq!(states.len(), 1, "{corrupt:?}: the copy is used");
             assert_eq!(
-                states.len(),
-                1,
-                "{corrupt:?}: the previous generation is used"
+                states[0].revisions.revisions.len(),
+                2,
+                "{corrupt:?}: the copy holds the latest state (the last change is often a taint)"
             );
-            assert_eq!(states[0].revisions.revisions.len(), 1, "{corrupt:?}");
-            assert!(errors[0].contains("previous generation"), "{errors:?}");
+            assert!(errors[0].contains("using its copy"), "{errors:?}");
         }
         // Nothing but hidden files besides the state file itself.
         let visible: Vec<String> = std::fs::read_dir(dir.path())
@@ -181,6 +186,29 @@ mod tests {
             .filter(|n| !n.starts_with('.'))
             .collect();
         assert_eq!(visible, ["default_kuard.json"]);
+    }
+
+    #[test]
+    fn a_fifo_in_the_state_dir_never_blocks_the_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("default_fifo.json");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return; // no mkfifo here
+        }
+        let path = path_of(dir.path(), &("default".to_string(), "kuard".to_string()));
+        write_atomic(&path, &state(1)).unwrap();
+        let (done, loaded) = std::sync::mpsc::channel();
+        let state_dir = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            let _ = done.send(load(&state_dir).unwrap());
+        });
+        // A liveness guard, not a timing assertion: without the rule the open blocks.
+        let (states, errors) = loaded
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the load finished");
+        assert_eq!(states.len(), 1);
+        assert!(errors[0].contains("named pipe (FIFO)"), "{errors:?}");
     }
 
     #[test]
