@@ -452,3 +452,50 @@ fn crds_prints_the_crds_and_with_operator_the_operators() {
         assert!(text.contains(kind), "{kind}");
     }
 }
+
+/// `marin3r operator render` exits non-zero naming each field the API server would refuse
+/// an object for (here: a DiscoveryService name whose Service name exceeds 63 characters,
+/// an unknown field, an object given twice), and prints nothing for those objects.
+#[test]
+fn operator_render_refuses_what_the_api_server_would_reject_naming_the_field() {
+    let input = format!(
+        r#"
+apiVersion: operator.marin3r.3scale.net/v1alpha1
+kind: DiscoveryService
+metadata: {{name: {long}, namespace: apps}}
+---
+apiVersion: operator.marin3r.3scale.net/v1alpha1
+kind: DiscoveryService
+metadata: {{name: ds, namespace: other}}
+spec: {{replicas: 1, xdsServerPort: 8383}}
+---
+apiVersion: operator.marin3r.3scale.net/v1alpha1
+kind: EnvoyDeployment
+metadata: {{name: e, namespace: apps}}
+spec: {{discoveryServiceRef: ds, envoyConfigRef: ec, replicas: {{statik: 2}}}}
+---
+apiVersion: operator.marin3r.3scale.net/v1alpha1
+kind: EnvoyDeployment
+metadata: {{name: e, namespace: apps}}
+spec: {{discoveryServiceRef: ds, envoyConfigRef: ec}}
+"#,
+        long = "d".repeat(56)
+    );
+    let out = run_with_stdin(&["operator", "render", "-f", "-"], &input);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for field in [
+        "document 1 (DiscoveryService ddd",
+        "metadata.name: ",
+        "document 2 (DiscoveryService ds): spec.metricsPort: port 8383 is already used by spec.xdsServerPort",
+        "document 3 (EnvoyDeployment e): spec.replicas.statik: unknown field",
+        "document 4 (EnvoyDeployment e): EnvoyDeployment apps/e is already defined by document 3",
+    ] {
+        assert!(stderr.contains(field), "{field}: {stderr}");
+    }
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -20,8 +20,8 @@ use kube::{CustomResourceExt, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{Errors, FieldError, Rule};
-use crate::{Error, parse_go_duration};
+use crate::Error;
+use crate::validate::{Errors, FieldError, Rule, certificate_lifetime};
 
 pub use generated::DiscoveryServiceSpec;
 
@@ -339,7 +339,7 @@ impl DiscoveryService {
         Ok(CertificateOptions {
             secret_name: format!("{CA_CERTIFICATE_PREFIX}-{}", self.ds_name()),
             common_name: format!("{CA_COMMON_NAME_PREFIX}-{}", self.ds_name()),
-            duration: parse_go_duration(
+            duration: certificate_lifetime(
                 "spec.pkiConfg.rootCertificateAuthority.duration",
                 duration,
             )?,
@@ -358,7 +358,7 @@ impl DiscoveryService {
         Ok(CertificateOptions {
             secret_name: format!("{SERVER_CERTIFICATE_PREFIX}-{}", self.ds_name()),
             common_name: format!("{SERVER_COMMON_NAME_PREFIX}-{}", self.ds_name()),
-            duration: parse_go_duration("spec.pkiConfg.serverCertificate.duration", duration)?,
+            duration: certificate_lifetime("spec.pkiConfg.serverCertificate.duration", duration)?,
         })
     }
 
@@ -453,16 +453,55 @@ impl DiscoveryService {
     }
 }
 
-impl DiscoveryServiceSpec {
-    /// Every problem of the spec (schema rules and durations), or `Ok`.
+impl DiscoveryService {
+    /// Every problem of the DiscoveryService, or `Ok`: its name (every object generated
+    /// for it is named `marin3r-<name>` or a longer prefix, and its Service name must be
+    /// a DNS-1035 label: at most 55 characters, no dots) and its spec
+    /// ([`DiscoveryServiceSpec::validate`]). The DiscoveryService controller and
+    /// `marin3r operator render` call it before generating anything.
     pub fn validate(&self) -> Result<(), Error> {
         let mut errors = Errors::default();
+        errors.object_meta(&self.metadata);
+        // A name that is no object name at all is reported once, above.
+        if let Some(name) = self
+            .metadata
+            .name
+            .as_deref()
+            .filter(|n| marin3r_wire::is_dns1123_subdomain(n))
+            && let Err(why) = marin3r_wire::dns1035_label(&self.service_name())
+        {
+            errors.push(
+                "metadata.name",
+                Rule::Format,
+                format!(
+                    "{name:?} gives the Service name {why} (a DiscoveryService name is at most {} lowercase letters, digits and '-')",
+                    63 - marin3r_wire::object_names::discovery_service("").len()
+                ),
+            );
+        }
+        self.spec.check(&mut errors);
+        errors.into_result()
+    }
+}
+
+impl DiscoveryServiceSpec {
+    /// Every problem of the spec (schema rules, durations, port collisions, resources,
+    /// image), or `Ok`.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut errors = Errors::default();
+        self.check(&mut errors);
+        errors.into_result()
+    }
+
+    fn check(&self, errors: &mut Errors) {
+        errors.image("spec.image", self.image.as_deref());
+        errors.resources("spec.resources", self.resources.as_ref());
         if let Some(pki) = &self.pki_config {
-            errors.duration(
+            errors.certificate_lifetime(
                 "spec.pkiConfg.rootCertificateAuthority.duration",
                 Some(&pki.root_certificate_authority.duration),
             );
-            errors.duration(
+            errors.certificate_lifetime(
                 "spec.pkiConfg.serverCertificate.duration",
                 Some(&pki.server_certificate.duration),
             );
@@ -470,7 +509,34 @@ impl DiscoveryServiceSpec {
         errors.port("spec.xdsServerPort", self.xds_server_port);
         errors.port("spec.metricsPort", self.metrics_port);
         errors.port("spec.probePort", self.probe_port);
+        let xds = self
+            .xds_server_port
+            .unwrap_or(i32::from(DEFAULT_XDS_SERVER_PORT));
+        let metrics = self.metrics_port.unwrap_or(i32::from(DEFAULT_METRICS_PORT));
+        let probe = self.probe_port.unwrap_or(i32::from(DEFAULT_PROBE_PORT));
+        // The container binds all three; the Service exposes xDS (and, when it is not
+        // 18000, 18000 too as `discovery-default`) and metrics.
+        errors.distinct_ports(&[
+            ("spec.xdsServerPort", xds),
+            ("spec.metricsPort", metrics),
+            ("spec.probePort", probe),
+        ]);
+        let conventional = i32::from(DEFAULT_XDS_SERVER_PORT);
+        if xds != conventional && metrics == conventional {
+            errors.push(
+                "spec.metricsPort",
+                Rule::Unique,
+                format!(
+                    "port {metrics} is the Service's conventional xDS port (discovery-default) while xdsServerPort is {xds}"
+                ),
+            );
+        }
         errors.at_least("spec.replicas", self.replicas.map(i64::from), 1);
+        if let Some(class) = self.pod_priority_class.as_deref().filter(|c| !c.is_empty())
+            && let Err(why) = marin3r_wire::dns1123_subdomain(class)
+        {
+            errors.push("spec.podPriorityClass", Rule::Format, why);
+        }
         if let Some(t) = self
             .service_config
             .as_ref()
@@ -483,7 +549,6 @@ impl DiscoveryServiceSpec {
                 format!("{t:?} is not one of {}", SERVICE_TYPES.join(", ")),
             );
         }
-        errors.into_result()
     }
 }
 
@@ -555,7 +620,7 @@ mod tests {
             "resources": {"limits": {"cpu": "1"}},
             "pkiConfg": {
                 "rootCertificateAuthority": {"secretName": "my-ca", "duration": "1h30m"},
-                "serverCertificate": {"secretName": "marin3r-server-cert-instance", "duration": "10m"}
+                "serverCertificate": {"secretName": "marin3r-server-cert-instance", "duration": "1h"}
             },
             "xdsServerPort": 1000,
             "metricsPort": 1001,
@@ -573,7 +638,7 @@ mod tests {
         assert_eq!(ca.duration, Duration::from_secs(5400));
         assert_eq!(
             ds.server_certificate().unwrap().duration,
-            Duration::from_secs(600)
+            Duration::from_secs(3600)
         );
         assert_eq!(ds.xds_server_port(), Ok(1000));
         assert_eq!(ds.metrics_port(), Ok(1001));
@@ -668,6 +733,151 @@ mod tests {
         assert_eq!(
             ds.root_certificate_authority().unwrap_err().to_string(),
             "spec.pkiConfg.rootCertificateAuthority.duration: invalid duration \"3y\": unknown unit (use ns, us, ms, s, m or h)"
+        );
+    }
+
+    fn named(name: &str, spec: serde_json::Value) -> DiscoveryService {
+        let mut d = ds(spec);
+        d.metadata.name = Some(name.to_string());
+        d
+    }
+
+    fn problems(d: &DiscoveryService) -> Vec<(String, Rule)> {
+        match d.validate() {
+            Ok(()) => Vec::new(),
+            Err(Error::Invalid(errors)) => errors.into_iter().map(|e| (e.path, e.rule)).collect(),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_name_whose_service_name_is_not_a_dns1035_label_is_refused() {
+        let at_bound = "a".repeat(55);
+        assert_eq!(named(&at_bound, serde_json::json!({})).validate(), Ok(()));
+        for bad in ["a".repeat(56), "my.ds".to_string()] {
+            let err = named(&bad, serde_json::json!({})).validate().unwrap_err();
+            assert_eq!(
+                problems(&named(&bad, serde_json::json!({}))),
+                [("metadata.name".to_string(), Rule::Format)],
+                "{bad}"
+            );
+            assert!(
+                err.to_string().contains("at most 55 lowercase letters"),
+                "{err}"
+            );
+        }
+        // Names the API server refuses for the DiscoveryService itself.
+        assert_eq!(
+            problems(&named("", serde_json::json!({}))),
+            [("metadata.name".to_string(), Rule::Required)]
+        );
+        let mut bad_ns = named("ds", serde_json::json!({}));
+        bad_ns.metadata.namespace = Some("Not_A_Namespace".into());
+        assert_eq!(
+            problems(&bad_ns),
+            [("metadata.namespace".to_string(), Rule::Format)]
+        );
+    }
+
+    #[test]
+    fn ports_that_collide_in_the_container_or_the_service_are_refused() {
+        let cases = [
+            (
+                serde_json::json!({"xdsServerPort": 8383}),
+                "spec.metricsPort",
+                "port 8383 is already used by spec.xdsServerPort",
+            ),
+            (
+                serde_json::json!({"xdsServerPort": 19000, "metricsPort": 18000}),
+                "spec.metricsPort",
+                "port 18000 is the Service's conventional xDS port (discovery-default) while xdsServerPort is 19000",
+            ),
+            (
+                serde_json::json!({"probePort": 8383}),
+                "spec.probePort",
+                "port 8383 is already used by spec.metricsPort",
+            ),
+            (
+                serde_json::json!({"probePort": 18000}),
+                "spec.probePort",
+                "port 18000 is already used by spec.xdsServerPort",
+            ),
+        ];
+        for (spec, path, message) in cases {
+            let Err(Error::Invalid(errors)) = ds(spec.clone()).validate() else {
+                panic!("{spec} accepted");
+            };
+            assert_eq!(
+                errors,
+                [FieldError {
+                    path: path.into(),
+                    rule: Rule::Unique,
+                    message: message.into()
+                }],
+                "{spec}"
+            );
+        }
+        // The probe port is not in the Service: 18000 is free for it when xDS moved.
+        assert_eq!(
+            ds(serde_json::json!({"xdsServerPort": 19000, "probePort": 18000})).validate(),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn certificate_lifetimes_are_bounded() {
+        let pki = |ca: &str, server: &str| {
+            ds(serde_json::json!({"pkiConfg": {
+                "rootCertificateAuthority": {"secretName": "a", "duration": ca},
+                "serverCertificate": {"secretName": "b", "duration": server}}}))
+        };
+        for ok in ["1h", "60m", "876000h"] {
+            assert_eq!(pki(ok, ok).validate(), Ok(()), "{ok}");
+        }
+        for bad in ["0s", "1s", "59m59s", "876001h", "2562047h"] {
+            let d = pki(bad, bad);
+            assert_eq!(
+                problems(&d),
+                [
+                    (
+                        "spec.pkiConfg.rootCertificateAuthority.duration".to_string(),
+                        Rule::Range
+                    ),
+                    (
+                        "spec.pkiConfg.serverCertificate.duration".to_string(),
+                        Rule::Range
+                    ),
+                ],
+                "{bad}"
+            );
+            // The getters the generator calls refuse them too.
+            assert!(d.root_certificate_authority().is_err(), "{bad}");
+            assert!(d.server_certificate().is_err(), "{bad}");
+        }
+        assert_eq!(
+            pki("1s", "1h")
+                .root_certificate_authority()
+                .unwrap_err()
+                .to_string(),
+            "spec.pkiConfg.rootCertificateAuthority.duration: certificate lifetime \"1s\" is shorter than the minimum 1h"
+        );
+    }
+
+    #[test]
+    fn resources_image_and_priority_class_are_checked() {
+        let d = ds(serde_json::json!({
+            "image": "quay.io/x/marin3r :v1",
+            "resources": {"requests": {"memory": "lots", "cpu": "2"}, "limits": {"cpu": "1"}},
+            "podPriorityClass": "Not a class"
+        }));
+        assert_eq!(
+            problems(&d),
+            [
+                ("spec.image".to_string(), Rule::Format),
+                ("spec.resources.requests.memory".to_string(), Rule::Format),
+                ("spec.resources.requests.cpu".to_string(), Rule::Order),
+                ("spec.podPriorityClass".to_string(), Rule::Format),
+            ]
         );
     }
 }

@@ -198,6 +198,17 @@ impl DiscoveryServiceCertificateSpec {
         let mut errors = Errors::default();
         errors.non_empty("spec.commonName", &self.common_name);
         errors.at_least("spec.validFor", Some(self.valid_for), 1);
+        let max = crate::validate::MAX_CERTIFICATE_LIFETIME.as_secs();
+        if u64::try_from(self.valid_for).is_ok_and(|v| v > max) {
+            errors.push(
+                "spec.validFor",
+                Rule::Range,
+                format!(
+                    "{} seconds is longer than the maximum certificate lifetime {max} (100 years)",
+                    self.valid_for
+                ),
+            );
+        }
         for (i, host) in self.hosts.iter().flatten().enumerate() {
             errors.non_empty(format!("spec.hosts[{i}]"), host);
         }

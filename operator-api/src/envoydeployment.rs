@@ -12,8 +12,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{Errors, Rule};
-use crate::{Error, parse_go_duration};
+use crate::Error;
+use crate::validate::{Errors, Rule, certificate_lifetime};
 
 /// Default client certificate validity (`spec.duration`).
 pub const DEFAULT_CLIENT_CERTIFICATE_DURATION: &str = "48h";
@@ -34,6 +34,8 @@ pub const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
 
 const REPLICAS_MESSAGE: &str =
     "only one of 'spec.replicas.static' or 'spec.replicas.dynamic' is allowed";
+const EXTRA_VOLUME_MESSAGE: &str =
+    "exactly one of 'secret' or 'configMap' is required in an extra volume";
 const PDB_MESSAGE: &str = "only one of 'spec.podDisruptionBudget.minAvailable' or \
      'spec.podDisruptionBudget.maxUnavailable' is allowed";
 
@@ -107,6 +109,47 @@ pub struct EnvoyDeploymentSpec {
     /// The init container that writes Envoy's bootstrap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_manager: Option<InitManager>,
+    /// Secrets and ConfigMaps (same namespace) mounted read-only into the Envoy
+    /// container, for files Envoy reads itself (SDS file paths, `DataSource` filenames).
+    /// At most 16; mount paths absolute, normalised, distinct, not nested in one another
+    /// and clear of `/etc/envoy/bootstrap`, `/etc/envoy/tls/client`, `/dev`, `/proc` and
+    /// `/sys`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub extra_volumes: Option<Vec<ExtraVolume>>,
+}
+
+/// An extra volume of the Envoy container: `secret` or `configMap`, not both.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.secret) != has(self.configMap)",
+    "message": EXTRA_VOLUME_MESSAGE
+}]))]
+pub struct ExtraVolume {
+    /// A Secret to mount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<ExtraSecretVolume>,
+    /// A ConfigMap to mount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ExtraConfigMapVolume>,
+    /// Absolute path in the Envoy container (mounted read-only).
+    pub mount_path: String,
+}
+
+/// `extraVolumes[].secret`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtraSecretVolume {
+    /// The Secret's name.
+    pub secret_name: String,
+}
+
+/// `extraVolumes[].configMap`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ExtraConfigMapVolume {
+    /// The ConfigMap's name.
+    pub name: String,
 }
 
 /// A port of the Envoy container.
@@ -308,6 +351,28 @@ impl EnvoyDeployment {
     pub fn client_certificate_name(&self) -> String {
         format!("envoy-client-cert-{}", self.ed_name())
     }
+
+    /// Every problem of the EnvoyDeployment, or `Ok`: its name (the value of the label
+    /// `app.kubernetes.io/instance` of every object generated for it: at most 63
+    /// characters) and its spec ([`EnvoyDeploymentSpec::validate`]). The EnvoyDeployment
+    /// webhook, its controller and `marin3r operator render` all call it.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut errors = Errors::default();
+        errors.object_meta(&self.metadata);
+        let name = self.ed_name();
+        // A name that is no object name at all is reported once, above.
+        if marin3r_wire::is_dns1123_subdomain(name)
+            && let Err(why) = marin3r_wire::label_value(name)
+        {
+            errors.push(
+                "metadata.name",
+                Rule::Format,
+                format!("the label app.kubernetes.io/instance of the generated objects takes the name, and {why}"),
+            );
+        }
+        self.spec.check(&mut errors);
+        errors.into_result()
+    }
 }
 
 impl EnvoyDeploymentSpec {
@@ -338,7 +403,7 @@ impl EnvoyDeploymentSpec {
 
     /// `spec.duration`, default 48h.
     pub fn client_certificate_duration(&self) -> Result<Duration, Error> {
-        parse_go_duration(
+        certificate_lifetime(
             "spec.duration",
             self.client_certificate_duration
                 .as_deref()
@@ -413,14 +478,111 @@ impl EnvoyDeploymentSpec {
         )
     }
 
+    /// `spec.extraVolumes`, checked and named as sidecar injection checks and names its
+    /// extra volume annotations ([`marin3r_sidecar::extra_volumes::check`]).
+    pub fn extra_volumes(&self) -> Result<Vec<marin3r_sidecar::extra_volumes::ExtraVolume>, Error> {
+        let mut errors = Errors::default();
+        let volumes = self.check_extra_volumes(&mut errors);
+        errors.into_result().map(|()| volumes)
+    }
+
+    /// [`EnvoyDeploymentSpec::extra_volumes`], its problems pushed onto `errors` with
+    /// their paths (`spec.extraVolumes[i]...`).
+    fn check_extra_volumes(
+        &self,
+        errors: &mut Errors,
+    ) -> Vec<marin3r_sidecar::extra_volumes::ExtraVolume> {
+        use marin3r_sidecar::extra_volumes::{self as extra, Field, Request, Source};
+        let entries = self.extra_volumes.as_deref().unwrap_or_default();
+        // (index in spec.extraVolumes, request): entries with exactly one source.
+        let mut requests: Vec<(usize, Request<'_>)> = Vec::new();
+        for (i, v) in entries.iter().enumerate() {
+            let (source, object_name) = match (&v.secret, &v.config_map) {
+                (Some(s), None) => (Source::Secret, s.secret_name.as_str()),
+                (None, Some(c)) => (Source::ConfigMap, c.name.as_str()),
+                _ => {
+                    errors.push(
+                        format!("spec.extraVolumes[{i}]"),
+                        Rule::ExactlyOne,
+                        EXTRA_VOLUME_MESSAGE,
+                    );
+                    continue;
+                }
+            };
+            requests.push((
+                i,
+                Request {
+                    source,
+                    object_name,
+                    mount_path: &v.mount_path,
+                },
+            ));
+        }
+        if entries.len() > extra::MAX_EXTRA_VOLUMES && requests.len() <= extra::MAX_EXTRA_VOLUMES {
+            errors.push(
+                "spec.extraVolumes",
+                Rule::Range,
+                format!(
+                    "{} extra volumes; at most {}",
+                    entries.len(),
+                    extra::MAX_EXTRA_VOLUMES
+                ),
+            );
+        }
+        let only: Vec<Request<'_>> = requests.iter().map(|(_, r)| *r).collect();
+        match extra::check(&only) {
+            Ok(volumes) => volumes,
+            Err(problems) => {
+                for p in problems {
+                    let at = requests.get(p.index).map_or(0, |(i, _)| *i);
+                    let source = requests.get(p.index).map(|(_, r)| r.source);
+                    let path = match (p.field, source) {
+                        (Field::List, _) => "spec.extraVolumes".to_string(),
+                        (Field::ObjectName, Some(Source::ConfigMap)) => {
+                            format!("spec.extraVolumes[{at}].configMap.name")
+                        }
+                        (Field::ObjectName, _) => {
+                            format!("spec.extraVolumes[{at}].secret.secretName")
+                        }
+                        (Field::MountPath, _) => format!("spec.extraVolumes[{at}].mountPath"),
+                    };
+                    let rule = match p.rule {
+                        extra::Rule::Format => Rule::Format,
+                        extra::Rule::Unique => Rule::Unique,
+                        extra::Rule::Count => Rule::Range,
+                    };
+                    errors.push(path, rule, p.message);
+                }
+                Vec::new()
+            }
+        }
+    }
+
     /// Every problem of the spec, or `Ok`: the schema's rules (with the upstream
     /// webhook's messages for `replicas` and `podDisruptionBudget`) plus durations,
     /// port names and port clashes that would make the Deployment invalid.
     pub fn validate(&self) -> Result<(), Error> {
         let mut errors = Errors::default();
-        errors.non_empty("spec.envoyConfigRef", &self.envoy_config_ref);
-        errors.non_empty("spec.discoveryServiceRef", &self.discovery_service_ref);
+        self.check(&mut errors);
+        errors.into_result()
+    }
+
+    fn check(&self, errors: &mut Errors) {
+        for (path, reference) in [
+            ("spec.envoyConfigRef", &self.envoy_config_ref),
+            ("spec.discoveryServiceRef", &self.discovery_service_ref),
+        ] {
+            errors.non_empty(path, reference);
+            if !reference.trim().is_empty()
+                && let Err(why) = marin3r_wire::dns1123_subdomain(reference)
+            {
+                errors.push(path, Rule::Format, why);
+            }
+        }
+        errors.image("spec.image", self.image.as_deref());
+        errors.resources("spec.resources", self.resources.as_ref());
         let mut names: Vec<&str> = Vec::new();
+        let mut numbers: Vec<(i32, &str)> = Vec::new();
         for (i, p) in self.ports().iter().enumerate() {
             let path = format!("spec.ports[{i}]");
             if let Err(why) = marin3r_wire::port_name(&p.name) {
@@ -449,8 +611,24 @@ impl EnvoyDeploymentSpec {
                     format!("{proto:?} is not one of {}", PROTOCOLS.join(", ")),
                 );
             }
+            // One container may not declare one port and protocol twice.
+            let protocol = p.protocol.as_deref().unwrap_or("TCP");
+            if let Some(first) = numbers
+                .iter()
+                .position(|(n, proto)| *n == p.port && *proto == protocol)
+            {
+                errors.push(
+                    format!("{path}.port"),
+                    Rule::Unique,
+                    format!(
+                        "port {} ({protocol}) is already used by spec.ports[{first}]",
+                        p.port
+                    ),
+                );
+            }
+            numbers.push((p.port, protocol));
         }
-        errors.duration("spec.duration", self.client_certificate_duration.as_deref());
+        errors.certificate_lifetime("spec.duration", self.client_certificate_duration.as_deref());
         errors.port("spec.adminPort", self.admin_port);
         let admin = self.admin_port.unwrap_or(i32::from(DEFAULT_ADMIN_PORT));
         for (i, p) in self.ports().iter().enumerate() {
@@ -468,6 +646,12 @@ impl EnvoyDeploymentSpec {
             }
             errors.at_least("spec.replicas.static", r.static_.map(i64::from), 0);
             if let Some(d) = &r.dynamic {
+                // The HPA API refuses minReplicas 0 (scale to zero is an alpha gate).
+                errors.at_least(
+                    "spec.replicas.dynamic.minReplicas",
+                    d.min_replicas.map(i64::from),
+                    1,
+                );
                 errors.at_least(
                     "spec.replicas.dynamic.maxReplicas",
                     Some(i64::from(d.max_replicas)),
@@ -496,18 +680,38 @@ impl EnvoyDeploymentSpec {
             ] {
                 errors.at_least(format!("spec.{field}.{name}"), Some(i64::from(value)), 0);
             }
+            // Kubernetes: liveness (and startup) probes must have successThreshold 1
+            // (0 is defaulted to 1).
+            if field == "livenessProbe" && p.success_threshold > 1 {
+                errors.push(
+                    "spec.livenessProbe.successThreshold",
+                    Rule::Range,
+                    format!(
+                        "{} must be 1: Kubernetes requires successThreshold 1 for liveness probes",
+                        p.success_threshold
+                    ),
+                );
+            }
         }
-        if let Some(pdb) = &self.pod_disruption_budget
-            && pdb.min_available.is_some()
-            && pdb.max_unavailable.is_some()
-        {
-            errors.push(
-                "spec.podDisruptionBudget",
-                Rule::MutuallyExclusive,
-                PDB_MESSAGE,
+        if let Some(pdb) = &self.pod_disruption_budget {
+            if pdb.min_available.is_some() && pdb.max_unavailable.is_some() {
+                errors.push(
+                    "spec.podDisruptionBudget",
+                    Rule::MutuallyExclusive,
+                    PDB_MESSAGE,
+                );
+            }
+            errors.int_or_percent(
+                "spec.podDisruptionBudget.minAvailable",
+                pdb.min_available.as_ref(),
+            );
+            errors.int_or_percent(
+                "spec.podDisruptionBudget.maxUnavailable",
+                pdb.max_unavailable.as_ref(),
             );
         }
         if let Some(sm) = &self.shutdown_manager {
+            errors.image("spec.shutdownManager.image", sm.image.as_deref());
             errors.port("spec.shutdownManager.serverPort", sm.server_port);
             errors.at_least("spec.shutdownManager.drainTime", sm.drain_time, 0);
             let port = sm
@@ -521,7 +725,11 @@ impl EnvoyDeploymentSpec {
                 );
             }
         }
-        errors.into_result()
+        errors.image(
+            "spec.initManager.image",
+            self.init_manager.as_ref().and_then(|i| i.image.as_deref()),
+        );
+        self.check_extra_volumes(errors);
     }
 }
 
@@ -818,5 +1026,290 @@ mod tests {
         ] {
             assert!(marin3r_wire::port_name(bad).is_err(), "{bad}");
         }
+    }
+
+    /// `(path, rule)` of every problem of `minimal()` with `extra` merged into its spec.
+    fn problems_with(extra: serde_json::Value) -> Vec<(String, Rule)> {
+        let mut spec = serde_json::json!({"envoyConfigRef": "config", "discoveryServiceRef": "ds"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        match ed(spec).validate() {
+            Ok(()) => Vec::new(),
+            Err(Error::Invalid(errors)) => errors.into_iter().map(|e| (e.path, e.rule)).collect(),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    fn one(path: &str, rule: Rule) -> Vec<(String, Rule)> {
+        vec![(path.to_string(), rule)]
+    }
+
+    #[test]
+    fn a_name_longer_than_a_label_value_is_refused() {
+        let mut e = minimal();
+        for ok in ["a".repeat(63), "my.gateway".to_string()] {
+            e.metadata.name = Some(ok.clone());
+            assert_eq!(e.validate(), Ok(()), "{ok}");
+        }
+        e.metadata.name = Some("a".repeat(64));
+        let Err(Error::Invalid(errors)) = e.validate() else {
+            panic!("64 characters accepted")
+        };
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, "metadata.name");
+        assert!(
+            errors[0].message.contains("app.kubernetes.io/instance"),
+            "{}",
+            errors[0].message
+        );
+        e.metadata.name = None;
+        assert_eq!(
+            e.validate().unwrap_err().to_string(),
+            "metadata.name: must not be empty"
+        );
+    }
+
+    #[test]
+    fn hpa_min_replicas_must_be_at_least_one() {
+        assert_eq!(
+            problems_with(
+                serde_json::json!({"replicas": {"dynamic": {"minReplicas": 0, "maxReplicas": 2}}})
+            ),
+            one("spec.replicas.dynamic.minReplicas", Rule::Range)
+        );
+        assert!(
+            problems_with(
+                serde_json::json!({"replicas": {"dynamic": {"minReplicas": 1, "maxReplicas": 2}}})
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_liveness_probe_needs_success_threshold_one() {
+        let probe = |t: i32| {
+            serde_json::json!({"initialDelaySeconds": 1, "timeoutSeconds": 1,
+            "periodSeconds": 1, "successThreshold": t, "failureThreshold": 1})
+        };
+        assert_eq!(
+            problems_with(serde_json::json!({"livenessProbe": probe(3)})),
+            one("spec.livenessProbe.successThreshold", Rule::Range)
+        );
+        assert!(problems_with(serde_json::json!({"livenessProbe": probe(1)})).is_empty());
+        // Readiness probes may ask for several successes.
+        assert!(problems_with(serde_json::json!({"readinessProbe": probe(3)})).is_empty());
+    }
+
+    #[test]
+    fn quantities_must_be_valid_non_negative_and_requests_within_limits() {
+        for (resources, path, rule) in [
+            (
+                serde_json::json!({"limits": {"memory": "lots"}}),
+                "spec.resources.limits.memory",
+                Rule::Format,
+            ),
+            (
+                serde_json::json!({"requests": {"memory": "-1Gi"}}),
+                "spec.resources.requests.memory",
+                Rule::Format,
+            ),
+            (
+                serde_json::json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}}),
+                "spec.resources.requests.cpu",
+                Rule::Order,
+            ),
+            (
+                serde_json::json!({"limits": {"gpu": "1"}}),
+                "spec.resources.limits.gpu",
+                Rule::Format,
+            ),
+        ] {
+            assert_eq!(
+                problems_with(serde_json::json!({"resources": resources})),
+                one(path, rule),
+                "{resources}"
+            );
+        }
+        assert!(problems_with(serde_json::json!({"resources": {
+            "requests": {"cpu": "100m", "memory": "1Gi", "example.com/gpu": "1", "hugepages-2Mi": "0"},
+            "limits": {"memory": "1073741824", "ephemeral-storage": "-0"}}})).is_empty());
+    }
+
+    #[test]
+    fn budgets_are_integers_from_zero_or_percentages_up_to_100() {
+        for (pdb, path, rule) in [
+            (
+                serde_json::json!({"minAvailable": "1000%"}),
+                "spec.podDisruptionBudget.minAvailable",
+                Rule::Range,
+            ),
+            (
+                serde_json::json!({"maxUnavailable": -1}),
+                "spec.podDisruptionBudget.maxUnavailable",
+                Rule::Range,
+            ),
+            (
+                serde_json::json!({"maxUnavailable": "half"}),
+                "spec.podDisruptionBudget.maxUnavailable",
+                Rule::Format,
+            ),
+            (
+                serde_json::json!({"minAvailable": "-5%"}),
+                "spec.podDisruptionBudget.minAvailable",
+                Rule::Format,
+            ),
+            (
+                serde_json::json!({"minAvailable": "%"}),
+                "spec.podDisruptionBudget.minAvailable",
+                Rule::Format,
+            ),
+        ] {
+            assert_eq!(
+                problems_with(serde_json::json!({"podDisruptionBudget": pdb})),
+                one(path, rule),
+                "{pdb}"
+            );
+        }
+        for ok in [
+            serde_json::json!({"minAvailable": 0}),
+            serde_json::json!({"maxUnavailable": "100%"}),
+            serde_json::json!({"maxUnavailable": "0%"}),
+            serde_json::json!({"minAvailable": "0100%"}),
+        ] {
+            assert!(
+                problems_with(serde_json::json!({"podDisruptionBudget": ok})).is_empty(),
+                "{ok}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_image_reference_is_checked() {
+        assert_eq!(
+            problems_with(serde_json::json!({
+                "image": "envoyproxy/envoy: v1",
+                "shutdownManager": {"image": "bad image"},
+                "initManager": {"image": " "}
+            })),
+            [
+                ("spec.image".to_string(), Rule::Format),
+                ("spec.shutdownManager.image".to_string(), Rule::Format),
+                ("spec.initManager.image".to_string(), Rule::Format),
+            ]
+        );
+        // Empty means the operator's default image.
+        assert!(
+            problems_with(serde_json::json!({"image": "", "initManager": {"image": ""}}))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_port_and_protocol_declared_twice_is_refused() {
+        assert_eq!(
+            problems_with(serde_json::json!({"ports": [
+                {"name": "http", "port": 8080}, {"name": "http2", "port": 8080, "protocol": "TCP"}]})),
+            one("spec.ports[1].port", Rule::Unique)
+        );
+        assert!(
+            problems_with(serde_json::json!({"ports": [
+            {"name": "dns", "port": 8053}, {"name": "dns-udp", "port": 8053, "protocol": "UDP"}]}))
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_client_certificate_lifetime_is_bounded() {
+        for bad in ["0s", "1s", "2562047h"] {
+            assert_eq!(
+                problems_with(serde_json::json!({"duration": bad})),
+                one("spec.duration", Rule::Range),
+                "{bad}"
+            );
+            let mut e = minimal();
+            e.spec.client_certificate_duration = Some(bad.into());
+            assert!(e.spec.client_certificate_duration().is_err(), "{bad}");
+        }
+        assert!(problems_with(serde_json::json!({"duration": "1h"})).is_empty());
+    }
+
+    #[test]
+    fn references_must_be_object_names() {
+        assert_eq!(
+            problems_with(serde_json::json!({"discoveryServiceRef": "My DS"})),
+            one("spec.discoveryServiceRef", Rule::Format)
+        );
+    }
+
+    #[test]
+    fn extra_volumes_follow_the_sidecar_annotations_rule() {
+        use marin3r_sidecar::extra_volumes::Source;
+        let spec = serde_json::json!({"extraVolumes": [
+            {"secret": {"secretName": "oauth-token"}, "mountPath": "/etc/envoy/oauth/token"},
+            {"configMap": {"name": "lua"}, "mountPath": "/etc/envoy/lua"},
+        ]});
+        assert_eq!(problems_with(spec.clone()), []);
+        let mut full = serde_json::json!({"envoyConfigRef": "config", "discoveryServiceRef": "ds"});
+        full["extraVolumes"] = spec["extraVolumes"].clone();
+        let volumes = ed(full).spec.extra_volumes().unwrap();
+        let got: Vec<(Source, &str, &str, &str)> = volumes
+            .iter()
+            .map(|v| {
+                (
+                    v.source,
+                    v.object_name.as_str(),
+                    v.mount_path.as_str(),
+                    v.volume_name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    Source::Secret,
+                    "oauth-token",
+                    "/etc/envoy/oauth/token",
+                    "envoy-extra-secret-0"
+                ),
+                (
+                    Source::ConfigMap,
+                    "lua",
+                    "/etc/envoy/lua",
+                    "envoy-extra-configmap-0"
+                ),
+            ]
+        );
+        assert_eq!(minimal().spec.extra_volumes(), Ok(Vec::new()));
+
+        assert_eq!(
+            problems_with(serde_json::json!({"extraVolumes": [
+                {"mountPath": "/a"},
+                {"secret": {"secretName": "s"}, "configMap": {"name": "c"}, "mountPath": "/b"},
+                {"secret": {"secretName": "Bad"}, "mountPath": "/etc/envoy/bootstrap/x"},
+                {"configMap": {"name": "c"}, "mountPath": "relative"},
+                {"configMap": {"name": "c"}, "mountPath": "/x"},
+                {"secret": {"secretName": "s"}, "mountPath": "/x/y"},
+            ]})),
+            [
+                ("spec.extraVolumes[0]".to_string(), Rule::ExactlyOne),
+                ("spec.extraVolumes[1]".to_string(), Rule::ExactlyOne),
+                (
+                    "spec.extraVolumes[2].secret.secretName".to_string(),
+                    Rule::Format
+                ),
+                ("spec.extraVolumes[2].mountPath".to_string(), Rule::Format),
+                ("spec.extraVolumes[3].mountPath".to_string(), Rule::Format),
+                ("spec.extraVolumes[5].mountPath".to_string(), Rule::Unique),
+            ]
+        );
+        let many: Vec<serde_json::Value> = (0..17)
+            .map(|i| serde_json::json!({"secret": {"secretName": "s"}, "mountPath": format!("/x/{i}")}))
+            .collect();
+        assert_eq!(
+            problems_with(serde_json::json!({ "extraVolumes": many })),
+            one("spec.extraVolumes", Rule::Range)
+        );
     }
 }

@@ -10,8 +10,10 @@
 //!   caller: this crate reads no environment.
 //! - The CRD schemas carry the checks upstream made in a webhook (CEL rules) plus port
 //!   ranges; `validate()` on each spec reports the same rules, and a few more, as a list of
-//!   [`FieldError`]s with JSON paths (for the EnvoyDeployment webhook and
-//!   `marin3r operator render`).
+//!   [`FieldError`]s with JSON paths. [`DiscoveryService::validate`] and
+//!   [`EnvoyDeployment::validate`] add the object's name rules: the one check the
+//!   EnvoyDeployment webhook, `marin3r operator render` and the controllers run, so that
+//!   no object generated from a valid resource is one the API server rejects.
 //!
 //! The CustomResourceDefinitions are generated from these types by `marin3r-manifests`
 //! ([`crds`]).
@@ -34,7 +36,10 @@ pub use discoveryservicecertificate::{
 };
 pub use duration::parse_go_duration;
 pub use envoydeployment::{EnvoyDeployment, EnvoyDeploymentSpec, EnvoyDeploymentStatus};
-pub use validate::{FieldError, Rule};
+pub use validate::{
+    FieldError, MAX_CERTIFICATE_LIFETIME, MIN_CERTIFICATE_LIFETIME, Rule, certificate_lifetime,
+    unknown_fields,
+};
 
 /// The only version of the API.
 pub use marin3r_wire::API_VERSION as VERSION;
@@ -204,6 +209,11 @@ mod tests {
                 ed(json!({"podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1}})),
             ),
             (
+                "EnvoyDeployment",
+                "extraVolumes[]",
+                ed(json!({"extraVolumes": [{"mountPath": "/etc/envoy/x"}]})),
+            ),
+            (
                 "DiscoveryServiceCertificate",
                 "signer",
                 json!({"commonName": "a", "validFor": 1, "secretRef": {"name": "s"},
@@ -218,7 +228,8 @@ mod tests {
             assert!(
                 errors
                     .iter()
-                    .any(|e| e.path == format!("spec.{path}") && e.message == message),
+                    .any(|e| e.path == format!("spec.{}", path.replace("[]", "[0]"))
+                        && e.message == message),
                 "{kind} {path}: {errors:?} lacks {message:?}"
             );
             seen += rules.as_array().unwrap().len();

@@ -109,8 +109,8 @@ pub fn server_hosts(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-/// Generates every object of `ds` in `namespace`. Fails only on a spec that does not
-/// validate (a duration or port out of range), naming the field.
+/// Generates every object of `ds` in `namespace`. Fails only on a DiscoveryService that
+/// does not validate ([`DiscoveryService::validate`]), naming the field.
 pub fn generate(
     ds: &DiscoveryService,
     namespace: &str,
@@ -121,6 +121,9 @@ pub fn generate(
         name: ds.metadata.name.clone().unwrap_or_default(),
         source,
     };
+    // The one check of a DiscoveryService (names, ports, quantities, lifetimes): nothing
+    // is generated from one the API server would refuse an object of.
+    ds.validate().map_err(invalid)?;
     let instance = ds.metadata.name.clone().unwrap_or_default();
     let name = ds.resource_name();
     let labels = labels(DISCOVERY_SERVICE_COMPONENT, &instance);

@@ -68,7 +68,8 @@ pub struct EnvoyDeploymentObjects {
 }
 
 /// Generates every object of `ed` in `namespace`, for its DiscoveryService `ds` and
-/// EnvoyConfig `ec`. Fails only on a spec that does not validate, naming the field.
+/// EnvoyConfig `ec`. Fails only on an EnvoyDeployment or DiscoveryService that does not
+/// validate ([`EnvoyDeployment::validate`]), naming the field.
 pub fn generate(
     ed: &EnvoyDeployment,
     ds: &DiscoveryService,
@@ -82,6 +83,14 @@ pub fn generate(
         name: name.clone(),
         source,
     };
+    // The one check of an EnvoyDeployment (the webhook's and render's too), and of the
+    // DiscoveryService it points the Envoys at.
+    ed.validate().map_err(invalid)?;
+    ds.validate().map_err(|source| Error::InvalidSpec {
+        kind: "DiscoveryService",
+        name: ds.metadata.name.clone().unwrap_or_default(),
+        source,
+    })?;
     let spec = &ed.spec;
     let labels = labels(ENVOY_DEPLOYMENT_COMPONENT, &name);
     let deployment_name = ed.deployment_name();
@@ -183,6 +192,7 @@ pub fn generate(
         shutdown_manager: shutdown_manager.clone(),
         init_manager_image: spec.init_manager_image(&images.marin3r).to_string(),
         native_sidecar: false,
+        extra_volumes: spec.extra_volumes().map_err(invalid)?,
     };
 
     let mut envoy = generate::envoy_container(&cfg);

@@ -98,7 +98,7 @@ pub async fn reconcile(
             .await
     };
 
-    if let Err(e) = ed.spec.validate() {
+    if let Err(e) = ed.validate() {
         ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());
         write(&status).await?;
         return Ok(Action::await_change());

@@ -162,8 +162,11 @@ pub async fn serve(
         "1 while this replica holds the leader Lease and runs the controllers",
         leader_gauge.clone(),
     );
+    marin3r_kube::watch::register_reconcile_metrics(&mut registry);
+    certificate::ISSUED.register(&mut registry);
     let readiness = marin3r_process::Readiness::new();
     readiness.set_synced();
+    marin3r_process::register_ready_metric(&mut registry, readiness.clone());
     let process = marin3r_process::Process {
         name: "operator",
         health,

@@ -11,7 +11,12 @@
 //! - an EnvoyDeployment is rendered only when its DiscoveryService (the served one) and
 //!   its EnvoyConfig are in the input, in its namespace; otherwise it is reported with
 //!   the reason its `Ready` condition would carry;
-//! - every spec is validated first; a spec with errors is reported with each field.
+//! - every DiscoveryService and EnvoyDeployment is validated first (the one check the
+//!   controllers and the EnvoyDeployment webhook run: [`DiscoveryService::validate`],
+//!   [`EnvoyDeployment::validate`]); one with errors is reported with each field;
+//! - a field the type does not have (`replicas.statik`) is an error naming its path, as
+//!   the API server's strict field validation reports it (never silently dropped);
+//! - the same object (kind, namespace, name) given twice is refused the second time.
 //!
 //! Objects come out in apply order: per DiscoveryService its certificates, account,
 //! Role, RoleBinding, Service, Deployment and PDB (several replicas); per
@@ -76,6 +81,20 @@ fn to_value(object: &impl Serialize, problems: &mut Vec<String>) -> Option<Value
     }
 }
 
+/// `doc` decoded as `T`, or why not: a value of the wrong type names its path, and so
+/// does every field `T` does not have ([`marin3r_operator_api::unknown_fields`]).
+fn decode<T: serde::de::DeserializeOwned + Serialize>(doc: &Value) -> Result<T, String> {
+    let object: T = serde_path_to_error::deserialize(doc)
+        .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
+    let again = serde_json::to_value(&object).map_err(|e| e.to_string())?;
+    let unknown = marin3r_operator_api::unknown_fields(doc, &again);
+    if unknown.is_empty() {
+        Ok(object)
+    } else {
+        Err(marin3r_operator_api::Error::Invalid(unknown).to_string())
+    }
+}
+
 fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     marin3r_wire::namespace_or_default(meta.namespace.as_deref()).to_string()
 }
@@ -89,33 +108,47 @@ pub fn render(docs: &[Value], images: &Images) -> Rendered {
     let mut envoy_configs: BTreeMap<(String, String), EnvoyConfig> = BTreeMap::new();
 
     let operator_api = <DiscoveryService as kube::Resource>::api_version(&());
+    // (kind, namespace, name) -> the document that defined it first.
+    let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for (i, doc) in docs.iter().enumerate() {
         let kind = doc["kind"].as_str().unwrap_or_default();
         let name = doc["metadata"]["name"].as_str().unwrap_or("?");
         let at = format!("document {} ({kind} {name})", i + 1);
         let is_operator_api = doc["apiVersion"].as_str() == Some(&*operator_api);
+        let rendered_kind = matches!(
+            (is_operator_api, kind),
+            (true, "DiscoveryService" | "EnvoyDeployment") | (_, "EnvoyConfig")
+        );
+        if rendered_kind {
+            let namespace =
+                marin3r_wire::namespace_or_default(doc["metadata"]["namespace"].as_str());
+            let key = (kind.to_string(), namespace.to_string(), name.to_string());
+            if let Some(first) = seen.get(&key) {
+                out.problems.push(format!(
+                    "{at}: {kind} {namespace}/{name} is already defined by document {first}; the same object given twice is refused"
+                ));
+                continue;
+            }
+            seen.insert(key, i + 1);
+        }
         match (is_operator_api, kind) {
-            (true, "DiscoveryService") => {
-                match serde_json::from_value::<DiscoveryService>(doc.clone()) {
-                    Ok(ds) => match ds.spec.validate() {
-                        Ok(()) => discovery_services
-                            .entry(namespace_of(&ds.metadata))
-                            .or_default()
-                            .push(ds),
-                        Err(e) => out.problems.push(format!("{at}: {e}")),
-                    },
+            (true, "DiscoveryService") => match decode::<DiscoveryService>(doc) {
+                Ok(ds) => match ds.validate() {
+                    Ok(()) => discovery_services
+                        .entry(namespace_of(&ds.metadata))
+                        .or_default()
+                        .push(ds),
                     Err(e) => out.problems.push(format!("{at}: {e}")),
-                }
-            }
-            (true, "EnvoyDeployment") => {
-                match serde_json::from_value::<EnvoyDeployment>(doc.clone()) {
-                    Ok(ed) => match ed.spec.validate() {
-                        Ok(()) => envoy_deployments.push(ed),
-                        Err(e) => out.problems.push(format!("{at}: {e}")),
-                    },
+                },
+                Err(e) => out.problems.push(format!("{at}: {e}")),
+            },
+            (true, "EnvoyDeployment") => match decode::<EnvoyDeployment>(doc) {
+                Ok(ed) => match ed.validate() {
+                    Ok(()) => envoy_deployments.push(ed),
                     Err(e) => out.problems.push(format!("{at}: {e}")),
-                }
-            }
+                },
+                Err(e) => out.problems.push(format!("{at}: {e}")),
+            },
             (_, "EnvoyConfig") => match parse_envoy_config(doc) {
                 Ok(ec) => {
                     let key = (

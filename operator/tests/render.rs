@@ -124,6 +124,65 @@ fn container_names(pod: &Value, key: &str) -> Vec<String> {
 }
 
 #[test]
+fn extra_volumes_are_mounted_read_only_into_envoy_only() {
+    let (objects, problems) = render_case(&fixtures().join("11-extra-volumes"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let pod =
+        &find(&objects, "Deployment", "marin3r-envoydeployment-gw")["spec"]["template"]["spec"];
+    let envoy = &pod["containers"][0];
+    assert_eq!(envoy["name"], "envoy");
+    let mounts: Vec<(&str, &str, bool)> = envoy["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap(),
+                m["mountPath"].as_str().unwrap(),
+                m["readOnly"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            ("envoy-tls", "/etc/envoy/tls/client", true),
+            ("envoy-bootstrap", "/etc/envoy/bootstrap", true),
+            ("envoy-extra-secret-0", "/etc/envoy/oauth/token", true),
+            ("envoy-extra-secret-1", "/etc/envoy/oauth/hmac", true),
+            ("envoy-extra-configmap-0", "/etc/envoy/lua", true),
+        ]
+    );
+    let volumes = pod["volumes"].as_array().unwrap();
+    assert_eq!(
+        volumes[2..],
+        [
+            serde_json::json!({"name": "envoy-extra-secret-0",
+                "secret": {"secretName": "oauth-token", "defaultMode": 420}}),
+            serde_json::json!({"name": "envoy-extra-secret-1",
+                "secret": {"secretName": "oauth-hmac", "defaultMode": 420}}),
+            serde_json::json!({"name": "envoy-extra-configmap-0",
+                "configMap": {"name": "lua-scripts", "defaultMode": 420}}),
+        ]
+    );
+    // The init manager writes the bootstrap; it needs none of them.
+    let init_mounts = pod["initContainers"][0]["volumeMounts"].as_array().unwrap();
+    assert_eq!(init_mounts.len(), 2, "{init_mounts:?}");
+    // A spec that breaks the rule renders nothing for the EnvoyDeployment.
+    let (objects, problems) = render_case(&fixtures().join("12-invalid-extra-volumes"));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("spec.extraVolumes[1].mountPath"),
+        "{problems:?}"
+    );
+    assert!(
+        !objects
+            .iter()
+            .any(|o| o["metadata"]["name"] == "marin3r-envoydeployment-gw")
+    );
+}
+
+#[test]
 fn the_walkthrough_envoydeployment_has_envoy_and_the_shutdown_manager_with_a_300_s_grace() {
     let (objects, problems) = render_case(&fixtures().join("02-walkthrough-shutdown-manager"));
     assert!(problems.is_empty(), "{problems:?}");
@@ -447,4 +506,249 @@ fn the_operator_walkthrough_renders() {
         ),
         find(&fixture, "Deployment", "marin3r-envoydeployment-envoy")
     );
+}
+
+fn operator_object(kind: &str, name: &str, spec: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "operator.marin3r.3scale.net/v1alpha1", "kind": kind,
+        "metadata": {"name": name, "namespace": "apps"}, "spec": spec,
+    })
+}
+
+fn envoy_config(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "marin3r.3scale.net/v1alpha1", "kind": "EnvoyConfig",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {"nodeID": name, "resources": []},
+    })
+}
+
+/// The SRE's hostile inputs ("round 3"): each used to render with exit 0. Each is now a
+/// problem naming the field (so `marin3r operator render` exits 1), and nothing is
+/// rendered for the resource it concerns; the same input without the fault renders.
+#[test]
+fn hostile_specs_are_refused_naming_the_field() {
+    let ds = |name: &str, spec: Value| operator_object("DiscoveryService", name, spec);
+    let ed = |name: &str, spec: Value| {
+        let mut s = serde_json::json!({"discoveryServiceRef": "ds", "envoyConfigRef": "ec"});
+        s.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        operator_object("EnvoyDeployment", name, s)
+    };
+    let good_ds = ds("ds", serde_json::json!({}));
+    let with_ds = |doc: Value| vec![good_ds.clone(), envoy_config("ec"), doc];
+    let long_ds = "d".repeat(56);
+    let cases: Vec<(&str, Vec<Value>, &str)> = vec![
+        (
+            "DiscoveryService name of 56 characters",
+            vec![ds(&long_ds, serde_json::json!({}))],
+            "metadata.name",
+        ),
+        (
+            "DiscoveryService name with dots",
+            vec![ds("my.ds", serde_json::json!({}))],
+            "metadata.name",
+        ),
+        (
+            "EnvoyDeployment name of 64 characters",
+            with_ds(ed(&"e".repeat(64), serde_json::json!({}))),
+            "metadata.name",
+        ),
+        (
+            "xdsServerPort = metricsPort",
+            vec![ds("ds", serde_json::json!({"xdsServerPort": 8383}))],
+            "spec.metricsPort",
+        ),
+        (
+            "metricsPort 18000, xdsServerPort moved",
+            vec![ds(
+                "ds",
+                serde_json::json!({"xdsServerPort": 19000, "metricsPort": 18000}),
+            )],
+            "spec.metricsPort",
+        ),
+        (
+            "probePort = metricsPort",
+            vec![ds("ds", serde_json::json!({"probePort": 8383}))],
+            "spec.probePort",
+        ),
+        (
+            "HPA minReplicas 0",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"replicas": {"dynamic": {"minReplicas": 0, "maxReplicas": 3}}}),
+            )),
+            "spec.replicas.dynamic.minReplicas",
+        ),
+        (
+            "liveness successThreshold 3",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"livenessProbe": {"initialDelaySeconds": 1, "timeoutSeconds": 1, "periodSeconds": 1, "successThreshold": 3, "failureThreshold": 1}}),
+            )),
+            "spec.livenessProbe.successThreshold",
+        ),
+        (
+            "memory lots",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"resources": {"limits": {"memory": "lots"}}}),
+            )),
+            "spec.resources.limits.memory",
+        ),
+        (
+            "memory -1Gi",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"resources": {"requests": {"memory": "-1Gi"}}}),
+            )),
+            "spec.resources.requests.memory",
+        ),
+        (
+            "discovery service memory lots",
+            vec![ds(
+                "ds",
+                serde_json::json!({"resources": {"limits": {"memory": "lots"}}}),
+            )],
+            "spec.resources.limits.memory",
+        ),
+        (
+            "PDB 1000%",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"podDisruptionBudget": {"minAvailable": "1000%"}}),
+            )),
+            "spec.podDisruptionBudget.minAvailable",
+        ),
+        (
+            "PDB -1",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"podDisruptionBudget": {"maxUnavailable": -1}}),
+            )),
+            "spec.podDisruptionBudget.maxUnavailable",
+        ),
+        (
+            "image with spaces",
+            with_ds(ed(
+                "e",
+                serde_json::json!({"image": "envoyproxy/envoy: v1.40.0"}),
+            )),
+            "spec.image",
+        ),
+        (
+            "discovery service image with spaces",
+            vec![ds("ds", serde_json::json!({"image": "marin3r :v1"}))],
+            "spec.image",
+        ),
+        (
+            "CA lifetime 0s",
+            vec![ds(
+                "ds",
+                serde_json::json!({"pkiConfg": {"rootCertificateAuthority": {"secretName": "a", "duration": "0s"}, "serverCertificate": {"secretName": "b", "duration": "2160h"}}}),
+            )],
+            "spec.pkiConfg.rootCertificateAuthority.duration",
+        ),
+        (
+            "server lifetime 1s",
+            vec![ds(
+                "ds",
+                serde_json::json!({"pkiConfg": {"rootCertificateAuthority": {"secretName": "a", "duration": "26280h"}, "serverCertificate": {"secretName": "b", "duration": "1s"}}}),
+            )],
+            "spec.pkiConfg.serverCertificate.duration",
+        ),
+        (
+            "CA lifetime 292 years",
+            vec![ds(
+                "ds",
+                serde_json::json!({"pkiConfg": {"rootCertificateAuthority": {"secretName": "a", "duration": "2562047h"}, "serverCertificate": {"secretName": "b", "duration": "2160h"}}}),
+            )],
+            "spec.pkiConfg.rootCertificateAuthority.duration",
+        ),
+        (
+            "client lifetime 1s",
+            with_ds(ed("e", serde_json::json!({"duration": "1s"}))),
+            "spec.duration",
+        ),
+        (
+            "unknown field replicas.statik",
+            with_ds(ed("e", serde_json::json!({"replicas": {"statik": 2}}))),
+            "spec.replicas.statik",
+        ),
+        (
+            "unknown field in a DiscoveryService",
+            vec![ds("ds", serde_json::json!({"replica": 2}))],
+            "spec.replica",
+        ),
+    ];
+    for (case, docs, field) in cases {
+        let rendered = render(&docs, &images());
+        assert!(
+            rendered
+                .problems
+                .iter()
+                .any(|p| p.contains(&format!("{field}: "))),
+            "{case}: {:?}",
+            rendered.problems
+        );
+        // Nothing is rendered for the refused resource: a refused DiscoveryService gives
+        // no object at all, a refused EnvoyDeployment no envoy-deployment object.
+        let refused_component = if docs.len() == 1 {
+            "discovery-service"
+        } else {
+            "envoy-deployment"
+        };
+        let leaked: Vec<&Value> = rendered
+            .objects
+            .iter()
+            .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == refused_component)
+            .collect();
+        assert!(leaked.is_empty(), "{case}: {leaked:?}");
+    }
+    // Control: the well-formed neighbours render without a problem.
+    let fine = render(
+        &with_ds(ed(
+            &"e".repeat(63),
+            serde_json::json!({"replicas": {"dynamic": {"minReplicas": 1, "maxReplicas": 3}}}),
+        )),
+        &images(),
+    );
+    assert!(fine.problems.is_empty(), "{:?}", fine.problems);
+    let fine = render(&[ds(&"d".repeat(55), serde_json::json!({}))], &images());
+    assert!(fine.problems.is_empty(), "{:?}", fine.problems);
+}
+
+/// The same object twice in the input is refused the second time (it was printed twice).
+#[test]
+fn the_same_object_given_twice_is_refused() {
+    let ds = operator_object("DiscoveryService", "ds", serde_json::json!({}));
+    let ed = operator_object(
+        "EnvoyDeployment",
+        "e",
+        serde_json::json!({"discoveryServiceRef": "ds", "envoyConfigRef": "ec"}),
+    );
+    let docs = [
+        ds.clone(),
+        envoy_config("ec"),
+        ed.clone(),
+        ed,
+        ds,
+        envoy_config("ec"),
+    ];
+    let rendered = render(&docs, &images());
+    assert_eq!(
+        rendered.problems,
+        [
+            "document 4 (EnvoyDeployment e): EnvoyDeployment apps/e is already defined by document 3; the same object given twice is refused",
+            "document 5 (DiscoveryService ds): DiscoveryService apps/ds is already defined by document 1; the same object given twice is refused",
+            "document 6 (EnvoyConfig ec): EnvoyConfig apps/ec is already defined by document 2; the same object given twice is refused",
+        ]
+    );
+    let deployments = rendered
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .count();
+    assert_eq!(deployments, 2, "one per object, not per document");
 }

@@ -76,6 +76,39 @@ fn signed_valid_for(
         .collect()
 }
 
+/// `marin3r_certificate_expiration_timestamp_seconds` of every DiscoveryServiceCertificate
+/// (`certificate="discoveryservicecertificate/<namespace>/<name>"`), from the `notAfter`
+/// its status is written with; the series goes with the object. One set per process
+/// (every namespace's controller feeds it); `crate::serve` registers it.
+pub static ISSUED: std::sync::LazyLock<marin3r_process::IssuedCertificates> =
+    std::sync::LazyLock::new(marin3r_process::IssuedCertificates::default);
+
+const KIND: &str = "DiscoveryServiceCertificate";
+
+/// Updates [`ISSUED`] for `namespace/name`, whose status is now `status`, and drops the
+/// series of the objects of `namespace` no longer in `live`.
+fn observe_expiry(
+    namespace: &str,
+    name: &str,
+    status: &marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificateStatus,
+    live: &[Arc<Lenient<DiscoveryServiceCertificate>>],
+) {
+    match &status.not_after {
+        Some(t) => ISSUED.set(KIND, namespace, name, t.0.as_second()),
+        None => ISSUED.remove(KIND, namespace, name),
+    }
+    // Only this namespace: with one controller per watched namespace, `live` holds the
+    // objects of this one.
+    ISSUED.retain(KIND, |ns, n| {
+        ns != namespace
+            || live.iter().any(|d| {
+                d.meta().namespace.as_deref() == Some(ns)
+                    && d.meta().name.as_deref() == Some(n)
+                    && d.meta().deletion_timestamp.is_none()
+            })
+    });
+}
+
 /// What the reconciler reads and writes.
 pub struct Context {
     pub client: Client,
@@ -114,6 +147,7 @@ pub async fn reconcile_at(
         }
     };
     if dsc.metadata.deletion_timestamp.is_some() {
+        ISSUED.remove(KIND, &namespace, &name);
         // Its Secret is garbage collected through its owner reference.
         return Ok(Action::await_change());
     }
@@ -190,6 +224,7 @@ pub async fn reconcile_at(
         &plan.status,
     )
     .await?;
+    observe_expiry(&namespace, &name, &plan.status, &all);
     Ok(match plan.requeue {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
@@ -279,6 +314,66 @@ mod tests {
 
     fn server() -> DiscoveryServiceCertificate {
         leaf("marin3r-server-cert-instance", NS, 10 * 3600)
+    }
+
+    #[test]
+    fn an_issued_certificate_expiry_is_shown_until_its_object_goes() {
+        use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificateStatus;
+        let mut registry = prometheus_client::registry::Registry::default();
+        ISSUED.register(&mut registry);
+        let text = || {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+            out
+        };
+        // A namespace of this test only (ISSUED is the process's).
+        let ns = "observe-expiry-test";
+        let lenient = |d: DiscoveryServiceCertificate| Arc::new(Lenient::Valid(d));
+        let (a, b) = (leaf("a", ns, 3600), leaf("b", ns, 3600));
+        let elsewhere = leaf("c", "observe-expiry-other", 3600);
+        let status = |secs: u64| DiscoveryServiceCertificateStatus {
+            not_after: Some(marin3r_kube::time::time(
+                SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+            )),
+            ..DiscoveryServiceCertificateStatus::default()
+        };
+        let all = vec![lenient(a), lenient(b), lenient(elsewhere)];
+        observe_expiry(ns, "a", &status(1_000), &all);
+        observe_expiry(ns, "b", &status(2_000), &all);
+        observe_expiry("observe-expiry-other", "c", &status(3_000), &all);
+        let series = |name: &str, value: u64| {
+            format!(
+                "marin3r_certificate_expiration_timestamp_seconds{{certificate=\"discoveryservicecertificate/{name}\"}} {value}"
+            )
+        };
+        let out = text();
+        for line in [
+            series("observe-expiry-test/a", 1_000),
+            series("observe-expiry-test/b", 2_000),
+            series("observe-expiry-other/c", 3_000),
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+        // `b` deleted (no reconcile sees it go): gone at the next reconcile of its
+        // namespace; the other namespace's series stays.
+        let left = vec![all[0].clone()];
+        observe_expiry(ns, "a", &status(1_500), &left);
+        let out = text();
+        assert!(
+            out.lines()
+                .any(|l| l == series("observe-expiry-test/a", 1_500)),
+            "{out}"
+        );
+        assert!(!out.contains("observe-expiry-test/b"), "{out}");
+        assert!(out.contains("observe-expiry-other/c"), "{out}");
+        // No certificate (any more): no series.
+        observe_expiry(
+            ns,
+            "a",
+            &DiscoveryServiceCertificateStatus::default(),
+            &left,
+        );
+        assert!(!text().contains("observe-expiry-test/a"));
     }
 
     #[test]
