@@ -29,7 +29,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -404,6 +404,11 @@ fn check_object(obj: &Value) -> Result<(), String> {
             checked::<CustomResourceDefinition>(obj)
         }
         ("scheduling.k8s.io/v1", "PriorityClass") => checked::<PriorityClass>(obj),
+        // The dashboards of manifests/observability.
+        ("v1", "ConfigMap") => checked::<ConfigMap>(obj),
+        // Prometheus Operator objects of manifests/observability: no Rust types; their
+        // fields are checked by manifests/tests/observability.rs (and `promtool check rules`).
+        ("monitoring.coreos.com/v1", "PodMonitor" | "PrometheusRule") => Ok(()),
         ("cert-manager.io/v1", _) => check_cert_manager(obj),
         ("marin3r.3scale.net/v1alpha1", "EnvoyConfig") => {
             strict::<marin3r_envoyconfig::envoyconfig::EnvoyConfig>(obj)?;
@@ -782,6 +787,9 @@ fn the_mutating_webhook_is_spec_1_1_field_by_field() {
     let webhooks = config.webhooks.unwrap();
     assert_eq!(webhooks.len(), 1);
     let w = &webhooks[0];
+    // Upstream MARIN3R's name (the API server quotes it in errors users match).
+    assert_eq!(w.name, marin3r_wire::webhook_names::SIDECAR_INJECTOR);
+    assert_eq!(w.name, "sidecar-injector.marin3r.3scale.net");
     // Trigger: Pod CREATE.
     let rules = w.rules.as_ref().unwrap();
     assert_eq!(rules.len(), 1);
@@ -818,6 +826,10 @@ fn the_mutating_webhook_is_spec_1_1_field_by_field() {
     assert_eq!(w.side_effects, "None");
     assert_eq!(w.admission_review_versions, ["v1"]);
     assert_eq!(w.reinvocation_policy.as_deref(), Some("Never"));
+    assert_eq!(
+        w.timeout_seconds,
+        Some(marin3r_wire::webhook_names::SIDECAR_INJECTOR_TIMEOUT_SECONDS)
+    );
     assert_eq!(w.timeout_seconds, Some(5));
     // Path /pod-v1-mutate on the webhook's HTTPS port 9443, behind Service port 443.
     assert!(w.client_config.url.is_none());
@@ -841,6 +853,7 @@ fn the_validating_webhooks_check_envoyconfig_and_envoydeployment_creates_and_upd
     let expected = [
         (
             "marin3r-envoyconfig-validator",
+            marin3r_wire::webhook_names::ENVOYCONFIG,
             "marin3r.3scale.net",
             "envoyconfigs",
             marin3r_webhook::server::VALIDATE_ENVOYCONFIG_PATH,
@@ -848,6 +861,7 @@ fn the_validating_webhooks_check_envoyconfig_and_envoydeployment_creates_and_upd
         ),
         (
             "marin3r-envoydeployment-validator",
+            marin3r_wire::webhook_names::ENVOYDEPLOYMENT,
             "operator.marin3r.3scale.net",
             "envoydeployments",
             marin3r_webhook::server::VALIDATE_ENVOYDEPLOYMENT_PATH,
@@ -858,12 +872,21 @@ fn the_validating_webhooks_check_envoyconfig_and_envoydeployment_creates_and_upd
         of_kind(objs, "ValidatingWebhookConfiguration").count(),
         expected.len()
     );
-    for (name, group, resource, path, crd_name) in expected {
+    // Upstream MARIN3R's names, spelled out: a change to the constants fails here too.
+    assert_eq!(
+        expected.map(|e| e.1),
+        [
+            "envoyconfig.marin3r.3scale.net-v1alpha1",
+            "envoydeployment.operator.marin3r.3scale.net"
+        ]
+    );
+    for (name, webhook_name, group, resource, path, crd_name) in expected {
         let raw = find(objs, "ValidatingWebhookConfiguration", name);
         let config: ValidatingWebhookConfiguration = strict(raw).unwrap();
         let webhooks = config.webhooks.unwrap();
         assert_eq!(webhooks.len(), 1);
         let w = &webhooks[0];
+        assert_eq!(w.name, webhook_name);
         let rules = w.rules.as_ref().unwrap();
         assert_eq!(rules.len(), 1);
         let rule = serde_json::to_value(&rules[0]).unwrap();

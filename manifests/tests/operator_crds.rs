@@ -238,6 +238,9 @@ const EXPECTED: [Expect; 3] = [
         kind: "EnvoyDeployment",
         diffs: &[
             "(root): required {} != {\"spec\"}",
+            // Extra Secret/ConfigMap volumes for Envoy (upstream issue #218), the rule of
+            // the sidecar annotations (marin3r_sidecar::extra_volumes).
+            "spec.extraVolumes: not upstream",
             "status.conditions: not upstream",
             "status.observedGeneration: not upstream",
         ],
