@@ -1,8 +1,13 @@
 # syntax=docker/dockerfile:1
-# The `marin3r` image: every subcommand (webhook, discovery-service, init-manager,
-# shutdown-manager, …) in one static-ish binary on distroless, running as non-root.
+# The `marin3r` image for users with Docker: every subcommand (webhook, discovery-service,
+# init-manager, shutdown-manager, …) in one binary on distroless cc, running as non-root.
 #
 #   docker build -t quay.io/marin3r-rs/marin3r:v0.1.0 .
+#
+# Without Docker or a registry, `scripts/image` builds the same image from Debian packages
+# (docs/install.md). Both follow image/contents.env (user, entrypoint, binaries, base
+# packages); manifests/tests/image.rs fails when this file drifts from it. The runtime stage
+# may only COPY the binaries and set USER and ENTRYPOINT.
 
 FROM rust:1.95-bookworm AS builder
 # The build needs nothing but cargo (the Envoy type registry is committed under
@@ -12,8 +17,8 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p marin3r \
-    && install -m 0755 target/release/marin3r /marin3r \
-    && install -m 0755 target/release/marin3r-shutdown-manager /marin3r-shutdown-manager
+    && install -s -m 0755 target/release/marin3r /marin3r \
+    && install -s -m 0755 target/release/marin3r-shutdown-manager /marin3r-shutdown-manager
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /marin3r /marin3r
