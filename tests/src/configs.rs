@@ -85,6 +85,18 @@ pub fn resource(kind: &str, value: Value) -> Value {
     json!({"type": kind, "value": value})
 }
 
+/// A listener resource Envoy accepts: `GET http://127.0.0.1:port/` answers 200 `body`.
+pub fn answering_listener(port: u16, body: &str) -> Value {
+    resource("listener", http_listener("http", port, direct(body), None))
+}
+
+/// Walkthrough 2's broken listener resource: it routes to a cluster that does not exist,
+/// so every Envoy rejects it.
+pub fn rejected_listener(port: u16) -> Value {
+    let action = json!({"route": {"cluster": "does-not-exist"}});
+    resource("listener", http_listener("http", port, action, None))
+}
+
 /// A `kubernetes.io/tls` Secret manifest (YAML, base64 `data`).
 pub fn tls_secret_yaml(name: &str, cert_pem: &str, key_pem: &str) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);

@@ -23,7 +23,7 @@ use marin3r_testkit::apiserver::Outage;
 use marin3r_testkit::free_port;
 use marin3r_testkit::wait::{POLL, poll_ok};
 use marin3r_tests::Must as _;
-use marin3r_tests::configs::{UPSTREAM_TLS_TYPE, direct, http_listener, resource};
+use marin3r_tests::configs::{UPSTREAM_TLS_TYPE, answering_listener, rejected_listener, resource};
 use marin3r_tests::ha::{Fleet, FleetOptions, Traffic, api_server};
 use marin3r_tests::xds::{CONVERGE, Envoy, EnvoyExtras, XdsTarget, init_tracing, localhost};
 use serde_json::{Value, json};
@@ -36,14 +36,13 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A listener on `port` answering `body`.
 fn good(port: u16, body: &str) -> Value {
-    json!({"nodeID": NODE, "resources": [resource("listener", http_listener("http", port, direct(body), None))]})
+    json!({"nodeID": NODE, "resources": [answering_listener(port, body)]})
 }
 
 /// Walkthrough 2's broken update: the listener routes to a cluster that does not exist
 /// (every Envoy rejects it).
 fn broken(port: u16) -> Value {
-    let action = json!({"route": {"cluster": "does-not-exist"}});
-    json!({"nodeID": NODE, "resources": [resource("listener", http_listener("http", port, action, None))]})
+    json!({"nodeID": NODE, "resources": [rejected_listener(port)]})
 }
 
 /// `n` Envoys of [`NODE`] (pods `kuard-0`, …) dialing the fleet's Service, each in its

@@ -30,7 +30,9 @@ use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::http::{Method, Request};
 use marin3r_testkit::{free_port, wait_ok, wait_until};
 use marin3r_tests::Must;
-use marin3r_tests::configs::{UPSTREAM_TLS_TYPE, direct, envoy_config, http_listener, resource};
+use marin3r_tests::configs::{
+    UPSTREAM_TLS_TYPE, answering_listener, envoy_config, rejected_listener,
+};
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, get, init_tracing, localhost, metric_sum, pod_name, write_atomic,
 };
@@ -41,26 +43,13 @@ use serde_json::json;
 
 /// A config Envoy accepts: `GET http://127.0.0.1:port/` answers 200 `body`.
 fn good(node_id: &str, port: u16, body: &str) -> String {
-    envoy_config(
-        node_id,
-        vec![resource(
-            "listener",
-            http_listener("http", port, direct(body), None),
-        )],
-    )
+    envoy_config(node_id, vec![answering_listener(port, body)])
 }
 
 /// Walkthrough 2's broken update: the listener moves to `port` and routes to a cluster
 /// that does not exist (Envoy rejects the listener).
 fn broken(node_id: &str, port: u16) -> String {
-    let action = json!({"route": {"cluster": "does-not-exist"}});
-    envoy_config(
-        node_id,
-        vec![resource(
-            "listener",
-            http_listener("http", port, action, None),
-        )],
-    )
+    envoy_config(node_id, vec![rejected_listener(port)])
 }
 
 // ---------------------------------------------------------------------------------------

@@ -15,33 +15,19 @@ use marin3r_envoyconfig::envoyconfig::CacheState;
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::{free_port, wait_ok};
 use marin3r_tests::Must;
-use marin3r_tests::configs::{direct, envoy_config, http_listener, resource};
+use marin3r_tests::configs::{answering_listener, envoy_config, rejected_listener};
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, init_tracing, localhost, metric_sum, pod_name, write_atomic,
 };
-use serde_json::json;
 
 /// A config Envoy accepts: `GET http://127.0.0.1:port/` answers 200 `body`.
 fn good(node_id: &str, port: u16, body: &str) -> String {
-    envoy_config(
-        node_id,
-        vec![resource(
-            "listener",
-            http_listener("http", port, direct(body), None),
-        )],
-    )
+    envoy_config(node_id, vec![answering_listener(port, body)])
 }
 
 /// A listener Envoy rejects: it routes to a cluster that does not exist.
 fn broken(node_id: &str, port: u16) -> String {
-    let action = json!({"route": {"cluster": "does-not-exist"}});
-    envoy_config(
-        node_id,
-        vec![resource(
-            "listener",
-            http_listener("http", port, action, None),
-        )],
-    )
+    envoy_config(node_id, vec![rejected_listener(port)])
 }
 
 /// `marin3r_xdss_discovery_{kind}_total` of one pod for listeners.
