@@ -4,12 +4,11 @@
 //! reject ("Hostile input, round 3").
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 mod common;
 
-use marin3r_testkit::admission::{Review, UID};
+use marin3r_testkit::admission::Review;
 
 fn envoy_deployment(name: &str, extra: Value) -> Value {
     let mut spec = json!({"discoveryServiceRef": "discoveryservice", "envoyConfigRef": "envoy"});
@@ -24,16 +23,7 @@ fn envoy_deployment(name: &str, extra: Value) -> Value {
 }
 
 async fn admit(object: Value) -> Value {
-    let review = Review::envoy_deployment("CREATE", object, Value::Null);
-    let (status, out) = common::post(
-        common::state(),
-        marin3r_webhook::VALIDATE_ENVOYDEPLOYMENT_PATH,
-        review.bytes(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{out}");
-    assert_eq!(out["response"]["uid"], UID);
-    out["response"].clone()
+    common::admit_envoy_deployment(Review::envoy_deployment("CREATE", object, Value::Null)).await
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::state;
+use common::{admit_envoy_deployment, state};
 use marin3r_testkit::admission::{Review, UID};
 use marin3r_webhook::server::{VALIDATION_WAIT, ValidationSlots};
 use marin3r_webhook::{AppState, MAX_BODY_BYTES, VALIDATE_ENVOYCONFIG_PATH};
@@ -627,18 +627,6 @@ fn envoy_deployment(spec: Value) -> Value {
         "metadata": {"name": "envoy", "namespace": "default"},
         "spec": spec,
     })
-}
-
-async fn admit_envoy_deployment(review: Review) -> Value {
-    let (status, out) = common::post(
-        state(),
-        marin3r_webhook::VALIDATE_ENVOYDEPLOYMENT_PATH,
-        review.bytes(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{out}");
-    assert_eq!(out["response"]["uid"], UID);
-    out["response"].clone()
 }
 
 #[tokio::test]

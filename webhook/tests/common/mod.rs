@@ -46,6 +46,20 @@ pub async fn post(state: Arc<AppState>, path: &str, body: Vec<u8>) -> (StatusCod
     (status, serde_json::from_slice(&bytes).unwrap())
 }
 
+/// POSTs an EnvoyDeployment `review` to the EnvoyDeployment validation path; the answer
+/// must be 200 with the review's uid. Returns its `response`.
+pub async fn admit_envoy_deployment(review: Review) -> Value {
+    let (status, out) = post(
+        state(),
+        marin3r_webhook::VALIDATE_ENVOYDEPLOYMENT_PATH,
+        review.bytes(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["response"]["uid"], marin3r_testkit::admission::UID);
+    out["response"].clone()
+}
+
 /// A Pod with the injection label and the one required annotation (node-id `kuard`).
 pub fn labelled_pod() -> Value {
     json!({
