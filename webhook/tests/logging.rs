@@ -2,9 +2,6 @@
 //! `message` each.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use serde_json::json;
 
 mod common;
@@ -12,22 +9,9 @@ mod common;
 use marin3r_webhook::MUTATE_PATH;
 use marin3r_webhook::logging::MAX_LOGGED_BYTES;
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_denial_of_a_huge_annotation_logs_a_bounded_line_with_one_message() {
-    let buf = Buf::default();
+    let buf = common::LogBuf::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .json()
@@ -44,7 +28,7 @@ async fn a_denial_of_a_huge_annotation_logs_a_bounded_line_with_one_message() {
     let (_, out) = common::post(common::state(), MUTATE_PATH, body).await;
     assert_eq!(out["response"]["allowed"], false);
 
-    let logged = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let logged = buf.text();
     let denial = logged
         .lines()
         .find(|l| l.contains("denied pod"))

@@ -5,28 +5,12 @@
 //! base64. The denial still names each field.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use serde_json::{Value, json};
 
 mod common;
 
 use marin3r_testkit::admission::Review;
 use marin3r_webhook::VALIDATE_ENVOYCONFIG_PATH;
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(data);
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// A recognisable (not real) PEM private key of 26 lines.
 fn pem() -> String {
@@ -64,7 +48,7 @@ fn echo() -> Value {
 
 #[tokio::test]
 async fn denials_and_their_log_lines_never_show_sensitive_values() {
-    let buf = Buf::default();
+    let buf = common::LogBuf::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -104,7 +88,7 @@ async fn denials_and_their_log_lines_never_show_sensitive_values() {
         .as_str()
         .unwrap()
         .to_string();
-    let logged = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let logged = buf.text();
     assert!(
         logged.contains("denied"),
         "the denial is logged: {logged:?}"

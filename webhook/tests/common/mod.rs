@@ -25,6 +25,28 @@ pub fn state_with(defaults: Defaults) -> Arc<AppState> {
     Arc::new(AppState::new(defaults, Arc::new(Metrics::new())))
 }
 
+/// An in-memory log: a `tracing_subscriber` writer (`with_writer(move || log.clone())`)
+/// whose lines a test reads back with [`LogBuf::text`].
+#[derive(Clone, Default)]
+pub struct LogBuf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogBuf {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub fn state() -> Arc<AppState> {
     state_with(Defaults::default())
 }
