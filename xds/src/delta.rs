@@ -57,7 +57,11 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as DeltaResource,
 };
+use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 
+use crate::csds::{
+    ClientView, ResourceLog, ViewInput, absent_config, nack_message, resource_config,
+};
 use crate::events::StreamEvent;
 use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
@@ -86,7 +90,8 @@ const UNKNOWN_VERSION: &str = "";
 struct InFlight {
     nonce: String,
     version: String,
-    resources: BTreeSet<String>,
+    /// Resources sent: name → digest.
+    resources: BTreeMap<String, u64>,
     removed: BTreeSet<String>,
 }
 
@@ -107,6 +112,8 @@ struct TypeState {
     /// type again. A type version is the hash of its resources' names and digests, so
     /// the same version means the same resources.
     synced: Option<String>,
+    /// Per resource: what the client runs, was sent, rejected (client status).
+    log: ResourceLog,
 }
 
 impl TypeState {
@@ -408,6 +415,7 @@ impl DeltaStream {
             state.owed = false;
             state.synced = Some(ts.version().to_string());
             state.nack.on_sent(ts.version());
+            state.log.sent_delta(&send, &removed);
             let mut resources = Vec::with_capacity(send.len());
             for r in &send {
                 let version = version_string(r.digest);
@@ -429,7 +437,7 @@ impl DeltaStream {
             state.in_flight.push_back(InFlight {
                 nonce: nonce.clone(),
                 version: ts.version().to_string(),
-                resources: send.iter().map(|r| r.name.clone()).collect(),
+                resources: send.iter().map(|r| (r.name.clone(), r.digest)).collect(),
                 removed: removed.clone(),
             });
             while state.in_flight.len() > MAX_IN_FLIGHT {
@@ -475,10 +483,12 @@ fn apply_changes(state: &mut TypeState, req: &DeltaDiscoveryRequest) -> bool {
             state.subscription.wildcard = false;
             let names = &state.subscription.names;
             state.client.retain(|n, _| names.contains(n));
+            state.log.retain(|n| names.contains(n));
         } else {
             state.subscription.names.remove(name);
             if !state.subscription.wildcard {
                 state.client.remove(name);
+                state.log.remove(name);
             }
         }
     }
@@ -510,6 +520,19 @@ fn answer(
         now,
         config,
     );
+    let later_in_flight = |name: &str| {
+        state
+            .in_flight
+            .iter()
+            .any(|f| f.resources.contains_key(name) || f.removed.contains(name))
+    };
+    state.log.answered_delta(
+        &entry.resources,
+        &entry.removed,
+        later_in_flight,
+        nack_message(&event),
+        now,
+    );
     if req.error_detail.is_none() {
         return Some(event);
     }
@@ -521,11 +544,11 @@ fn answer(
         state
             .in_flight
             .iter()
-            .any(|f| f.resources.contains(name) || f.removed.contains(name))
+            .any(|f| f.resources.contains_key(name) || f.removed.contains(name))
     };
     let resend: Vec<String> = entry
         .resources
-        .iter()
+        .keys()
         .filter(|n| !later(n))
         .cloned()
         .collect();
@@ -540,6 +563,39 @@ fn answer(
     }
     state.synced = None;
     Some(event)
+}
+
+impl ClientView for DeltaStream {
+    fn generic_xds_configs(&self, input: &ViewInput<'_>) -> Vec<GenericXdsConfig> {
+        let mut out = Vec::new();
+        for (t, state) in self.types.iter() {
+            let told_absent = |name: &str| matches!(state.client.get(name), Some(None));
+            let names: BTreeSet<&str> = state
+                .log
+                .names()
+                .chain(state.subscription.names.iter().map(String::as_str))
+                .chain(
+                    state
+                        .client
+                        .keys()
+                        .map(String::as_str)
+                        .filter(|n| told_absent(n)),
+                )
+                .collect();
+            for name in names {
+                out.push(match state.log.get(name) {
+                    Some(rs) => resource_config(*t, name, rs, input),
+                    None => absent_config(
+                        *t,
+                        name,
+                        told_absent(name)
+                            .then(|| !state.in_flight.iter().any(|f| f.removed.contains(name))),
+                    ),
+                });
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

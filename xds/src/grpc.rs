@@ -8,6 +8,12 @@
 //!
 //! Everything else is what the generated code does: the two method paths, no
 //! compression, the message size limits, and `UNIMPLEMENTED` for any other path.
+//!
+//! [`CsdsServer`] is the client status service
+//! (`envoy.service.status.v3.ClientStatusDiscoveryService`) routed next to ADS on the
+//! same mTLS listener, with the same codec and limits: `FetchClientStatus` (unary) and
+//! `StreamClientStatus` (each request answered like a fetch); the answers are built by
+//! [`crate::csds::fetch`].
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -24,7 +30,13 @@ use tonic::codegen::{Body, BoxFuture, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
+use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatusResponse};
+use futures::StreamExt as _;
+use tonic::server::UnaryService;
+
+use crate::csds::{ClientStatusRegistry, Clock, CsdsError, MAX_ANSWER_BYTES, fetch};
 use crate::service::AdsService;
+use crate::snapshot::SnapshotCache;
 
 /// Largest request accepted: 4 MiB, gRPC's default (and what upstream MARIN3R's
 /// grpc-go server accepts). An Envoy request is its node (bounded by
@@ -199,19 +211,166 @@ where
                         );
                 Ok(grpc.streaming(Delta(inner), req).await)
             }),
-            _ => Box::pin(async move {
-                let mut response = http::Response::new(tonic::body::Body::default());
-                let headers = response.headers_mut();
-                headers.insert(
-                    Status::GRPC_STATUS,
-                    http::HeaderValue::from(tonic::Code::Unimplemented as i32),
-                );
-                headers.insert(
-                    http::header::CONTENT_TYPE,
-                    tonic::metadata::GRPC_CONTENT_TYPE,
-                );
-                Ok(response)
+            _ => unimplemented_route(),
+        }
+    }
+}
+
+/// `UNIMPLEMENTED` for a path no route serves.
+fn unimplemented_route() -> BoxFuture<http::Response<tonic::body::Body>, Infallible> {
+    Box::pin(async move {
+        let mut response = http::Response::new(tonic::body::Body::default());
+        let headers = response.headers_mut();
+        headers.insert(
+            Status::GRPC_STATUS,
+            http::HeaderValue::from(tonic::Code::Unimplemented as i32),
+        );
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            tonic::metadata::GRPC_CONTENT_TYPE,
+        );
+        Ok(response)
+    })
+}
+
+/// The client status service as a tonic route
+/// (`envoy.service.status.v3.ClientStatusDiscoveryService`), answering for the ADS
+/// streams of this replica.
+#[derive(Debug, Clone)]
+pub struct CsdsServer {
+    inner: Arc<CsdsInner>,
+}
+
+#[derive(Debug)]
+struct CsdsInner {
+    registry: ClientStatusRegistry,
+    cache: SnapshotCache,
+}
+
+impl CsdsServer {
+    /// The status of the streams of `service`.
+    pub fn new(service: &AdsService) -> Self {
+        Self {
+            inner: Arc::new(CsdsInner {
+                registry: service.client_status().clone(),
+                cache: service.cache().clone(),
             }),
+        }
+    }
+
+    fn answer(&self, req: &ClientStatusRequest) -> Result<ClientStatusResponse, Status> {
+        fetch(
+            &self.inner.registry,
+            &self.inner.cache,
+            req,
+            Clock::now(),
+            MAX_ANSWER_BYTES,
+        )
+        .map_err(csds_status)
+    }
+
+    /// [`Self::answer`] off the async workers: a fleet-wide answer locks and reads
+    /// every stream's state machine in turn (milliseconds at 10,000 streams), which
+    /// must not stall the ADS streams served by the same workers.
+    async fn answer_blocking(
+        &self,
+        req: ClientStatusRequest,
+    ) -> Result<ClientStatusResponse, Status> {
+        let server = self.clone();
+        tokio::task::spawn_blocking(move || server.answer(&req))
+            .await
+            .map_err(|e| Status::internal(format!("client status query: {e}")))?
+    }
+}
+
+/// The gRPC status of a refused query.
+fn csds_status(e: CsdsError) -> Status {
+    match &e {
+        CsdsError::InvalidMatcher { .. } => Status::invalid_argument(e.to_string()),
+        CsdsError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+    }
+}
+
+impl NamedService for CsdsServer {
+    const NAME: &'static str = "envoy.service.status.v3.ClientStatusDiscoveryService";
+}
+
+const CSDS_FETCH_PATH: &str =
+    "/envoy.service.status.v3.ClientStatusDiscoveryService/FetchClientStatus";
+const CSDS_STREAM_PATH: &str =
+    "/envoy.service.status.v3.ClientStatusDiscoveryService/StreamClientStatus";
+
+struct CsdsFetch(CsdsServer);
+
+impl UnaryService<ClientStatusRequest> for CsdsFetch {
+    type Response = ClientStatusResponse;
+    type Future = BoxFuture<Response<ClientStatusResponse>, Status>;
+
+    fn call(&mut self, request: Request<ClientStatusRequest>) -> Self::Future {
+        let server = self.0.clone();
+        Box::pin(async move {
+            server
+                .answer_blocking(request.into_inner())
+                .await
+                .map(Response::new)
+        })
+    }
+}
+
+struct CsdsStream(CsdsServer);
+
+type CsdsResponses =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<ClientStatusResponse, Status>> + Send>>;
+
+impl StreamingService<ClientStatusRequest> for CsdsStream {
+    type Response = ClientStatusResponse;
+    type ResponseStream = CsdsResponses;
+    type Future = BoxFuture<Response<CsdsResponses>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<ClientStatusRequest>>) -> Self::Future {
+        let server = self.0.clone();
+        Box::pin(async move {
+            // One answer per request, in order; a refused query answers with its status
+            // and ends the stream (as gRPC does for any error).
+            let answers = request.into_inner().then(move |req| {
+                let server = server.clone();
+                async move { server.answer_blocking(req?).await }
+            });
+            Ok(Response::new(Box::pin(answers) as CsdsResponses))
+        })
+    }
+}
+
+impl<B> Service<http::Request<B>> for CsdsServer
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let server = self.clone();
+        let grpc = || {
+            Grpc::new(AdsCodec::<ClientStatusResponse, ClientStatusRequest>::default())
+                .apply_max_message_size_config(
+                    Some(MAX_DECODING_MESSAGE_SIZE),
+                    Some(MAX_ENCODING_MESSAGE_SIZE),
+                )
+        };
+        match req.uri().path() {
+            CSDS_FETCH_PATH => {
+                Box::pin(async move { Ok(grpc().unary(CsdsFetch(server), req).await) })
+            }
+            CSDS_STREAM_PATH => {
+                Box::pin(async move { Ok(grpc().streaming(CsdsStream(server), req).await) })
+            }
+            _ => unimplemented_route(),
         }
     }
 }

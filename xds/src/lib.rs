@@ -6,7 +6,9 @@
 //! node of a stream and the bounds on it ([`node`]), the events a stream reports
 //! ([`events`]), their plain aggregation for the self-healing engine ([`acknack`]), the
 //! Prometheus series ([`metrics`]), and the handle that feeds both under one lock
-//! ([`stats`]).
+//! ([`stats`]). The client status service (CSDS: per open stream, per resource, what was
+//! sent, ACKed and NACKed) reads the stream state machines through a registry
+//! ([`csds`]) and is served next to ADS ([`grpc::CsdsServer`]).
 //!
 //! It serves resources to nodes and knows nothing about EnvoyConfigs: the control plane
 //! (`marin3r-control-plane`) decides what each node gets and sets it in the
@@ -15,6 +17,7 @@
 
 pub mod acknack;
 mod connection;
+pub mod csds;
 pub mod delta;
 pub mod drain;
 pub mod events;
@@ -29,6 +32,7 @@ pub mod stats;
 pub mod tracking;
 
 pub use acknack::{AckNackStats, NodeNacks, PodCounts};
+pub use csds::{ClientStatusRegistry, ClientView};
 pub use delta::{DeltaOutcome, DeltaStream};
 pub use drain::{SHUTTING_DOWN, close_offset};
 pub use events::{Api, StreamEvent};

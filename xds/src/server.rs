@@ -25,7 +25,7 @@ use tower::ServiceExt as _;
 use crate::AdsConfig;
 use crate::connection::Registry;
 use crate::drain::{self, CloseReason, DrainPlan};
-pub use crate::grpc::AdsServer;
+pub use crate::grpc::{AdsServer, CsdsServer};
 pub use crate::service::AdsService;
 
 /// TLS handshakes that take longer are dropped (slow or stuck clients).
@@ -173,7 +173,10 @@ pub async fn serve_ads(
         preface_timeout: config.preface_timeout,
         max_age: config.max_connection_age,
         close_grace: config.shutdown_grace,
+        // The client status service shares the listener (and its client-certificate
+        // rules) with ADS, and answers for this replica's streams.
         routes: Routes::new(health_service)
+            .add_service(CsdsServer::new(&service))
             .add_service(AdsServer::new(service))
             .prepare(),
         registry: Arc::default(),

@@ -6,7 +6,7 @@
 //! when the server closes its connection ([`crate::drain`]: shutdown, max age).
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::connection::{AdsStream, ConnectionHandle, closed};
+use crate::csds::{ClientNode, ClientStatusRegistry, ClientView, Registration, SharedView, lock};
 use crate::drain::CloseReason;
 use crate::events::Api;
 use crate::metrics::StreamCounters;
@@ -39,7 +40,7 @@ const STREAM_BUFFER: usize = 16;
 type Item<R> = Box<Result<R, Status>>;
 
 /// One ADS flavour (SotW or Delta) as the shell sees it.
-trait Protocol: Send + 'static {
+trait Protocol: ClientView + Send + 'static {
     type Req: Send + 'static;
     type Resp: Send + 'static;
     const API: Api;
@@ -117,12 +118,14 @@ impl Protocol for DeltaStream {
     }
 }
 
-/// The ADS service: snapshots come from the cache, ACK/NACKs go to the stats.
+/// The ADS service: snapshots come from the cache, ACK/NACKs go to the stats, and
+/// each stream that sent its node is in the client status registry while it is open.
 #[derive(Debug, Clone)]
 pub struct AdsService {
     cache: SnapshotCache,
     stats: SharedStats,
     pub(crate) config: AdsConfig,
+    client_status: ClientStatusRegistry,
 }
 
 /// How many bytes of a client-chosen value a log line carries.
@@ -134,7 +137,18 @@ impl AdsService {
             cache,
             stats,
             config,
+            client_status: ClientStatusRegistry::new(),
         }
+    }
+
+    /// The open streams, for the client status service ([`crate::grpc::CsdsServer`]).
+    pub fn client_status(&self) -> &ClientStatusRegistry {
+        &self.client_status
+    }
+
+    /// The snapshots served.
+    pub fn cache(&self) -> &SnapshotCache {
+        &self.cache
     }
 
     /// The connection a request came on (`None` outside [`crate::server`], e.g. a test
@@ -150,7 +164,7 @@ impl AdsService {
 
     fn spawn_stream<P: Protocol>(
         &self,
-        mut proto: P,
+        proto: P,
         mut inbound: Streaming<P::Req>,
         conn: Option<ConnectionHandle>,
     ) -> BoxStream<P::Resp> {
@@ -158,11 +172,17 @@ impl AdsService {
         let cache = self.cache.clone();
         let stats = self.stats.clone();
         let send_timeout = self.config.stream_send_timeout;
+        let registry = self.client_status.clone();
+        // Shared with the client status registry once the node is known; locked by this
+        // task for each call (uncontended but for a status query reading it).
+        let proto = Arc::new(Mutex::new(proto));
         // The stream ends when the server closes its connection; it counts as an open ADS
         // stream of it from here (while the connection serves this request) to its end.
         let mut open = conn.as_ref().map(ConnectionHandle::ads_stream);
         tokio::spawn(async move {
             let mut node: Option<(NodeInfo, StreamId)> = None;
+            // Leaves the registry when the task ends, on every path.
+            let mut _registration: Option<Registration> = None;
             let mut counters = StreamCounters::default();
             let mut snapshots: Option<watch::Receiver<Arc<Snapshot>>> = None;
             // Until the stream names its node, it is held like an unpublished node.
@@ -172,7 +192,7 @@ impl AdsService {
                     .map_or_else(|| empty.clone(), |r| r.borrow().clone())
             };
             'stream: loop {
-                let timer = proto.next_timer();
+                let timer = lock(&proto).next_timer();
                 let outcome = tokio::select! {
                     reason = closing(&mut open) => {
                         let _ = tx.try_send(Box::new(Err(Status::unavailable(reason.message()))));
@@ -186,16 +206,23 @@ impl AdsService {
                                 let _ = tx.try_send(Box::new(Err(Status::invalid_argument(refused.to_string()))));
                                 break;
                             }
-                            if node.is_none()
-                                && let Some(info) = proto.observe_node(P::node_of(&req))
-                            {
+                            let learned = if node.is_none() {
+                                lock(&proto).observe_node(P::node_of(&req))
+                            } else {
+                                None
+                            };
+                            if let Some(info) = learned {
                                 let id = stats.stream_opened(&info, P::API);
                                 tracing::info!(node_id = %info.id, pod_name = %info.pod_name, stream_id = %id, api = P::API.as_str(), "stream opened");
                                 snapshots = Some(cache.subscribe(&info.id));
+                                if let Some(n) = P::node_of(&req) {
+                                    let view: SharedView = proto.clone();
+                                    _registration = Some(registry.register(id, ClientNode::from_node(n, P::API), view));
+                                }
                                 node = Some((info, id));
                             }
                             let snap = current(&snapshots);
-                            proto.handle_request(req, &snap, Instant::now())
+                            lock(&proto).handle_request(req, &snap, Instant::now())
                         }
                         Ok(None) => break,
                         Err(status) => {
@@ -216,7 +243,7 @@ impl AdsService {
                             break;
                         }
                         let snap = snapshots.as_mut().map_or_else(|| empty.clone(), |rx| rx.borrow_and_update().clone());
-                        let out = proto.handle_snapshot(&snap, Instant::now());
+                        let out = lock(&proto).handle_snapshot(&snap, Instant::now());
                         if let Some(published) = snap.published_at() {
                             let latency = published.elapsed();
                             for r in &out.responses {
@@ -229,7 +256,7 @@ impl AdsService {
                     },
                     () = sleep_until_opt(timer) => {
                         let snap = current(&snapshots);
-                        proto.poll_timers(&snap, Instant::now())
+                        lock(&proto).poll_timers(&snap, Instant::now())
                     },
                 };
                 stats.record_stream(

@@ -56,7 +56,11 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 
+use crate::csds::{
+    ClientView, ResourceLog, ViewInput, absent_config, nack_message, resource_config,
+};
 use crate::events::StreamEvent;
 use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
@@ -184,6 +188,8 @@ struct TypeState {
     subscription: Subscription,
     sent: Option<Sent>,
     nack: NackState,
+    /// Per resource: what the client runs, was sent, rejected (client status).
+    log: ResourceLog,
 }
 
 /// One ADS state-of-the-world stream.
@@ -279,14 +285,18 @@ impl SotwStream {
                 } else {
                     if !sent.answered {
                         sent.answered = true;
-                        out.events.push(state.nack.answer(
+                        let event = state.nack.answer(
                             &self.node,
                             t,
                             sent.version.clone(),
                             req.error_detail.as_ref(),
                             now,
                             &self.config,
-                        ));
+                        );
+                        state
+                            .log
+                            .answered_sotw(&sent.version, nack_message(&event), now);
+                        out.events.push(event);
                     }
                     let requested =
                         Subscription::from_sotw(t, &req.resource_names, Some(&state.subscription));
@@ -294,6 +304,7 @@ impl SotwStream {
                         // Unsubscribed: the client dropped what it held, so subscribing
                         // again to the very same names must be answered.
                         sent.subscription = Subscription::default();
+                        state.log = ResourceLog::default();
                     }
                     let changed = requested != sent.subscription && !requested.is_empty();
                     state.subscription = requested;
@@ -316,6 +327,7 @@ impl SotwStream {
                         subscription,
                         sent: None,
                         nack: NackState::default(),
+                        log: ResourceLog::default(),
                     },
                 );
                 Some(t)
@@ -386,9 +398,9 @@ impl SotwStream {
                 continue;
             };
             state.nack.on_sent(ts.version());
-            let resources = state
-                .subscription
-                .select(ts)
+            let selected = state.subscription.select(ts);
+            state.log.sent_sotw(&selected);
+            let resources = selected
                 .into_iter()
                 .map(crate::snapshot::wire_any)
                 .collect();
@@ -409,6 +421,34 @@ impl SotwStream {
             });
         }
         responses
+    }
+}
+
+impl ClientView for SotwStream {
+    fn generic_xds_configs(&self, input: &ViewInput<'_>) -> Vec<GenericXdsConfig> {
+        let mut out = Vec::new();
+        for (t, state) in self.types.iter() {
+            let names: BTreeSet<&str> = state
+                .log
+                .names()
+                .chain(state.subscription.names.iter().map(String::as_str))
+                .collect();
+            for name in names {
+                out.push(match state.log.get(name) {
+                    Some(rs) => resource_config(*t, name, rs, input),
+                    None => absent_config(
+                        *t,
+                        name,
+                        state
+                            .sent
+                            .as_ref()
+                            .filter(|s| s.subscription.covers(name))
+                            .map(|s| s.answered),
+                    ),
+                });
+            }
+        }
+        out
     }
 }
 

@@ -142,6 +142,17 @@ pub(crate) fn check_names(
     })
 }
 
+/// A NACK message as the server keeps and shows it (the ACK/NACK statistics, the
+/// client status service, `/status`, a taint reason, a log): Envoy's message may quote
+/// the rejected config, so key material in it is redacted first (one rule with the
+/// decoder's errors: `marin3r_envoyconfig::sensitive::redact_pem`), then the first
+/// [`MAX_NACK_MESSAGE_BYTES`](crate::acknack::MAX_NACK_MESSAGE_BYTES) are kept (cut at a
+/// character boundary): what a client can make the server hold per NACK stays small.
+pub fn stored_nack_message(message: &str) -> String {
+    let redacted = marin3r_envoyconfig::sensitive::redact_pem(message);
+    crate::node::log_prefix(&redacted, crate::acknack::MAX_NACK_MESSAGE_BYTES).to_string()
+}
+
 /// The node of one stream.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct StreamNode(Option<NodeInfo>);
@@ -230,10 +241,7 @@ impl NackState {
             pod_name,
             resource_type: t,
             version,
-            // Envoy's message may quote the rejected config; key material in it never
-            // reaches the stats, `/status`, a taint reason or a log (one rule with the
-            // decoder's errors: `marin3r_envoyconfig::sensitive::redact_pem`).
-            message: marin3r_envoyconfig::sensitive::redact_pem(&status.message).into_owned(),
+            message: stored_nack_message(&status.message),
         }
     }
 
