@@ -629,9 +629,7 @@ async fn endpoint_slices_become_a_cluster_load_assignment() {
 
     // A pod is added behind the Service: the slice changes and the revision follows.
     let scaled = slice("kuard-abc", &["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
-    world.put_slice(&scaled);
-    let changed: k8s_openapi::api::discovery::v1::EndpointSlice =
-        serde_json::from_value(scaled).unwrap();
+    let changed = world.put_slice(&scaled);
     assert_eq!(
         marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changed),
         [ObjectRef::new(&name).within("default")]
@@ -783,4 +781,435 @@ async fn a_second_envoyconfig_for_the_same_node_is_refused() {
     assert!(c["message"].as_str().unwrap().contains("default/kuard"));
     assert_eq!(listener_version(&world), served);
     let _: &EnvoyConfigRevision = world.revision(&name).valid().unwrap();
+}
+
+// ------------------------------------------------------------------- EndpointSlice churn
+
+/// An EnvoyConfig generating the endpoints of cluster `node` from the slices labelled
+/// `app=<app>`.
+fn eds_spec(node: &str, app: &str) -> Value {
+    json!({"nodeID": node, "resources": [{"type": "endpoint", "generateFromEndpointSlices": {
+        "clusterName": node, "targetPort": "http",
+        "selector": {"matchLabels": {"app": app}}
+    }}]})
+}
+
+/// An EndpointSlice as the API server sends it.
+fn endpoint_slice(name: &str, labels: Value, annotations: Value, rv: &str, ips: &[&str]) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "addressType": "IPv4",
+        "metadata": {"name": name, "namespace": "default", "labels": labels,
+            "annotations": annotations, "resourceVersion": rv},
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect::<Vec<_>>()
+    })
+}
+
+/// Revision `i` (the higher, the newer) of EnvoyConfig `ec`, reading the slices `app=<app>`.
+fn eds_revision(ec: &str, i: usize, app: &str) -> Value {
+    let mut spec = eds_spec(ec, app);
+    spec["version"] = json!(format!("v{i}"));
+    json!({
+        "apiVersion": "marin3r.3scale.net/v1alpha1", "kind": "EnvoyConfigRevision",
+        "metadata": {
+            "name": format!("{ec}-r{i}"), "namespace": "default", "uid": format!("{ec}-r{i}"),
+            "creationTimestamp": format!("2025-01-01T00:00:{i:02}Z"),
+            "ownerReferences": [{"apiVersion": "marin3r.3scale.net/v1alpha1", "kind": "EnvoyConfig",
+                "name": ec, "uid": format!("uid-{ec}"), "controller": true}]
+        },
+        "spec": spec
+    })
+}
+
+/// One EndpointSlice event reconciles one revision per EnvoyConfig whose selector
+/// matches its old or new labels (the elected one, the only one resolved), not every
+/// revision of every such EnvoyConfig, and nothing of the others: 100 EnvoyConfigs of 5
+/// revisions each, 10 reading the slice.
+#[tokio::test]
+async fn a_slice_event_reconciles_the_elected_revision_of_each_reader_only() {
+    let (client, _api) = mock_client();
+    let mut world = World::new(client, 5);
+    for e in 0..100 {
+        let ec = format!("ec-{e}");
+        let app = if e % 10 == 0 {
+            "kuard".to_string()
+        } else {
+            format!("app-{e}")
+        };
+        for i in 0..5 {
+            world.put_revision(&eds_revision(&ec, i, &app));
+        }
+    }
+    let changes = world.put_slice(&endpoint_slice(
+        "kuard-a",
+        json!({"app": "kuard"}),
+        json!({}),
+        "1",
+        &["10.0.0.1"],
+    ));
+    let targets =
+        marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changes);
+    let mut names: Vec<String> = targets.iter().map(|r| r.name.clone()).collect();
+    names.sort();
+    let expected: Vec<String> = (0..10).map(|e| format!("ec-{}-r4", e * 10)).collect();
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(
+        names, expected_sorted,
+        "one trigger per reading EnvoyConfig: its elected revision"
+    );
+
+    // The slice moves to another Service: the readers of the old labels drop its
+    // endpoints, the readers of the new ones get them.
+    let changes = world.put_slice(&endpoint_slice(
+        "kuard-a",
+        json!({"app": "app-55"}),
+        json!({}),
+        "2",
+        &["10.0.0.1"],
+    ));
+    let targets =
+        marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changes);
+    assert_eq!(targets.len(), 11);
+    assert!(targets.iter().any(|r| r.name == "ec-55-r4"));
+}
+
+/// The ADS side of one Envoy of `node` subscribed to EDS `node` over SotW and Delta:
+/// what the ADS shell does (`marin3r_xds::service`), without the transport: each
+/// notification of the cache is handed to the state machines, the responses are counted
+/// and ACKed.
+struct Envoy {
+    rx: tokio::sync::watch::Receiver<std::sync::Arc<marin3r_xds::Snapshot>>,
+    sotw: marin3r_xds::SotwStream,
+    delta: marin3r_xds::DeltaStream,
+}
+
+impl Envoy {
+    fn connect(world: &World, node: &str) -> Self {
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::discovery::v3::{
+            DeltaDiscoveryRequest, DiscoveryRequest,
+        };
+        let mut envoy = Self {
+            rx: world.xds().cache.subscribe(node),
+            sotw: marin3r_xds::SotwStream::new(marin3r_xds::AdsConfig::default()),
+            delta: marin3r_xds::DeltaStream::new(marin3r_xds::AdsConfig::default()),
+        };
+        let snapshot = envoy.rx.borrow_and_update().clone();
+        assert!(!snapshot.is_held(), "{node} is published");
+        let node = Node {
+            id: node.to_string(),
+            ..Node::default()
+        };
+        let type_url = ResourceType::Endpoint.type_url().to_string();
+        let now = std::time::Instant::now();
+        let sotw = envoy.sotw.handle_request(
+            DiscoveryRequest {
+                node: Some(node.clone()),
+                type_url: type_url.clone(),
+                resource_names: vec![node.id.clone()],
+                ..DiscoveryRequest::default()
+            },
+            &snapshot,
+            now,
+        );
+        let delta = envoy.delta.handle_request(
+            DeltaDiscoveryRequest {
+                node: Some(node.clone()),
+                type_url,
+                resource_names_subscribe: vec![node.id.clone()],
+                ..DeltaDiscoveryRequest::default()
+            },
+            &snapshot,
+            now,
+        );
+        assert_eq!((sotw.responses.len(), delta.responses.len()), (1, 1));
+        envoy.ack(&snapshot, sotw.responses, delta.responses);
+        envoy
+    }
+
+    fn ack(
+        &mut self,
+        snapshot: &marin3r_xds::Snapshot,
+        sotw: Vec<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>,
+        delta: Vec<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
+    ) {
+        use envoy_types::pb::envoy::service::discovery::v3::{
+            DeltaDiscoveryRequest, DiscoveryRequest,
+        };
+        let now = std::time::Instant::now();
+        for r in sotw {
+            let node = self.sotw.node().map(|n| n.id.clone()).unwrap_or_default();
+            let ack = DiscoveryRequest {
+                version_info: r.version_info.clone(),
+                response_nonce: r.nonce.clone(),
+                type_url: r.type_url.clone(),
+                resource_names: vec![node],
+                ..DiscoveryRequest::default()
+            };
+            assert!(
+                self.sotw
+                    .handle_request(ack, snapshot, now)
+                    .responses
+                    .is_empty()
+            );
+        }
+        for r in delta {
+            let ack = DeltaDiscoveryRequest {
+                response_nonce: r.nonce.clone(),
+                type_url: r.type_url.clone(),
+                ..DeltaDiscoveryRequest::default()
+            };
+            assert!(
+                self.delta
+                    .handle_request(ack, snapshot, now)
+                    .responses
+                    .is_empty()
+            );
+        }
+    }
+
+    /// The responses its two streams receive for what the cache notified since the last
+    /// call (ACKed).
+    fn received(&mut self) -> usize {
+        if !self.rx.has_changed().unwrap_or(false) {
+            return 0;
+        }
+        let snapshot = self.rx.borrow_and_update().clone();
+        let now = std::time::Instant::now();
+        let sotw = self.sotw.handle_snapshot(&snapshot, now).responses;
+        let delta = self.delta.handle_snapshot(&snapshot, now).responses;
+        let n = sotw.len() + delta.len();
+        self.ack(&snapshot, sotw, delta);
+        n
+    }
+}
+
+/// An EndpointSlice update that leaves the generated ClusterLoadAssignment as it was
+/// (an annotation, a label no selector reads, a resourceVersion bump, the endpoints
+/// reordered or rebalanced between the slices of the Service) sends nothing to any
+/// stream and writes nothing; a real change sends exactly one EDS response per stream
+/// of the affected node and nothing to the others.
+#[tokio::test]
+async fn slice_updates_that_change_no_endpoint_push_nothing() {
+    let (client, mut api) = mock_client();
+    let mut world = World::new(client, 5);
+    let kuard = |ann: Value, extra: Value, rv: &str, a: &[&str], b: &[&str]| {
+        let mut labels = json!({"app": "kuard"});
+        for (k, v) in extra.as_object().unwrap() {
+            labels[k] = v.clone();
+        }
+        [
+            endpoint_slice("kuard-a", labels.clone(), ann.clone(), rv, a),
+            endpoint_slice("kuard-b", labels, ann, rv, b),
+        ]
+    };
+    for s in kuard(
+        json!({}),
+        json!({}),
+        "1",
+        &["10.0.0.1", "10.0.0.2"],
+        &["10.0.0.3"],
+    ) {
+        world.put_slice(&s);
+    }
+    world.put_slice(&endpoint_slice(
+        "other-a",
+        json!({"app": "other"}),
+        json!({}),
+        "1",
+        &["10.1.0.1"],
+    ));
+    let mut names = Vec::new();
+    for (ec, app, uid) in [
+        ("kuard", "kuard", "uid-rev-kuard"),
+        ("other", "other", "uid-rev-other"),
+    ] {
+        let (revision, _) = create_revision(
+            &mut world,
+            &mut api,
+            &envoyconfig(ec, eds_spec(ec, app), None),
+            uid,
+        )
+        .await;
+        let name = revision["metadata"]["name"].as_str().unwrap().to_string();
+        reconcile_revision_with_status(&mut world, &mut api, &name).await;
+        names.push(name);
+    }
+    let mut envoys = [
+        Envoy::connect(&world, "kuard"),
+        Envoy::connect(&world, "other"),
+    ];
+
+    let no_ops = [
+        (
+            "an annotation",
+            kuard(
+                json!({"note": "x"}),
+                json!({}),
+                "2",
+                &["10.0.0.1", "10.0.0.2"],
+                &["10.0.0.3"],
+            ),
+        ),
+        (
+            "a label no selector reads",
+            kuard(
+                json!({"note": "x"}),
+                json!({"tier": "web"}),
+                "3",
+                &["10.0.0.1", "10.0.0.2"],
+                &["10.0.0.3"],
+            ),
+        ),
+        (
+            "a resourceVersion bump",
+            kuard(
+                json!({"note": "x"}),
+                json!({"tier": "web"}),
+                "4",
+                &["10.0.0.1", "10.0.0.2"],
+                &["10.0.0.3"],
+            ),
+        ),
+        (
+            "endpoints reordered",
+            kuard(
+                json!({"note": "x"}),
+                json!({"tier": "web"}),
+                "5",
+                &["10.0.0.2", "10.0.0.1"],
+                &["10.0.0.3"],
+            ),
+        ),
+        (
+            "endpoints rebalanced between slices",
+            kuard(
+                json!({"note": "x"}),
+                json!({"tier": "web"}),
+                "6",
+                &["10.0.0.3", "10.0.0.1"],
+                &["10.0.0.2"],
+            ),
+        ),
+    ];
+    for (what, slices) in no_ops {
+        let mut targets = Vec::new();
+        for s in &slices {
+            let changes = world.put_slice(s);
+            targets.extend(marin3r_control_plane::kubernetes::slice_readers(
+                &world.shared.revisions,
+                &changes,
+            ));
+        }
+        targets.dedup();
+        assert_eq!(
+            targets,
+            [ObjectRef::new(&names[0]).within("default")],
+            "{what}: only the reader is reconciled"
+        );
+        for t in targets {
+            reconcile_quietly(
+                &mut api,
+                reconcile_revision(world.revision(&t.name), world.shared.clone()),
+            )
+            .await;
+        }
+        let received: Vec<usize> = envoys.iter_mut().map(Envoy::received).collect();
+        assert_eq!(received, [0, 0], "{what}: nothing is pushed");
+    }
+
+    // A pod added behind the Service: one EDS response per stream of kuard (SotW, Delta).
+    world.put_slice(&endpoint_slice(
+        "kuard-b",
+        json!({"app": "kuard", "tier": "web"}),
+        json!({"note": "x"}),
+        "7",
+        &["10.0.0.2", "10.0.0.4"],
+    ));
+    reconcile_revision_with_status(&mut world, &mut api, &names[0]).await;
+    let received: Vec<usize> = envoys.iter_mut().map(Envoy::received).collect();
+    assert_eq!(received, [2, 0]);
+}
+
+/// 100 EnvoyConfigs created, published and served to an Envoy that answers and leaves,
+/// then deleted: once the nodes no live EnvoyConfig claims are forgotten (every
+/// evaluation tick, on every replica), nothing of them is kept: no snapshot, nothing
+/// served, no ACK/NACK count, no `/metrics` series.
+#[tokio::test]
+async fn envoyconfig_churn_leaves_nothing_behind() {
+    use marin3r_xds::{Api, SharedStats, XdsMetrics};
+    use prometheus_client::registry::Registry;
+    let mut registry = Registry::default();
+    let mut xds = marin3r_control_plane::Context::new(SharedStats::with_metrics(
+        XdsMetrics::register(&mut registry),
+    ));
+    xds.revisions = marin3r_control_plane::metrics::RevisionMetrics::register(&mut registry);
+    let (client, mut api) = mock_client();
+    let mut world = World::with_context(client, 5, xds);
+    let text = |registry: &Registry| {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    };
+    let baseline = (text(&registry), world.xds().stats.snapshot().footprint());
+    let mut names = Vec::new();
+    for i in 0..100 {
+        let ec = format!("ec-{i}");
+        let doc = envoyconfig(&ec, eds_spec(&ec, &ec), None);
+        let (revision, _) =
+            create_revision(&mut world, &mut api, &doc, &format!("uid-rev-{i}")).await;
+        let name = revision["metadata"]["name"].as_str().unwrap().to_string();
+        reconcile_revision_with_status(&mut world, &mut api, &name).await;
+        names.push(name);
+        let version = world
+            .xds()
+            .cache
+            .get(&ec)
+            .unwrap()
+            .version(ResourceType::Endpoint)
+            .to_string();
+        let node = NodeInfo {
+            id: ec.clone(),
+            pod_name: format!("pod-{i}"),
+        };
+        let stats = &world.xds().stats;
+        let id = stats.stream_opened(&node, Api::Sotw);
+        stats.record(&[
+            StreamEvent::Ack {
+                node_id: ec.clone(),
+                pod_name: node.pod_name.clone(),
+                resource_type: ResourceType::Endpoint,
+                version,
+            },
+            StreamEvent::Nack {
+                node_id: ec.clone(),
+                pod_name: node.pod_name.clone(),
+                resource_type: ResourceType::Cluster,
+                version: "v0".into(),
+                message: "bad".into(),
+            },
+        ]);
+        stats.stream_closed(&node, Api::Sotw, id);
+    }
+    assert_eq!(world.xds().cache.node_ids().len(), 100);
+    assert_ne!(text(&registry), baseline.0);
+    // Deleted: the EnvoyConfigs, and their revisions (garbage collected).
+    for (i, name) in names.iter().enumerate() {
+        let ec = world.config(&format!("ec-{i}"));
+        world
+            .configs
+            .apply_watcher_event(&watcher::Event::Delete(ec.as_ref().clone()));
+        let revision = world.revision(name);
+        world
+            .revisions
+            .apply_watcher_event(&watcher::Event::Delete(revision.as_ref().clone()));
+    }
+    marin3r_control_plane::kubernetes::forget_unclaimed_nodes(&world.shared);
+    assert!(world.xds().cache.node_ids().is_empty());
+    assert!(world.shared.served.snapshot().is_empty());
+    assert_eq!(
+        (text(&registry), world.xds().stats.snapshot().footprint()),
+        baseline
+    );
 }

@@ -81,6 +81,24 @@ pub struct NodeNacks {
     pub message: Option<String>,
 }
 
+/// What [`AckNackStats`] holds per pod ([`AckNackStats::footprint`]); the per-version
+/// logs themselves are bounded apart ([`DEFAULT_MAX_VERSIONS`] per node and type, the
+/// node's entry going with [`AckNackStats::clear_node`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Footprint {
+    /// Nodes with per-version logs (the logs themselves are bounded per node).
+    pub nodes: usize,
+    /// `(node, type, version, pod)` count entries.
+    pub counts: usize,
+    /// Pods with an open stream.
+    pub open_pods: usize,
+    /// Pods whose counts outlive their last stream ([`GONE_POD_RETENTION`]).
+    pub gone_pods: usize,
+    /// Closes waiting for the retention sweep (a pod that flaps leaves one per close,
+    /// dropped [`GONE_POD_RETENTION`] after it).
+    pub gone_order: usize,
+}
+
 /// Longest NACK message kept per pod and version (a longer one keeps its first 4 KiB).
 pub const MAX_NACK_MESSAGE_BYTES: usize = 4096;
 
@@ -545,8 +563,11 @@ impl AckNackStats {
     }
 
     /// Drops the counts of pods whose last stream closed [`GONE_POD_RETENTION`] or more
-    /// before `now` and that have not come back.
-    fn forget_gone_pods(&mut self, now: Instant) {
+    /// before `now` and that have not come back. Runs on every stream open and close,
+    /// and [`crate::stats::SharedStats`] runs it on every access, so the counts of pods
+    /// that left go after the retention even when no stream opens or closes any more.
+    /// Amortised O(1) when nothing is due (one look at the oldest close).
+    pub fn forget_gone_pods(&mut self, now: Instant) {
         while let Some((closed, _, _)) = self.gone_order.front() {
             if now.saturating_duration_since(*closed) < GONE_POD_RETENTION {
                 break;
@@ -564,7 +585,7 @@ impl AckNackStats {
             if pods.is_empty() {
                 self.gone.remove(&node_id);
             }
-            self.clear_pod(&node_id, &pod);
+            self.clear_counts(&node_id, &pod);
         }
     }
 
@@ -590,8 +611,20 @@ impl AckNackStats {
             .unwrap_or_default()
     }
 
-    /// Forgets every ACK/NACK count of a pod for the node (stream counts untouched).
+    /// Forgets every ACK/NACK count of a pod for the node, and that it left (its Pod was
+    /// deleted: nothing of it is kept until [`GONE_POD_RETENTION`]); its open streams,
+    /// if any, are untouched.
     pub fn clear_pod(&mut self, node_id: &str, pod_name: &str) {
+        self.clear_counts(node_id, pod_name);
+        if let Some(pods) = self.gone.get_mut(node_id) {
+            pods.remove(pod_name);
+            if pods.is_empty() {
+                self.gone.remove(node_id);
+            }
+        }
+    }
+
+    fn clear_counts(&mut self, node_id: &str, pod_name: &str) {
         if let Some(logs) = self.versions.get_mut(node_id) {
             for log in logs.values_mut() {
                 for pods in log.counts.values_mut() {
@@ -601,10 +634,32 @@ impl AckNackStats {
         }
     }
 
-    /// Forgets every count of a node (e.g. its EnvoyConfig was deleted).
+    /// How much the aggregation holds per pod and stream (see [`Footprint`]): what pod
+    /// and stream churn must bring back to its baseline.
+    pub fn footprint(&self) -> Footprint {
+        let counts = self
+            .versions
+            .values()
+            .flat_map(BTreeMap::values)
+            .flat_map(|log| log.counts.values())
+            .map(HashMap::len)
+            .sum();
+        Footprint {
+            nodes: self.versions.len(),
+            counts,
+            open_pods: self.streams.values().map(HashMap::len).sum(),
+            gone_pods: self.gone_pods(),
+            gone_order: self.gone_order.len(),
+        }
+    }
+
+    /// Forgets every count of a node (e.g. its EnvoyConfig was deleted), and the closes
+    /// of its pods waiting for the retention sweep (a rare, whole-node event: one pass).
     pub fn clear_node(&mut self, node_id: &str) {
         self.versions.remove(node_id);
-        self.gone.remove(node_id);
+        if self.gone.remove(node_id).is_some() {
+            self.gone_order.retain(|(_, n, _)| n != node_id);
+        }
     }
 
     /// Forgets the counts of one version: a revision that is published again (after its
@@ -913,6 +968,43 @@ mod tests {
             "only 'trigger' (closed just now) is remembered"
         );
         assert!(s.rejected_by_all_pods("n", Cluster, "v1", 1, at(202) + GONE_POD_RETENTION));
+    }
+
+    #[test]
+    fn a_deleted_pod_is_forgotten_at_once() {
+        let mut s = AckNackStats::new();
+        let t0 = Instant::now();
+        let id = s.stream_opened("n", "p", t0).stream;
+        s.record(&nack("p", Cluster, "v", "bad"));
+        s.stream_closed("n", "p", id, t0);
+        assert_eq!((s.footprint().gone_pods, s.footprint().counts), (1, 1));
+        // Its Pod is deleted (the Pod watch): nothing of it stays for the retention.
+        s.clear_pod("n", "p");
+        assert_eq!(
+            s.footprint(),
+            Footprint {
+                nodes: 1,
+                gone_order: 1,
+                ..Footprint::default()
+            }
+        );
+        // The close waiting for the sweep goes with it (and clears nothing else).
+        let other = s.stream_opened("n", "q", t0).stream;
+        s.record(&nack("q", Cluster, "v", "bad"));
+        s.forget_gone_pods(t0 + GONE_POD_RETENTION);
+        assert_eq!(
+            s.footprint(),
+            Footprint {
+                nodes: 1,
+                counts: 1,
+                open_pods: 1,
+                ..Footprint::default()
+            }
+        );
+        // The node is no longer configured: nothing of it stays, at once.
+        s.stream_closed("n", "q", other, t0 + GONE_POD_RETENTION);
+        s.clear_node("n");
+        assert_eq!(s.footprint(), Footprint::default());
     }
 
     #[test]

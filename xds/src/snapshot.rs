@@ -354,6 +354,19 @@ impl SnapshotCache {
         was_set
     }
 
+    /// How many nodes the cache holds an entry for: those with a snapshot, and those
+    /// only subscribed to whose last receiver may have gone since the last
+    /// [`subscribe`](Self::subscribe) or [`remove`](Self::remove) (each drops the entries
+    /// nobody needs any more). The bound under stream churn: the nodes set plus the
+    /// nodes of the streams open at the peak.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Ids of the nodes that have a snapshot, sorted.
     pub fn node_ids(&self) -> Vec<String> {
         let map = self.lock();
@@ -540,6 +553,28 @@ pub(crate) mod tests {
         );
         assert!(rx.has_changed().unwrap());
         assert!(!rx.borrow_and_update().is_held());
+    }
+
+    /// 10,000 streams of nodes nobody configured come and go (and a configured node
+    /// removed): the next subscription leaves only what is needed.
+    #[test]
+    fn subscriber_churn_leaves_no_entry_behind() {
+        use ResourceType::*;
+        let cache = SnapshotCache::new();
+        cache.set("kept", snap(&[(Cluster, "a", "1")]));
+        let live = cache.subscribe("live");
+        let baseline = cache.len();
+        for i in 0..10_000 {
+            let rx = cache.subscribe(&format!("unknown-{i}"));
+            drop(rx);
+        }
+        cache.set("gone", snap(&[(Cluster, "a", "1")]));
+        let rx = cache.subscribe("gone");
+        assert!(cache.remove("gone"));
+        drop(rx);
+        let again = cache.subscribe("live");
+        assert_eq!(cache.len(), baseline);
+        drop((live, again));
     }
 
     #[test]

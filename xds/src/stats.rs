@@ -15,12 +15,17 @@ use std::time::{Duration, Instant};
 use marin3r_envoyconfig::resource::ResourceType;
 
 pub use crate::acknack::{
-    AckNackStats, DEFAULT_MAX_VERSIONS, GONE_POD_RETENTION, MAX_NACK_MESSAGE_BYTES, NodeNacks,
-    Opened, PodCounts, SILENT_POD_GRACE, StreamId,
+    AckNackStats, DEFAULT_MAX_VERSIONS, Footprint, GONE_POD_RETENTION, MAX_NACK_MESSAGE_BYTES,
+    NodeNacks, Opened, PodCounts, SILENT_POD_GRACE, StreamId,
 };
 pub use crate::events::{Api, StreamEvent};
 pub use crate::metrics::{PUSH_LATENCY_BUCKETS, StreamCounters, XdsMetrics};
 pub use crate::node::{NodeInfo, POD_NAME_METADATA_KEY};
+
+/// The clock of the stats: tokio's (the wall clock, unless a test paused it).
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
 
 /// Thread-safe stats shared by the ADS shell (writer) and the self-healing engine
 /// (reader), optionally feeding [`XdsMetrics`]. Cheap to clone.
@@ -44,9 +49,14 @@ impl SharedStats {
         }
     }
 
+    /// The aggregation, with the counts of pods gone for [`GONE_POD_RETENTION`]
+    /// dropped first: the periodic readers (the self-healing evaluation) sweep them even
+    /// when no stream opens or closes any more.
     fn lock(&self) -> MutexGuard<'_, AckNackStats> {
         // Every mutation leaves the maps consistent, so a poisoned lock is usable.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut s = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        s.forget_gone_pods(now());
+        s
     }
 
     /// Folds the events of one state machine outcome in.
@@ -86,7 +96,7 @@ impl SharedStats {
     /// node, the pod and both stream ids, and `marin3r_xdss_pod_stream_overlaps_total`.
     pub fn stream_opened(&self, node: &NodeInfo, api: Api) -> StreamId {
         let mut s = self.lock();
-        let opened = s.stream_opened(&node.id, &node.pod_name, Instant::now());
+        let opened = s.stream_opened(&node.id, &node.pod_name, now());
         if let Some(m) = &self.metrics {
             // Under the lock, like the removal in `stream_closed`.
             m.stream_opened(&node.id, api);
@@ -115,7 +125,7 @@ impl SharedStats {
     /// back); the node's stream gauge goes with its last stream.
     pub fn stream_closed(&self, node: &NodeInfo, api: Api, stream: StreamId) {
         let mut s = self.lock();
-        let left = s.stream_closed(&node.id, &node.pod_name, stream, Instant::now());
+        let left = s.stream_closed(&node.id, &node.pod_name, stream, now());
         if let Some(m) = &self.metrics {
             m.stream_closed(&node.id, api);
             if left == 0 {
@@ -159,7 +169,7 @@ impl SharedStats {
         threshold: u64,
     ) -> bool {
         self.lock()
-            .rejected_by_all_pods(node_id, t, version, threshold, Instant::now())
+            .rejected_by_all_pods(node_id, t, version, threshold, now())
     }
 
     /// How the judged pods of `node_id` answered `versions` (see
@@ -170,8 +180,7 @@ impl SharedStats {
         versions: &BTreeMap<ResourceType, String>,
         threshold: u64,
     ) -> NodeNacks {
-        self.lock()
-            .node_nacks(node_id, versions, threshold, Instant::now())
+        self.lock().node_nacks(node_id, versions, threshold, now())
     }
 
     /// The nodes with at least one open stream.
@@ -184,7 +193,7 @@ impl SharedStats {
 
     /// Pods of the node that never answered anything (see [`SILENT_POD_GRACE`]).
     pub fn silent_pods(&self, node_id: &str) -> BTreeSet<String> {
-        self.lock().silent_pods(node_id, Instant::now())
+        self.lock().silent_pods(node_id, now())
     }
 
     pub fn pods_for_node(&self, node_id: &str) -> BTreeSet<String> {
@@ -415,5 +424,65 @@ mod tests {
         );
         // other_pod had two streams open at once (one per API): reported once.
         assert!(encode(&registry).contains("marin3r_xdss_pod_stream_overlaps_total 1"));
+    }
+
+    /// 10,000 pods connect, answer and leave (half SotW, half Delta) while one pod
+    /// stays: `/metrics` is back to its text at once, and the ACK/NACK aggregation to its
+    /// footprint once [`GONE_POD_RETENTION`] has passed, with no stream opening or
+    /// closing after the churn (a read sweeps).
+    #[tokio::test(start_paused = true)]
+    async fn pod_churn_returns_the_stats_and_metrics_to_their_baseline() {
+        let mut registry = Registry::default();
+        let stats = SharedStats::with_metrics(XdsMetrics::register(&mut registry));
+        let stays = NodeInfo {
+            id: "n".into(),
+            pod_name: "stays".into(),
+        };
+        stats.stream_opened(&stays, Api::Sotw);
+        let mut counters = StreamCounters::default();
+        stats.record_stream(Some(&stays), &mut counters, &[ack("stays", Cluster, "v1")]);
+        let baseline_text = encode(&registry);
+        let baseline = stats.snapshot().footprint();
+        for i in 0..10_000 {
+            let pod = format!("pod-{i}");
+            let node = NodeInfo {
+                id: "n".into(),
+                pod_name: pod.clone(),
+            };
+            let api = if i % 2 == 0 { Api::Sotw } else { Api::Delta };
+            let id = stats.stream_opened(&node, api);
+            let mut counters = StreamCounters::default();
+            let request = StreamEvent::Request {
+                node_id: "n".into(),
+                pod_name: pod.clone(),
+                resource_type: Some(Cluster),
+            };
+            let events = [
+                request,
+                ack(&pod, Cluster, "v1"),
+                nack(&pod, Listener, "v1", "bad"),
+            ];
+            stats.record_stream(Some(&node), &mut counters, &events);
+            stats.stream_closed(&node, api, id);
+        }
+        assert_eq!(
+            encode(&registry),
+            baseline_text,
+            "no series of a closed stream"
+        );
+        let kept = stats.snapshot().footprint();
+        assert_eq!(
+            (kept.gone_pods, kept.counts),
+            (10_000, 20_001),
+            "within the retention the counts are kept (an Envoy reconnecting finds them)"
+        );
+        tokio::time::advance(GONE_POD_RETENTION).await;
+        assert!(stats.nodes_with_streams().contains(&"n".to_string()));
+        assert_eq!(stats.snapshot().footprint(), baseline);
+        assert_eq!(
+            stats.acks("n", Cluster, "v1").len(),
+            1,
+            "the pod that stayed"
+        );
     }
 }

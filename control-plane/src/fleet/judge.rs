@@ -108,6 +108,9 @@ pub enum Veto {
 }
 
 impl Veto {
+    /// Every veto (the label values of a node's veto series).
+    pub const ALL: [Veto; 3] = [Veto::Missing, Veto::Stale, Veto::Lagging];
+
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {

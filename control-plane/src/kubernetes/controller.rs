@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -29,7 +28,7 @@ use serde_json::json;
 use super::plan::{
     self, Outcome, controller_uid, elected, plan_envoyconfig, plan_revision_status, siblings,
 };
-use super::source::StoreSource;
+use super::source::{SliceIndex, StoreSource};
 use crate::publisher;
 use marin3r_envoyconfig::discoveryservicereplica::NodeDigest;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
@@ -65,7 +64,8 @@ pub struct Shared {
     pub configs: Store<Lenient<EnvoyConfig>>,
     pub revisions: Store<Lenient<EnvoyConfigRevision>>,
     pub secrets: Store<Secret>,
-    pub slices: Store<EndpointSlice>,
+    /// The EndpointSlice watch cache, by namespace.
+    pub slices: SliceIndex,
     /// The xDS snapshot cache and ACK/NACK statistics.
     pub xds: crate::Context,
     /// `--nack-threshold`.
@@ -87,7 +87,7 @@ impl Shared {
         configs: Store<Lenient<EnvoyConfig>>,
         revisions: Store<Lenient<EnvoyConfigRevision>>,
         secrets: Store<Secret>,
-        slices: Store<EndpointSlice>,
+        slices: SliceIndex,
         xds: crate::Context,
         nack_threshold: u64,
     ) -> Self {
@@ -704,26 +704,34 @@ fn set_snapshot(
 /// finalizer does the same on the leader at once. Connected Envoys keep their config
 /// (see [`marin3r_xds::SnapshotCache::remove`]).
 pub fn forget_unclaimed_nodes(ctx: &Shared) {
-    let claimed: std::collections::BTreeSet<String> = ctx
-        .configs
-        .state()
+    let configs = ctx.configs.state();
+    let live: Vec<&EnvoyConfig> = configs
         .iter()
         .filter_map(|c| c.valid().ok())
         .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .map(|c| c.spec.node_id.clone())
         .collect();
-    let live = ctx.configs.state();
-    ctx.xds.revisions.retain(|namespace, name| {
-        live.iter().filter_map(|c| c.valid().ok()).any(|c| {
-            c.metadata.deletion_timestamp.is_none()
-                && c.metadata.namespace.as_deref() == Some(namespace)
-                && c.metadata.name.as_deref() == Some(name)
+    let claimed: std::collections::BTreeSet<&str> =
+        live.iter().map(|c| c.spec.node_id.as_str()).collect();
+    // Every tick: one set of the live EnvoyConfigs, not a scan of them per key shown.
+    let names: std::collections::BTreeSet<(&str, &str)> = live
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c.metadata.namespace.as_deref()?,
+                c.metadata.name.as_deref()?,
+            ))
         })
-    });
+        .collect();
+    ctx.xds
+        .revisions
+        .retain(|namespace, name| names.contains(&(namespace, name)));
     for node_id in ctx.served.snapshot().into_keys() {
-        if !claimed.contains(&node_id) {
+        if !claimed.contains(node_id.as_str()) {
             forget_node(ctx, &node_id, None);
         }
+    }
+    if let Some(ha) = &ctx.ha {
+        ha.retain_nodes(|node_id| claimed.contains(node_id));
     }
 }
 

@@ -160,8 +160,11 @@ pub struct Ha {
     /// The Service's EndpointSlices.
     pub endpoints: Store<EndpointSlice>,
     pub metrics: HaMetrics,
-    /// Since when each node's replicas have not all served its elected revision.
+    /// Since when each node's replicas have not all served its elected revision
+    /// (a node goes when it is in sync again, or no longer configured: [`Ha::retain_nodes`]).
     lagging_since: Mutex<HashMap<String, Instant>>,
+    /// The nodes that have veto series (removed with [`Ha::retain_nodes`]).
+    vetoed: Mutex<BTreeSet<String>>,
     /// The sequence number of this replica's last report write.
     seq: std::sync::atomic::AtomicU64,
 }
@@ -181,6 +184,7 @@ impl Ha {
             endpoints,
             metrics,
             lagging_since: Mutex::default(),
+            vetoed: Mutex::default(),
             seq: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -224,7 +228,14 @@ impl Ha {
 
     /// Counts the vetoes met by one evaluation.
     pub fn count_vetoes(&self, vetoes: &[(String, String, Veto)]) {
+        if vetoes.is_empty() {
+            return;
+        }
+        let mut vetoed = self.vetoed.lock().unwrap_or_else(PoisonError::into_inner);
         for (node_id, replica, why) in vetoes {
+            if !vetoed.contains(node_id) {
+                vetoed.insert(node_id.clone());
+            }
             tracing::debug!(
                 node_id,
                 replica,
@@ -239,6 +250,44 @@ impl Ha {
                 })
                 .inc();
         }
+    }
+
+    /// Forgets the nodes for which `claimed` is false (no live EnvoyConfig configures
+    /// them any more): their lag and their veto series, so EnvoyConfigs created and
+    /// deleted over time do not grow the replica's memory or `/metrics`.
+    pub fn retain_nodes(&self, claimed: impl Fn(&str) -> bool) {
+        (self
+            .lagging_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        .retain(|node, _| claimed(node));
+        let mut vetoed = self.vetoed.lock().unwrap_or_else(PoisonError::into_inner);
+        vetoed.retain(|node_id| {
+            if claimed(node_id) {
+                return true;
+            }
+            for why in Veto::ALL {
+                self.metrics.vetoes.remove(&VetoLabels {
+                    node_id: node_id.clone(),
+                    reason: why.as_str().to_string(),
+                });
+            }
+            false
+        });
+    }
+
+    /// How many nodes the replica keeps a lag or veto series of (for tests and bounds).
+    pub fn nodes_kept(&self) -> usize {
+        let lagging = self
+            .lagging_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let vetoed = self.vetoed.lock().unwrap_or_else(PoisonError::into_inner);
+        lagging
+            .keys()
+            .chain(vetoed.iter())
+            .collect::<BTreeSet<_>>()
+            .len()
     }
 
     /// Updates the gauges from `fleet` (the leader flag, report ages, Envoys per node).
@@ -618,6 +667,41 @@ mod tests {
             ha.replicas_in_sync(&lagging, "kuard", "new", since + REPLICAS_IN_SYNC_DEBOUNCE),
             (Some((false, 2, 3)), None)
         );
+    }
+
+    /// 1,000 EnvoyConfigs (nodes) created, lagging and vetoed, then deleted: the lags
+    /// and the veto series go with them.
+    #[tokio::test(start_paused = true)]
+    async fn deleted_nodes_leave_no_lag_and_no_veto_series() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let ha = Ha::new(
+            HaConfig::new("d", "ns", "ds-0", None, 15),
+            Leadership::always(),
+            kube::runtime::reflector::store().0,
+            kube::runtime::reflector::store().0,
+            HaMetrics::register(&mut registry),
+        );
+        let text = |registry: &prometheus_client::registry::Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+            out
+        };
+        let t0 = Instant::now();
+        let lagging = fleet_serving(&["new", "old"]);
+        ha.replicas_in_sync(&lagging, "kuard", "new", t0);
+        ha.count_vetoes(&[("kuard".into(), "ds-1".into(), Veto::Lagging)]);
+        let baseline = (ha.nodes_kept(), text(&registry));
+        for i in 0..1_000 {
+            let node = format!("node-{i}");
+            ha.replicas_in_sync(&lagging, &node, "new", t0);
+            ha.count_vetoes(&[
+                (node.clone(), "ds-1".into(), Veto::Lagging),
+                (node, "ds-2".into(), Veto::Missing),
+            ]);
+        }
+        assert_eq!(ha.nodes_kept(), 1_001);
+        ha.retain_nodes(|node| node == "kuard");
+        assert_eq!((ha.nodes_kept(), text(&registry)), baseline);
     }
 
     #[test]

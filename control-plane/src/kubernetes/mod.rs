@@ -8,14 +8,16 @@
 //!   statuses), on top of the revision engine [`crate::revisions::Revisions`];
 //! - [`controller`]: the two kube-runtime reconcilers carrying the plans out;
 //! - [`source`]: Secrets and EndpointSlices for [`marin3r_envoyconfig::envoyconfig::resolve`] from the
-//!   watch caches;
-//! - this module: [`KubernetesBackend`], one reflector per kind shared by both
+//!   watch caches (the EndpointSlices in their own index by namespace, [`SliceIndex`]);
+//! - this module: [`KubernetesBackend`], one watch cache per kind shared by both
 //!   controllers, the triggers between them, the periodic NACK check and the Pod watch.
 //!
 //! Triggers: an EnvoyConfig change reconciles it; an EnvoyConfigRevision change
 //! reconciles its EnvoyConfig and every revision of that EnvoyConfig (the elected one
-//! may have changed); a Secret or EndpointSlice change reconciles the untainted
-//! revisions that read it; every [`DEFAULT_EVALUATE_INTERVAL`] the published revisions
+//! may have changed); a Secret or EndpointSlice change reconciles the elected revision
+//! of each EnvoyConfig that reads it ([`elected_readers`]; a slice by its old and its new
+//! labels), and a re-list of either what changed while the watch was down (slices) or
+//! every reader (Secrets); every [`DEFAULT_EVALUATE_INTERVAL`] the published revisions
 //! are checked against the NACK statistics and a rejected one is reconciled (and
 //! tainted), which makes the next revision the elected one (rollback). A deleted Pod's
 //! NACK counts are forgotten.
@@ -48,6 +50,7 @@ pub use controller::{
 pub use marin3r_kube::Lenient;
 pub use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
 use marin3r_kube::watch::{drive, log_result, watch};
+pub use source::{LabelSet, SliceIndex};
 
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
@@ -193,7 +196,6 @@ impl KubernetesBackend {
         let (configs, config_writer) = reflector::store_shared(SHARED_BUFFER);
         let (revisions, revision_writer) = reflector::store_shared(SHARED_BUFFER);
         let (secrets, secret_writer) = reflector::store();
-        let (slices, slice_writer) = reflector::store();
         let config_sub = config_writer.subscribe();
         let revision_sub = revision_writer.subscribe();
         let (config_tx, config_triggers) = mpsc::channel(TRIGGER_BUFFER);
@@ -203,7 +205,7 @@ impl KubernetesBackend {
             configs.clone(),
             revisions.clone(),
             secrets.clone(),
-            slices.clone(),
+            source::SliceIndex::new(),
             ctx.clone(),
             self.nack_threshold,
         );
@@ -306,13 +308,23 @@ impl KubernetesBackend {
         {
             let shared = shared.clone();
             let revision_tx = revision_tx.clone();
+            // A re-list after the first: a change made while the watch was down shows
+            // as no event, so every reader is reconciled (rare; bounded by the EnvoyConfigs).
+            let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
             tasks.0.push(tokio::spawn(drive(
                 "Secret",
                 reflector::reflector(secret_writer, watch(self.api::<Secret>(), wc.clone())),
                 move |event| {
-                    let targets = changed(&event)
-                        .map(|s| secret_readers(&shared.revisions, s))
-                        .unwrap_or_default();
+                    let targets = match &event {
+                        watcher::Event::InitDone
+                            if listed.swap(true, std::sync::atomic::Ordering::Relaxed) =>
+                        {
+                            all_secret_readers(&shared.revisions)
+                        }
+                        _ => changed(&event)
+                            .map(|s| secret_readers(&shared.revisions, s))
+                            .unwrap_or_default(),
+                    };
                     send_all(revision_tx.clone(), targets)
                 },
             )));
@@ -322,11 +334,10 @@ impl KubernetesBackend {
             let revision_tx = revision_tx.clone();
             tasks.0.push(tokio::spawn(drive(
                 "EndpointSlice",
-                reflector::reflector(slice_writer, watch(self.api::<EndpointSlice>(), wc.clone())),
+                watch(self.api::<EndpointSlice>(), wc.clone()),
                 move |event| {
-                    let targets = changed(&event)
-                        .map(|s| slice_readers(&shared.revisions, s))
-                        .unwrap_or_default();
+                    let changes = shared.slices.apply_watcher_event(&event);
+                    let targets = slice_readers(&shared.revisions, &changes);
                     send_all(revision_tx.clone(), targets)
                 },
             )));
@@ -352,12 +363,8 @@ impl KubernetesBackend {
 
         // The first lists of every kind, then the published revisions loaded: ready.
         let sync = {
-            let (configs, revisions, secrets, slices) = (
-                configs.clone(),
-                revisions.clone(),
-                secrets.clone(),
-                slices.clone(),
-            );
+            let (configs, revisions, secrets) =
+                (configs.clone(), revisions.clone(), secrets.clone());
             let shared = shared.clone();
             let ready = ctx.ready.clone();
             let namespace = self.namespace.clone();
@@ -367,7 +374,7 @@ impl KubernetesBackend {
                     let _ = configs.wait_until_ready().await;
                     let _ = revisions.wait_until_ready().await;
                     let _ = secrets.wait_until_ready().await;
-                    let _ = slices.wait_until_ready().await;
+                    shared.slices.wait_until_ready().await;
                     if let Some((reports, endpoints)) = &fleet_stores {
                         let _ = reports.wait_until_ready().await;
                         let _ = endpoints.wait_until_ready().await;
@@ -447,20 +454,42 @@ fn revision_event_targets(
     Some((ObjectRef::new(&owner.name).within(&namespace), siblings))
 }
 
-fn untainted_revisions_in<'a>(
-    revisions: &'a [Arc<Lenient<EnvoyConfigRevision>>],
-    namespace: &'a str,
-) -> impl Iterator<Item = &'a EnvoyConfigRevision> {
-    revisions
-        .iter()
-        .filter_map(|r| r.valid().ok())
-        .filter(move |r| {
-            r.namespace().as_deref() == Some(namespace)
-                && !r.status.as_ref().is_some_and(|s| s.is_tainted())
+/// The elected revision of every EnvoyConfig of `namespace` (`None`: of every
+/// namespace) for which `reads` holds: what a Secret or EndpointSlice change reconciles.
+/// Only the elected revision (the topmost untainted one) is resolved and served, so one
+/// trigger per EnvoyConfig that reads the object is enough; its siblings follow through
+/// the revision events its status write causes, if any. One pass over the revisions,
+/// whatever the number of EnvoyConfigs that read the object.
+pub fn elected_readers(
+    revisions: &[Arc<Lenient<EnvoyConfigRevision>>],
+    namespace: Option<&str>,
+    reads: impl Fn(&EnvoyConfigRevision) -> bool,
+) -> Vec<RevisionRef> {
+    type Owner<'a> = (&'a str, &'a str);
+    let mut by_owner: std::collections::BTreeMap<Owner<'_>, Vec<&EnvoyConfigRevision>> =
+        std::collections::BTreeMap::new();
+    for r in revisions.iter().filter_map(|r| r.valid().ok()) {
+        let Some(ns) = r.metadata.namespace.as_deref() else {
+            continue;
+        };
+        if namespace.is_some_and(|n| n != ns) {
+            continue;
+        }
+        if let Some(uid) = plan::controller_uid(r) {
+            by_owner.entry((ns, uid)).or_default().push(r);
+        }
+    }
+    by_owner
+        .into_iter()
+        .filter_map(|((ns, uid), group)| {
+            let ordered = plan::siblings(group, uid);
+            let elected = plan::elected(&ordered)?;
+            reads(elected).then(|| ObjectRef::new(&elected.name_any()).within(ns))
         })
+        .collect()
 }
 
-/// The untainted revisions that read Secret `secret`.
+/// The elected revisions that read Secret `secret` (see [`elected_readers`]).
 pub fn secret_readers(
     revisions: &Store<Lenient<EnvoyConfigRevision>>,
     secret: &Secret,
@@ -468,25 +497,46 @@ pub fn secret_readers(
     let (Some(namespace), name) = (secret.namespace(), secret.name_any()) else {
         return Vec::new();
     };
-    let all = revisions.state();
-    untainted_revisions_in(&all, &namespace)
-        .filter(|r| plan::referenced_secrets(&r.spec).contains(&name))
-        .map(|r| ObjectRef::new(&r.name_any()).within(&namespace))
-        .collect()
+    elected_readers(&revisions.state(), Some(&namespace), |r| {
+        plan::referenced_secrets(&r.spec).contains(&name)
+    })
 }
 
-/// The untainted revisions whose `generateFromEndpointSlices` selects `slice`.
+/// The elected revisions that read any Secret: what a re-list of the Secrets
+/// reconciles (a change made while the watch was down is not seen as an event).
+pub fn all_secret_readers(revisions: &Store<Lenient<EnvoyConfigRevision>>) -> Vec<RevisionRef> {
+    elected_readers(&revisions.state(), None, |r| {
+        !plan::referenced_secrets(&r.spec).is_empty()
+    })
+}
+
+/// The elected revisions whose `generateFromEndpointSlices` selects one of the label
+/// sets `changes` (what [`SliceIndex::apply_watcher_event`] returns: a slice's old and
+/// new labels) in its namespace (see [`elected_readers`]).
 pub fn slice_readers(
     revisions: &Store<Lenient<EnvoyConfigRevision>>,
-    slice: &EndpointSlice,
+    changes: &[source::LabelSet],
 ) -> Vec<RevisionRef> {
-    let Some(namespace) = slice.namespace() else {
+    if changes.is_empty() {
         return Vec::new();
-    };
+    }
     let all = revisions.state();
-    untainted_revisions_in(&all, &namespace)
-        .filter(|r| plan::uses_endpoint_slices(&r.spec, slice.labels()))
-        .map(|r| ObjectRef::new(&r.name_any()).within(&namespace))
+    let mut by_namespace: std::collections::BTreeMap<
+        &str,
+        Vec<&std::collections::BTreeMap<String, String>>,
+    > = std::collections::BTreeMap::new();
+    for (ns, labels) in changes {
+        by_namespace.entry(ns.as_str()).or_default().push(labels);
+    }
+    by_namespace
+        .into_iter()
+        .flat_map(|(ns, label_sets)| {
+            elected_readers(&all, Some(ns), |r| {
+                label_sets
+                    .iter()
+                    .any(|labels| plan::uses_endpoint_slices(&r.spec, labels))
+            })
+        })
         .collect()
 }
 

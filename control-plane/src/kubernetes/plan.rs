@@ -569,13 +569,15 @@ pub fn selector_matches(
     selector: Option<&LabelSelector>,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    let Some(selector) = selector else {
-        return false;
-    };
-    match Selector::try_from(selector.clone()) {
-        Ok(s) => s.matches(labels),
-        Err(_) => false,
-    }
+    label_matcher(selector)(labels)
+}
+
+/// [`selector_matches`] with the selector parsed once, for matching many label sets.
+pub fn label_matcher(
+    selector: Option<&LabelSelector>,
+) -> impl Fn(&BTreeMap<String, String>) -> bool + use<> {
+    let parsed = selector.and_then(|s| Selector::try_from(s.clone()).ok());
+    move |labels| parsed.as_ref().is_some_and(|s| s.matches(labels))
 }
 
 /// Whether a revision generates endpoints from slices with these labels.

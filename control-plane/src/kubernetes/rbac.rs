@@ -352,13 +352,12 @@ mod tests {
         let (config_store, configs) = reflector::store();
         let (revision_store, revisions) = reflector::store();
         let (secrets, _) = reflector::store();
-        let (slices, _) = reflector::store();
         let shared = Arc::new(Shared::new(
             client,
             config_store,
             revision_store,
             secrets,
-            slices,
+            crate::kubernetes::SliceIndex::new(),
             xds,
             5,
         ));

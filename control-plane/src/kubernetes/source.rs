@@ -1,13 +1,24 @@
-//! [`StoreSource`]: the [`SecretSource`] of Kubernetes mode, reading Secrets and
-//! EndpointSlices from the reflector stores (no API call while resolving).
+//! [`StoreSource`]: the [`SecretSource`] of Kubernetes mode, reading Secrets from the
+//! reflector store and EndpointSlices from the [`SliceIndex`] (no API call while
+//! resolving).
+//!
+//! [`SliceIndex`] is the EndpointSlice watch cache, indexed by namespace: resolving a
+//! `generateFromEndpointSlices` reads only the slices of the EnvoyConfig's namespace
+//! (not every slice of the cluster, cloned, per resolution), and applying a watch event
+//! tells which label sets changed, the old ones included, so that a slice whose labels
+//! no longer match a selector still reconciles the revisions that used it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt as _;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 
-use super::plan::selector_matches;
+use super::plan::label_matcher;
 use marin3r_envoyconfig::envoyconfig::{SecretData, SecretSource};
 
 /// Secrets and EndpointSlices of one namespace, from the watch caches.
@@ -15,7 +26,193 @@ pub struct StoreSource<'a> {
     /// The namespace of the EnvoyConfig being resolved.
     pub namespace: &'a str,
     pub secrets: &'a Store<Secret>,
-    pub slices: &'a Store<EndpointSlice>,
+    pub slices: &'a SliceIndex,
+}
+
+/// A label set of EndpointSlices in a namespace: what a slice event changes (the
+/// revisions whose selector matches it are reconciled).
+pub type LabelSet = (String, BTreeMap<String, String>);
+
+/// Slices by namespace, then name (so a namespace's slices come out sorted by name).
+type ByNamespace = HashMap<String, BTreeMap<String, Arc<EndpointSlice>>>;
+
+#[derive(Default)]
+struct SliceState {
+    slices: ByNamespace,
+    /// A (re)list in progress: the slices listed so far (`Init` … `InitDone`).
+    relist: Option<ByNamespace>,
+    /// The first list completed.
+    ready: bool,
+}
+
+/// The EndpointSlice watch cache of Kubernetes mode, indexed by namespace (see the
+/// module docs). Holds every watched slice once and nothing else: an entry goes with
+/// the slice's `Delete` event, or with a re-list that no longer has it. Thread-safe.
+pub struct SliceIndex {
+    state: Mutex<SliceState>,
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for SliceIndex {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            ready: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+impl std::fmt::Debug for SliceIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SliceIndex")
+            .field("slices", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn key(slice: &EndpointSlice) -> Option<(String, String)> {
+    Some((slice.namespace()?, slice.metadata.name.clone()?))
+}
+
+fn insert(map: &mut ByNamespace, slice: &EndpointSlice) -> Option<Arc<EndpointSlice>> {
+    let (namespace, name) = key(slice)?;
+    map.entry(namespace)
+        .or_default()
+        .insert(name, Arc::new(slice.clone()))
+}
+
+fn remove(map: &mut ByNamespace, slice: &EndpointSlice) -> Option<Arc<EndpointSlice>> {
+    let (namespace, name) = key(slice)?;
+    let names = map.get_mut(&namespace)?;
+    let old = names.remove(&name);
+    if names.is_empty() {
+        map.remove(&namespace);
+    }
+    old
+}
+
+fn labels_of(slice: &EndpointSlice) -> Option<LabelSet> {
+    Some((slice.namespace()?, slice.labels().clone()))
+}
+
+impl SliceIndex {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SliceState> {
+        // Every mutation is a single insert, remove or swap: a poisoned lock is usable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies one watch event and returns the label sets whose readers must be
+    /// reconciled: a changed or deleted slice's old and new labels; after a re-list,
+    /// those of every slice that appeared, vanished or changed meanwhile (nothing after
+    /// the first list: the controllers reconcile everything at start). A slice whose
+    /// `resourceVersion` did not change changes nothing.
+    pub fn apply_watcher_event(&self, event: &watcher::Event<EndpointSlice>) -> Vec<LabelSet> {
+        let mut s = self.lock();
+        let mut changed = BTreeSet::new();
+        match event {
+            watcher::Event::Apply(slice) => {
+                let old = insert(&mut s.slices, slice);
+                if old.as_deref().is_none_or(|o| !same_version(o, slice)) {
+                    changed.extend(old.as_deref().and_then(labels_of));
+                    changed.extend(labels_of(slice));
+                }
+            }
+            watcher::Event::Delete(slice) => {
+                let old = remove(&mut s.slices, slice);
+                changed.extend(old.as_deref().and_then(labels_of));
+                changed.extend(labels_of(slice));
+            }
+            watcher::Event::Init => s.relist = Some(ByNamespace::new()),
+            watcher::Event::InitApply(slice) => {
+                let relist = s.relist.get_or_insert_with(ByNamespace::new);
+                insert(relist, slice);
+            }
+            watcher::Event::InitDone => {
+                let listed = s.relist.take().unwrap_or_default();
+                let old = std::mem::replace(&mut s.slices, listed);
+                if s.ready {
+                    changed.extend(relist_changes(&old, &s.slices));
+                }
+                s.ready = true;
+                self.ready.send_replace(true);
+            }
+        }
+        changed.into_iter().collect()
+    }
+
+    /// The slices of `namespace` whose labels `selector` matches, sorted by name.
+    pub fn matching(
+        &self,
+        namespace: &str,
+        selector: Option<&LabelSelector>,
+    ) -> Vec<EndpointSlice> {
+        let matches = label_matcher(selector);
+        let s = self.lock();
+        s.slices
+            .get(namespace)
+            .into_iter()
+            .flat_map(BTreeMap::values)
+            .filter(|slice| matches(slice.labels()))
+            .map(|slice| EndpointSlice::clone(slice))
+            .collect()
+    }
+
+    /// How many slices are held (the index's whole size, for tests and bounds).
+    pub fn len(&self) -> usize {
+        let s = self.lock();
+        let listed: usize = s.slices.values().map(BTreeMap::len).sum();
+        let relisting: usize = s
+            .relist
+            .iter()
+            .flat_map(|r| r.values())
+            .map(BTreeMap::len)
+            .sum();
+        listed + relisting
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Completes once the first list is in.
+    pub async fn wait_until_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
+
+fn same_version(a: &EndpointSlice, b: &EndpointSlice) -> bool {
+    a.metadata.resource_version.is_some()
+        && a.metadata.resource_version == b.metadata.resource_version
+}
+
+/// The label sets of the slices that appeared, vanished or changed between two lists.
+fn relist_changes(old: &ByNamespace, new: &ByNamespace) -> BTreeSet<LabelSet> {
+    let mut changed = BTreeSet::new();
+    let get = |m: &ByNamespace, ns: &str, name: &str| m.get(ns).and_then(|n| n.get(name)).cloned();
+    for (ns, names) in old {
+        for (name, o) in names {
+            match get(new, ns, name) {
+                Some(n) if same_version(o, &n) => {}
+                other => {
+                    changed.extend(labels_of(o));
+                    changed.extend(other.as_deref().and_then(labels_of));
+                }
+            }
+        }
+    }
+    for (ns, names) in new {
+        for (name, n) in names {
+            if get(old, ns, name).is_none() {
+                changed.extend(labels_of(n));
+            }
+        }
+    }
+    changed
 }
 
 /// The type and decoded data of a Secret (`data`, then `stringData` on top).
@@ -42,19 +239,9 @@ impl SecretSource for StoreSource<'_> {
     }
 
     fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
-        let mut slices: Vec<EndpointSlice> = self
-            .slices
-            .state()
-            .into_iter()
-            .filter(|s| {
-                s.namespace().as_deref() == Some(self.namespace)
-                    && selector_matches(selector, s.labels())
-            })
-            .map(|s| (*s).clone())
-            .collect();
-        // Stable order, so the generated ClusterLoadAssignment (and its version) is too.
-        slices.sort_by_key(|s| s.name_any());
-        Some(slices)
+        // Sorted by name: a stable order, so the generated ClusterLoadAssignment (and its
+        // version) is too.
+        Some(self.slices.matching(self.namespace, selector))
     }
 }
 
@@ -64,6 +251,22 @@ mod tests {
     use k8s_openapi::ByteString;
     use kube::runtime::{reflector, watcher};
     use std::collections::BTreeMap;
+
+    fn slice(namespace: &str, name: &str, app: &str, version: &str) -> EndpointSlice {
+        let mut s = EndpointSlice::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some(namespace.into());
+        s.metadata.resource_version = Some(version.into());
+        s.metadata.labels = Some(BTreeMap::from([("app".to_string(), app.to_string())]));
+        s
+    }
+
+    fn app(namespace: &str, app: &str) -> LabelSet {
+        (
+            namespace.to_string(),
+            BTreeMap::from([("app".to_string(), app.to_string())]),
+        )
+    }
 
     #[test]
     fn reads_secrets_and_slices_of_its_namespace_only() {
@@ -80,13 +283,9 @@ mod tests {
         secret.metadata.namespace = Some("b".into());
         w.apply_watcher_event(&watcher::Event::Apply(secret));
 
-        let (slices, mut w) = reflector::store::<EndpointSlice>();
+        let slices = SliceIndex::new();
         for (ns, name) in [("a", "s2"), ("a", "s1"), ("b", "s3")] {
-            let mut s = EndpointSlice::default();
-            s.metadata.name = Some(name.into());
-            s.metadata.namespace = Some(ns.into());
-            s.metadata.labels = Some(BTreeMap::from([("app".to_string(), "kuard".to_string())]));
-            w.apply_watcher_event(&watcher::Event::Apply(s));
+            slices.apply_watcher_event(&watcher::Event::Apply(slice(ns, name, "kuard", "1")));
         }
         let source = StoreSource {
             namespace: "a",
@@ -106,5 +305,85 @@ mod tests {
             .collect();
         assert_eq!(names, ["s1", "s2"]);
         assert!(source.endpoint_slices(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_relabelled_slice_reports_its_old_labels_too() {
+        let index = SliceIndex::new();
+        let changes =
+            index.apply_watcher_event(&watcher::Event::Apply(slice("a", "s", "old", "1")));
+        assert_eq!(changes, [app("a", "old")]);
+        // Moved to another Service: the readers of the old labels must drop its endpoints.
+        let changes =
+            index.apply_watcher_event(&watcher::Event::Apply(slice("a", "s", "new", "2")));
+        assert_eq!(changes, [app("a", "new"), app("a", "old")]);
+        // The same object again (a watch re-sending it): nothing changed.
+        let changes =
+            index.apply_watcher_event(&watcher::Event::Apply(slice("a", "s", "new", "2")));
+        assert!(changes.is_empty());
+        // Deleted with stale labels in the event: the labels it was indexed under count.
+        let changes =
+            index.apply_watcher_event(&watcher::Event::Delete(slice("a", "s", "stale", "3")));
+        assert_eq!(changes, [app("a", "new"), app("a", "stale")]);
+        assert!(index.is_empty());
+    }
+
+    #[test]
+    fn a_relist_reports_what_changed_while_the_watch_was_down() {
+        let index = SliceIndex::new();
+        let list = |items: &[EndpointSlice]| {
+            let mut changes = index.apply_watcher_event(&watcher::Event::Init);
+            for s in items {
+                changes.extend(index.apply_watcher_event(&watcher::Event::InitApply(s.clone())));
+            }
+            changes.extend(index.apply_watcher_event(&watcher::Event::InitDone));
+            changes
+        };
+        // The first list: the controllers reconcile everything anyway.
+        let first = list(&[
+            slice("a", "kept", "k", "1"),
+            slice("a", "gone", "g", "1"),
+            slice("a", "edited", "e", "1"),
+        ]);
+        assert!(first.is_empty());
+        assert_eq!(index.len(), 3);
+        // A re-list after a watch outage: one slice vanished, one changed, one is new.
+        let changes = list(&[
+            slice("a", "kept", "k", "1"),
+            slice("a", "edited", "e", "2"),
+            slice("b", "new", "n", "1"),
+        ]);
+        assert_eq!(changes, [app("a", "e"), app("a", "g"), app("b", "n")]);
+        assert_eq!(index.len(), 3, "the vanished slice is forgotten");
+    }
+
+    /// 10,000 slices created and deleted (and a re-list that drops more): the index
+    /// returns to its baseline, empty namespaces included.
+    #[test]
+    fn slice_churn_leaves_nothing_behind() {
+        let index = SliceIndex::new();
+        index.apply_watcher_event(&watcher::Event::Init);
+        index.apply_watcher_event(&watcher::Event::InitApply(slice("base", "s", "x", "1")));
+        index.apply_watcher_event(&watcher::Event::InitDone);
+        let baseline = (index.len(), index.lock().slices.len());
+        for i in 0..10_000 {
+            let s = slice(&format!("ns-{}", i % 100), &format!("s-{i}"), "x", "1");
+            index.apply_watcher_event(&watcher::Event::Apply(s.clone()));
+            index.apply_watcher_event(&watcher::Event::Delete(s));
+        }
+        assert_eq!((index.len(), index.lock().slices.len()), baseline);
+        for i in 0..1_000 {
+            index.apply_watcher_event(&watcher::Event::Apply(slice(
+                "tmp",
+                &format!("s-{i}"),
+                "x",
+                "1",
+            )));
+        }
+        // Deleted while the watch was down: the re-list forgets them.
+        index.apply_watcher_event(&watcher::Event::Init);
+        index.apply_watcher_event(&watcher::Event::InitApply(slice("base", "s", "x", "1")));
+        index.apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!((index.len(), index.lock().slices.len()), baseline);
     }
 }

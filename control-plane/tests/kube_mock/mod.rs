@@ -11,7 +11,7 @@ use kube::Client;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use marin3r_control_plane::Context;
-use marin3r_control_plane::kubernetes::{Lenient, Shared};
+use marin3r_control_plane::kubernetes::{LabelSet, Lenient, Shared, SliceIndex};
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 use marin3r_xds::SharedStats;
@@ -25,22 +25,24 @@ pub struct World {
     pub configs: Writer<Lenient<EnvoyConfig>>,
     pub revisions: Writer<Lenient<EnvoyConfigRevision>>,
     pub secrets: Writer<Secret>,
-    pub slices: Writer<EndpointSlice>,
 }
 
 impl World {
     pub fn new(client: Client, threshold: u64) -> Self {
+        Self::with_context(client, threshold, Context::new(SharedStats::new()))
+    }
+
+    /// [`World::new`] feeding `xds` (e.g. with registered metrics).
+    pub fn with_context(client: Client, threshold: u64, xds: Context) -> Self {
         let (config_store, configs) = reflector::store();
         let (revision_store, revisions) = reflector::store();
         let (secret_store, secrets) = reflector::store();
-        let (slice_store, slices) = reflector::store();
-        let xds = Context::new(SharedStats::new());
         let shared = Arc::new(Shared::new(
             client,
             config_store,
             revision_store,
             secret_store,
-            slice_store,
+            SliceIndex::new(),
             xds,
             threshold,
         ));
@@ -49,7 +51,6 @@ impl World {
             configs,
             revisions,
             secrets,
-            slices,
         }
     }
 
@@ -78,9 +79,12 @@ impl World {
             .apply_watcher_event(&watcher::Event::Apply(obj));
     }
 
-    pub fn put_slice(&mut self, doc: &Value) {
+    /// Plays a watch event for an EndpointSlice; returns the label sets it changed.
+    pub fn put_slice(&mut self, doc: &Value) -> Vec<LabelSet> {
         let obj: EndpointSlice = serde_json::from_value(doc.clone()).unwrap();
-        self.slices.apply_watcher_event(&watcher::Event::Apply(obj));
+        self.shared
+            .slices
+            .apply_watcher_event(&watcher::Event::Apply(obj))
     }
 
     pub fn revision(&self, name: &str) -> Arc<Lenient<EnvoyConfigRevision>> {
