@@ -31,7 +31,8 @@ use std::sync::LazyLock;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, SecretSource, resolve};
+use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, SecretSource, resolve_cached};
+use marin3r_envoyconfig::memo::DecodeMemo;
 use marin3r_envoyconfig::sensitive::redact_pem;
 use marin3r_envoyconfig::{DecodeError, Resource, ResourceType};
 use marin3r_xds::Snapshot;
@@ -86,6 +87,11 @@ static DEFAULT_RUNTIME: LazyLock<Option<Resource>> = LazyLock::new(|| {
         .ok()
 });
 
+/// The resources decoded from specs' own text, shared by every resolution of the process
+/// (both modes resolve through [`resolution`]): an EndpointSlice or Secret event then
+/// re-decodes only what it generates. Bounded, see [`DecodeMemo`].
+static DECODE_MEMO: LazyLock<DecodeMemo> = LazyLock::new(DecodeMemo::new);
+
 /// Adds an empty runtime layer named [`DEFAULT_RTDS_LAYER`] unless the config has one:
 /// Envoy's RTDS init target waits for that named resource (15 s `initial_fetch_timeout`)
 /// before it even asks for clusters and listeners.
@@ -101,14 +107,14 @@ pub fn with_default_runtime(mut resources: Vec<Resource>) -> Vec<Resource> {
 
 /// Resolves `spec` with `secrets` into what to serve, or the reason it cannot be served:
 /// [`Resolution::Invalid`] when any error is the config's own ([`is_config_error`]),
-/// else [`Resolution::Waiting`]. At most [`MAX_QUOTED_ERRORS`] errors are quoted.
+/// else [`Resolution::Waiting`]. At most `MAX_QUOTED_ERRORS` (10) errors are quoted.
 ///
 /// Every text of a resolution ends up in a log, `/status`, the state file or a
 /// revision's status, so it goes through [`redact_pem`] (no PEM block, no long base64
 /// run) whatever produced it; decode errors never show a sensitive field's value in the
 /// first place (`marin3r_envoyconfig::sensitive`).
 pub fn resolution(spec: &EnvoyConfigSpec, secrets: &dyn SecretSource) -> Resolution {
-    match resolve(spec, secrets) {
+    match resolve_cached(spec, secrets, &DECODE_MEMO) {
         Ok(resources) => match Snapshot::new(with_default_runtime(resources)) {
             Ok(snapshot) => Resolution::Ready(Box::new(snapshot)),
             Err(e) => Resolution::Invalid(redact_pem(&e.to_string()).into_owned()),
@@ -580,6 +586,28 @@ mod tests {
             text.contains("tlsCertificates[0].password: unknown field"),
             "{text}"
         );
+    }
+
+    /// Both modes resolve through [`resolution`]: a spec resolved again (an EndpointSlice
+    /// or Secret event) takes its unchanged resources from the process memo.
+    #[test]
+    fn resolving_again_takes_unchanged_resources_from_the_memo() {
+        let spec = spec_of(vec![
+            cluster("memo-wiring-a"),
+            cluster("memo-wiring-b"),
+            cluster("memo-wiring-c"),
+        ]);
+        let secrets = marin3r_envoyconfig::envoyconfig::NoSecrets;
+        let Resolution::Ready(first) = resolution(&spec, &secrets) else {
+            panic!("the clusters decode");
+        };
+        // Other tests share the memo: its counters only grow.
+        let hits = DECODE_MEMO.stats().hits;
+        let Resolution::Ready(second) = resolution(&spec, &secrets) else {
+            panic!("the clusters decode");
+        };
+        assert!(DECODE_MEMO.stats().hits >= hits + 3);
+        assert_eq!(first.versions(), second.versions());
     }
 
     #[test]

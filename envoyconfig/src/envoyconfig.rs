@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::decode::{decode_resource, parse_text};
 use crate::error::{DecodeError, Location, join_path};
+use crate::memo::{DecodeMemo, Input};
 use crate::resource::{Resource, ResourceType};
 use crate::text::Serialization;
 
@@ -297,8 +298,29 @@ pub fn resolve(
     spec: &EnvoyConfigSpec,
     secrets: &dyn SecretSource,
 ) -> Result<Vec<Resource>, Vec<DecodeError>> {
+    resolve_with(spec, secrets, None)
+}
+
+/// [`resolve`], taking the resources decoded from the spec's own text (`value`s and
+/// `envoyResources` strings) from `memo` when it has them: same result, same errors
+/// (failures are decoded again, see [`crate::memo`]). Generated resources (EndpointSlices,
+/// Secrets) are built every time.
+pub fn resolve_cached(
+    spec: &EnvoyConfigSpec,
+    secrets: &dyn SecretSource,
+    memo: &DecodeMemo,
+) -> Result<Vec<Resource>, Vec<DecodeError>> {
+    resolve_with(spec, secrets, Some(memo))
+}
+
+fn resolve_with(
+    spec: &EnvoyConfigSpec,
+    secrets: &dyn SecretSource,
+    memo: Option<&DecodeMemo>,
+) -> Result<Vec<Resource>, Vec<DecodeError>> {
     let mut r = Resolver {
         secrets,
+        memo,
         resources: Vec::new(),
         errors: Vec::new(),
         seen: HashMap::new(),
@@ -329,6 +351,8 @@ pub fn resolve(
 
 struct Resolver<'a> {
     secrets: &'a dyn SecretSource,
+    /// Where resources decoded from the spec's own text are remembered, if anywhere.
+    memo: Option<&'a DecodeMemo>,
     resources: Vec<Resource>,
     errors: Vec<DecodeError>,
     /// (type, name) → path of the first resource with that name.
@@ -350,7 +374,7 @@ impl Resolver<'_> {
         }
         if let Some(value) = &entry.value {
             let value_path = join_path(path, "value");
-            match decode_resource(kind, value) {
+            match self.decode_value(kind, value) {
                 Ok(resource) => self.add(&value_path, resource),
                 Err(e) => self.errors.push(e.prefixed(&value_path)),
             }
@@ -450,9 +474,7 @@ impl Resolver<'_> {
         for (field, kind, items) in groups {
             for (i, item) in items.iter().enumerate() {
                 let path = format!("spec.envoyResources.{field}[{i}].value");
-                let decoded = parse_text(&item.value, serialization)
-                    .map_err(|e| relabel(e, kind.as_str()))
-                    .and_then(|value| decode_resource(kind, &value));
+                let decoded = self.decode_text(kind, &item.value, serialization);
                 match decoded {
                     Ok(resource) => self.add(&path, resource),
                     Err(e) => self.errors.push(e.prefixed(&path)),
@@ -475,6 +497,36 @@ impl Resolver<'_> {
                 continue;
             }
             self.tls_secret(&path, &s.name, secret, Blueprint::TlsCertificate);
+        }
+    }
+
+    /// Decodes a `spec.resources[].value` (through the memo if there is one).
+    fn decode_value(&self, kind: ResourceType, value: &Value) -> Result<Resource, DecodeError> {
+        match self.memo {
+            Some(memo) => memo.get_or_decode(kind, Input::Value(value.to_string()), || {
+                decode_resource(kind, value)
+            }),
+            None => decode_resource(kind, value),
+        }
+    }
+
+    /// Decodes a deprecated `envoyResources` string (through the memo if there is one).
+    fn decode_text(
+        &self,
+        kind: ResourceType,
+        text: &str,
+        serialization: Serialization,
+    ) -> Result<Resource, DecodeError> {
+        let decode = || {
+            parse_text(text, serialization)
+                .map_err(|e| relabel(e, kind.as_str()))
+                .and_then(|value| decode_resource(kind, &value))
+        };
+        match self.memo {
+            Some(memo) => {
+                memo.get_or_decode(kind, Input::Text(serialization, text.to_string()), decode)
+            }
+            None => decode(),
         }
     }
 
@@ -677,6 +729,11 @@ fn generated(at: &Location, kind: ResourceType, body: &Value) -> Result<Resource
 /// with that number), health from the endpoint conditions (terminating → DRAINING,
 /// else serving/ready → HEALTHY/UNHEALTHY, else UNKNOWN). FQDN slices are rejected;
 /// addresses that are not IPs are skipped. No slices give an empty assignment.
+///
+/// Canonical: the endpoints are sorted (IP, port, health), so the order of the
+/// slices' endpoints, or an endpoint moving to another slice of the Service, gives the
+/// same assignment and version, and nothing is pushed; only the fields read here count
+/// (a slice's labels, annotations or resourceVersion change nothing).
 pub fn cluster_load_assignment(
     cluster_name: &str,
     target_port: &str,
@@ -702,9 +759,9 @@ pub fn cluster_load_assignment(
             let Some(address) = endpoint.addresses.first() else {
                 continue;
             };
-            if address.parse::<std::net::IpAddr>().is_err() {
+            let Ok(ip) = address.parse::<std::net::IpAddr>() else {
                 continue;
-            }
+            };
             let c = endpoint.conditions.as_ref();
             let health = if c.and_then(|c| c.terminating) == Some(true) {
                 "DRAINING"
@@ -715,12 +772,19 @@ pub fn cluster_load_assignment(
                     None => "UNKNOWN",
                 }
             };
-            lb_endpoints.push(json!({
-                "endpoint": {"address": {"socket_address": {"address": address, "port_value": port}}},
-                "health_status": health,
-            }));
+            lb_endpoints.push((ip, port, health, address.as_str()));
         }
     }
+    lb_endpoints.sort_unstable();
+    let lb_endpoints: Vec<Value> = lb_endpoints
+        .into_iter()
+        .map(|(_, port, health, address)| {
+            json!({
+                "endpoint": {"address": {"socket_address": {"address": address, "port_value": port}}},
+                "health_status": health,
+            })
+        })
+        .collect();
     Ok(json!({
         "cluster_name": cluster_name,
         "endpoints": [{"lb_endpoints": lb_endpoints}],

@@ -14,7 +14,8 @@
 //! - the custom resources: [`discoveryservicereplica`] (what each replica of a
 //!   discovery service with several replicas reports), [`envoyconfigrevision`] over
 //!   [`envoyconfig`] (resolving a
-//!   spec), which reads files with [`manifest`] and Secrets through `secret`
+//!   spec, remembering decoded resources in [`memo`]), which reads files with
+//!   [`manifest`] and Secrets through `secret`
 //!   (`SecretData`, `SecretSource`, re-exported by [`envoyconfig`]);
 //! - decoding: [`decode`], the pipeline, over `lenient` (Envoy's loader leniencies),
 //!   `pgv` (Envoy's constraints: PGV rules, extension lookups, then `tls`, the TLS
@@ -35,6 +36,7 @@ pub mod envoyconfigrevision;
 mod error;
 mod lenient;
 pub mod manifest;
+pub mod memo;
 mod pgv;
 pub mod registry;
 pub mod resource;
