@@ -69,7 +69,33 @@ pub enum Command {
     DiscoveryService(DiscoveryServiceArgs),
     /// Decode every resource of every EnvoyConfig in a file; exit 1 listing all errors.
     Validate(ValidateArgs),
-    /// Show the EnvoyConfigs of a local-mode discovery service, like `kubectl get ec`.
+    /// Show the EnvoyConfigs like `kubectl get ec`, and the Envoys connected (CSDS).
+    ///
+    /// Local mode (the default): the EnvoyConfigs from `GET /status` of the discovery
+    /// service at --url, then the Envoys from its CSDS at --csds-address (default: the host
+    /// of --url on the ADS port 18000, i.e. 127.0.0.1:18000). CSDS is on the mTLS ADS
+    /// listener: the client certificate is --csds-certificate-path DIR (DIR/tls.crt,
+    /// DIR/tls.key, DIR/ca.crt, as `marin3r certs --out X` writes X/client), else
+    /// `.local/quickstart/certs/client` when it exists (the quickstart's). The server
+    /// certificate must name the address's host (the quickstart's names 127.0.0.1 and
+    /// localhost), or --csds-server-name.
+    ///
+    /// Kubernetes mode (--kubernetes, -n or -A; never guessed from a kubeconfig being
+    /// present, so the quickstart on a laptop with a cluster context stays local): the
+    /// EnvoyConfigs (with --revisions, their EnvoyConfigRevisions) through the API server
+    /// (kubeconfig or in-cluster config; -n NAMESPACE, default the context's namespace; -A
+    /// every namespace), then the Envoys from each --csds-address (repeat it for several
+    /// replicas, e.g. after `kubectl port-forward pod/<replica> 18001:18000`; rows are then
+    /// labelled by replica). The client certificate defaults to the Secret
+    /// `envoy-sidecar-client-cert` of the namespace, the server name to
+    /// `marin3r-discoveryservice`.
+    ///
+    /// NODE: only that node id; with -o json|yaml, the configuration its Envoys hold (each
+    /// resource decoded; Secrets as name and version only).
+    ///
+    /// Exit codes: 0 everything shown; 1 the EnvoyConfigs could not be read; 3 the
+    /// EnvoyConfigs are shown but the Envoys of at least one replica are not (a line says
+    /// why).
     Status(StatusArgs),
     /// Print the CustomResourceDefinitions (EnvoyConfig, EnvoyConfigRevision) as YAML.
     Crds(CrdsArgs),
@@ -416,17 +442,35 @@ pub struct DiscoveryServiceArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StatusOutput {
-    /// A table like `kubectl get ec`.
+    /// A table like `kubectl get ec`, then the ENVOYS table.
     Table,
-    /// The JSON of `GET /status`.
+    /// The JSON of `GET /status` with `envoys` (and `envoysUnavailable`) added; with
+    /// NODE: that node's Envoys and their resources.
     Json,
+    /// The same document as YAML.
+    Yaml,
 }
 
+/// `marin3r status` (its help is on [`Command::Status`]).
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// URL of the discovery service's metrics listener (`--metrics-bind-address`).
+    /// Only this node id: its EnvoyConfig and its Envoys (with -o json|yaml: their
+    /// configuration).
+    #[arg(value_name = "NODE")]
+    pub node: Option<String>,
+    /// Local mode: URL of the discovery service's metrics listener
+    /// (`--metrics-bind-address`).
     #[arg(long, env = "MARIN3R_URL", default_value = compose::STATUS_URL.as_str())]
     pub url: String,
+    /// Kubernetes mode: read the EnvoyConfigs through the API server (implied by -n, -A).
+    #[arg(long, env = "MARIN3R_KUBERNETES")]
+    pub kubernetes: bool,
+    /// Kubernetes mode: the namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long, env = "MARIN3R_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Kubernetes mode: every namespace.
+    #[arg(short = 'A', long, env = "MARIN3R_ALL_NAMESPACES")]
+    pub all_namespaces: bool,
     /// Also list the revisions of every EnvoyConfig.
     #[arg(long, env = "MARIN3R_REVISIONS")]
     pub revisions: bool,
@@ -439,6 +483,28 @@ pub struct StatusArgs {
         default_value = "table"
     )]
     pub output: StatusOutput,
+    /// CSDS (the ADS port) of a discovery service replica, HOST:PORT; repeat it (or
+    /// comma-separate) for several replicas. Local mode default: the host of --url on port
+    /// 18000.
+    #[arg(long, env = "MARIN3R_CSDS_ADDRESS", value_delimiter = ',')]
+    pub csds_address: Vec<String>,
+    /// Directory with the CSDS client certificate: tls.crt, tls.key and ca.crt.
+    #[arg(long, env = "MARIN3R_CSDS_CERTIFICATE_PATH")]
+    pub csds_certificate_path: Option<PathBuf>,
+    /// The CA the discovery service's certificate chains to (default: ca.crt of
+    /// --csds-certificate-path).
+    #[arg(long, env = "MARIN3R_CSDS_CA")]
+    pub csds_ca: Option<PathBuf>,
+    /// The CSDS client certificate (default: tls.crt of --csds-certificate-path).
+    #[arg(long, env = "MARIN3R_CSDS_CERT")]
+    pub csds_cert: Option<PathBuf>,
+    /// Its key (default: tls.key of --csds-certificate-path).
+    #[arg(long, env = "MARIN3R_CSDS_KEY")]
+    pub csds_key: Option<PathBuf>,
+    /// The name the discovery service's certificate must have (default: the host of
+    /// --csds-address in local mode, marin3r-discoveryservice in Kubernetes mode).
+    #[arg(long, env = "MARIN3R_CSDS_SERVER_NAME")]
+    pub csds_server_name: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -146,20 +146,40 @@ fn crds(a: CrdsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `marin3r status`: `GET /status` of a local-mode discovery service, as a table or JSON.
+/// `marin3r status`: the EnvoyConfigs (local mode: `GET /status`; Kubernetes mode: the
+/// API server) and the Envoys from CSDS (`crate::status::run`).
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    let fetch = crate::status::fetch(&a.url, std::time::Duration::from_secs(10));
-    let report = small_runtime()?
-        .block_on(fetch)
-        .with_context(|| format!("cannot get the status from {}", a.url))?;
-    match a.output {
-        StatusOutput::Table => print!("{}", crate::status::render_table(&report, a.revisions)),
-        StatusOutput::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("cannot render JSON")?
-        ),
-    }
-    Ok(ExitCode::SUCCESS)
+    use crate::status::csds::CertificateFiles;
+    use crate::status::run::{self, Format, Options};
+    let options = Options {
+        node: a.node,
+        revisions: a.revisions,
+        format: match a.output {
+            StatusOutput::Table => Format::Table,
+            StatusOutput::Json => Format::Json,
+            StatusOutput::Yaml => Format::Yaml,
+        },
+        csds_addresses: a.csds_address,
+        certificate: CertificateFiles {
+            dir: a.csds_certificate_path,
+            ca: a.csds_ca,
+            cert: a.csds_cert,
+            key: a.csds_key,
+        },
+        server_name: a.csds_server_name,
+        timeout: std::time::Duration::from_secs(10),
+    };
+    let kubernetes = a.kubernetes || a.namespace.is_some() || a.all_namespaces;
+    let outcome = small_runtime()?.block_on(async {
+        if kubernetes {
+            run::kubernetes_default(a.namespace.as_deref(), a.all_namespaces, &options).await
+        } else {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            run::local(&a.url, &options, &cwd).await
+        }
+    })?;
+    print!("{}", outcome.text);
+    Ok(ExitCode::from(outcome.code))
 }
 
 fn read_input(file: &std::path::Path) -> Result<String> {

@@ -36,8 +36,9 @@ spec:
 const GOOD: &str = "{name: kuard, connect_timeout: 1s}";
 const BROKEN: &str = "{name: kuard, connect_timeout: 1s, bogus_field: 1}";
 
-/// A local-mode discovery service on 127.0.0.1; returns the process and its metrics port.
-fn start_discovery_service(dir: &Path) -> (KillOnDrop, u16) {
+/// A local-mode discovery service on 127.0.0.1; returns the process and the `marin3r
+/// status` flags that reach it (its metrics port, its CSDS and a client certificate).
+fn start_discovery_service(dir: &Path) -> (KillOnDrop, Vec<String>) {
     let (xdss, metrics, probes) = (
         free_port().unwrap(),
         free_port().unwrap(),
@@ -68,17 +69,38 @@ fn start_discovery_service(dir: &Path) -> (KillOnDrop, u16) {
         http_get_raw(probes, "/readyz").filter(|r| r.starts_with("HTTP/1.1 200"))
     });
     assert!(ready.is_some(), "the discovery service never became ready");
-    (child, metrics)
+    let flags = vec![
+        "--url".to_string(),
+        format!("http://127.0.0.1:{metrics}"),
+        "--csds-address".to_string(),
+        format!("127.0.0.1:{xdss}"),
+        "--csds-certificate-path".to_string(),
+        dir.join("certs/client").display().to_string(),
+    ];
+    (child, flags)
 }
 
-fn status(metrics: u16, extra: &[&str]) -> String {
+/// The output of `marin3r status` (exit 0), without its ENVOYS section (no Envoy here).
+fn status(flags: &[String], extra: &[&str]) -> String {
     let out = marin3r()
-        .args(["status", "--url", &format!("http://127.0.0.1:{metrics}")])
+        .arg("status")
+        .args(flags)
         .args(extra)
         .output()
         .unwrap();
     assert_success(&out);
-    String::from_utf8(out.stdout).unwrap()
+    let text = String::from_utf8(out.stdout).unwrap();
+    if extra.contains(&"json") {
+        return text;
+    }
+    let (configs, envoys) = text
+        .split_once("\nENVOYS\n")
+        .unwrap_or_else(|| panic!("no ENVOYS section:\n{text}"));
+    assert!(
+        envoys.starts_with("No Envoy is connected.\nNo Envoy connected for node kuard.\n"),
+        "{text}"
+    );
+    configs.to_string()
 }
 
 /// The cells of a table line, cut at the column starts of its header.
@@ -113,9 +135,9 @@ fn status_prints_envoyconfigs_like_kubectl_get_ec() {
     std::fs::create_dir_all(dir.path().join("config")).unwrap();
     let file = dir.path().join("config/kuard.yaml");
     std::fs::write(&file, envoy_config(GOOD)).unwrap();
-    let (process, metrics) = start_discovery_service(dir.path());
+    let (process, flags) = start_discovery_service(dir.path());
 
-    let table = status(metrics, &[]);
+    let table = status(&flags, &[]);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "{table}");
     let columns = [
@@ -143,10 +165,10 @@ fn status_prints_envoyconfigs_like_kubectl_get_ec() {
     rewrite.write_all(envoy_config(BROKEN).as_bytes()).unwrap();
     drop(rewrite);
     let rolled_back = wait_for(Duration::from_secs(10), || {
-        let t = status(metrics, &[]);
+        let t = status(&flags, &[]);
         t.contains("Rollback").then_some(t)
     })
-    .unwrap_or_else(|| panic!("no Rollback:\n{}", status(metrics, &[])));
+    .unwrap_or_else(|| panic!("no Rollback:\n{}", status(&flags, &[])));
     let lines: Vec<&str> = rolled_back.lines().collect();
     let row = cells(lines[0], lines[1], &columns);
     let bad = row[3].to_string();
@@ -158,7 +180,7 @@ fn status_prints_envoyconfigs_like_kubectl_get_ec() {
     );
 
     // --revisions: oldest first, published and tainted flags, RFC 3339 times.
-    let with_revisions = status(metrics, &["--revisions"]);
+    let with_revisions = status(&flags, &["--revisions"]);
     let lines: Vec<&str> = with_revisions.lines().collect();
     assert_eq!(lines[2], "", "{with_revisions}");
     assert_eq!(
@@ -197,7 +219,7 @@ fn status_prints_envoyconfigs_like_kubectl_get_ec() {
     assert_eq!(second[4], "", "never published:\n{with_revisions}");
 
     // -o json is the /status document.
-    let json: serde_json::Value = serde_json::from_str(&status(metrics, &["-o", "json"])).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&status(&flags, &["-o", "json"])).unwrap();
     let ec = &json["envoyConfigs"][0];
     assert_eq!(ec["cacheState"], "Rollback");
     assert!(
@@ -211,8 +233,8 @@ fn status_prints_envoyconfigs_like_kubectl_get_ec() {
     let mut process = process;
     assert!(process.terminate(Duration::from_secs(10)).is_some());
     assert!(dir.path().join("state/default_kuard.json").is_file());
-    let (_process, metrics) = start_discovery_service(dir.path());
-    let after = status(metrics, &["--revisions"]);
+    let (_process, flags) = start_discovery_service(dir.path());
+    let after = status(&flags, &["--revisions"]);
     let lines: Vec<&str> = after.lines().collect();
     let row = cells(lines[0], lines[1], &columns);
     assert_eq!(

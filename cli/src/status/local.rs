@@ -1,7 +1,6 @@
-//! `marin3r status`: the client of a local-mode discovery service's `GET /status` and
-//! `DELETE /status/revisions/{namespace}/{name}/{version}` (hyper), and the
-//! `kubectl get ec`-like table it prints. The report itself (its JSON and how it is
-//! computed) is `marin3r_control_plane::status`.
+//! The client of a local-mode discovery service's `GET /status` and
+//! `DELETE /status/revisions/{namespace}/{name}/{version}` (hyper). The report itself
+//! (its JSON and how it is computed) is `marin3r_control_plane::status`.
 
 use std::time::Duration;
 
@@ -13,139 +12,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use marin3r_control_plane::status::{EnvoyConfigReport, StatusReport};
-
-/// Left-aligned columns separated by three spaces, like `kubectl get`.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let header: Vec<String> = header.iter().map(|h| (*h).to_string()).collect();
-    for row in std::iter::once(&header).chain(rows) {
-        let last = row.len().saturating_sub(1);
-        let mut line = String::new();
-        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
-            line.push_str(cell);
-            if i < last {
-                let pad = w.saturating_sub(cell.chars().count()) + 3;
-                line.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// The table `marin3r status` prints: `NAME NODE ID ENVOY API DESIRED VERSION PUBLISHED
-/// VERSION CACHE STATE`, with a leading `NAMESPACE` column when the EnvoyConfigs span
-/// several namespaces (like `kubectl get ec -A`). With `revisions`, each EnvoyConfig's
-/// revisions follow (oldest first): `VERSION PUBLISHED TAINTED CREATED AT LAST
-/// PUBLISHED AT`. Missing values are empty cells.
-pub fn render_table(report: &StatusReport, revisions: bool) -> String {
-    let mut out = render_envoyconfigs(report, revisions);
-    // What is written but not used (the last good content keeps being served).
-    let problems: Vec<String> = report
-        .envoy_configs
-        .iter()
-        .flat_map(|ec| {
-            ec.errors
-                .iter()
-                .map(move |e| format!("EnvoyConfig {}/{}: {e}", ec.namespace, ec.name))
-        })
-        .chain(
-            report
-                .files
-                .iter()
-                .map(|f| format!("{}: {}", f.path, f.error)),
-        )
-        .collect();
-    if !problems.is_empty() {
-        out.push_str("\nNot applied (the last good content keeps being served):\n");
-        for p in problems {
-            out.push_str(&format!("  {p}\n"));
-        }
-    }
-    out
-}
-
-fn render_envoyconfigs(report: &StatusReport, revisions: bool) -> String {
-    if report.envoy_configs.is_empty() {
-        return "No EnvoyConfigs found.\n".to_string();
-    }
-    let namespaced = report
-        .envoy_configs
-        .iter()
-        .any(|ec| ec.namespace != report.envoy_configs[0].namespace);
-    let mut header = vec![
-        "NAME",
-        "NODE ID",
-        "ENVOY API",
-        "DESIRED VERSION",
-        "PUBLISHED VERSION",
-        "CACHE STATE",
-    ];
-    if namespaced {
-        header.insert(0, "NAMESPACE");
-    }
-    let rows: Vec<Vec<String>> = report
-        .envoy_configs
-        .iter()
-        .map(|ec| {
-            let mut row = vec![
-                ec.name.clone(),
-                ec.node_id.clone(),
-                ec.envoy_api.clone(),
-                ec.desired_version.clone().unwrap_or_default(),
-                ec.published_version.clone().unwrap_or_default(),
-                ec.cache_state.map(|s| s.to_string()).unwrap_or_default(),
-            ];
-            if namespaced {
-                row.insert(0, ec.namespace.clone());
-            }
-            row
-        })
-        .collect();
-    let mut out = table(&header, &rows);
-    if revisions {
-        for ec in &report.envoy_configs {
-            out.push_str(&format!(
-                "\nRevisions of {}/{} (node ID {}):\n",
-                ec.namespace, ec.name, ec.node_id
-            ));
-            let rows: Vec<Vec<String>> = ec
-                .revisions
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.version.clone(),
-                        r.published.to_string(),
-                        r.tainted.to_string(),
-                        r.created_at.clone(),
-                        r.last_published_at.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            out.push_str(&table(
-                &[
-                    "VERSION",
-                    "PUBLISHED",
-                    "TAINTED",
-                    "CREATED AT",
-                    "LAST PUBLISHED AT",
-                ],
-                &rows,
-            ));
-        }
-    }
-    out
-}
-
-// ---------------------------------------------------------------------------------------
-// Client.
 
 /// Errors of [`fetch`] and [`delete_revision`].
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +83,19 @@ fn parse_url(url: &str) -> Result<Url, ClientError> {
         authority: authority.to_string(),
         prefix: uri.path().trim_end_matches('/').to_string(),
     })
+}
+
+/// The CSDS address of the discovery service whose status is at `url`: its host and the
+/// ADS port (`127.0.0.1:18000` for the default URL). `None` when `url` is not valid (its
+/// error comes from [`fetch`]).
+pub fn csds_address_of(url: &str) -> Option<String> {
+    let base = parse_url(url).ok()?;
+    let authority: hyper::http::uri::Authority = base.authority.parse().ok()?;
+    Some(format!(
+        "{}:{}",
+        authority.host(),
+        marin3r_wire::ports::XDSS
+    ))
 }
 
 /// One request on a fresh client: the body of a 2xx answer. `timeout` bounds connecting,
@@ -309,79 +188,22 @@ pub async fn delete_revision(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use marin3r_control_plane::status::RevisionReport;
-    use marin3r_envoyconfig::envoyconfig::CacheState;
-    use std::collections::BTreeMap;
 
     #[test]
-    fn table_is_aligned_like_kubectl() {
-        let ec = |ns: &str, name: &str, state| EnvoyConfigReport {
-            name: name.into(),
-            namespace: ns.into(),
-            node_id: format!("{name}-node"),
-            envoy_api: "v3".into(),
-            desired_version: Some("aaaa".into()),
-            published_version: Some("bb".into()),
-            cache_state: Some(state),
-            conditions: Vec::new(),
-            revisions: vec![RevisionReport {
-                version: "bb".into(),
-                published: true,
-                tainted: false,
-                taint_reason: None,
-                created_at: "1970-01-01T00:00:10Z".into(),
-                last_published_at: None,
-                provides_versions: BTreeMap::new(),
-            }],
-            errors: Vec::new(),
-        };
-        let report = StatusReport {
-            files: Vec::new(),
-            envoy_configs: vec![
-                ec("default", "kuard", CacheState::Rollback),
-                ec("default", "a-much-longer-name", CacheState::InSync),
-            ],
-        };
-        let text = render_table(&report, false);
-        let lines: Vec<&str> = text.lines().collect();
+    fn the_csds_address_is_the_status_host_on_the_ads_port() {
         assert_eq!(
-            lines[0],
-            "NAME                 NODE ID                   ENVOY API   DESIRED VERSION   PUBLISHED VERSION   CACHE STATE"
+            csds_address_of("http://127.0.0.1:8383").as_deref(),
+            Some("127.0.0.1:18000")
         );
         assert_eq!(
-            lines[1],
-            "kuard                kuard-node                v3          aaaa              bb                  Rollback"
+            csds_address_of("http://ds.example:9/x").as_deref(),
+            Some("ds.example:18000")
         );
-        assert_eq!(lines.len(), 3);
-
-        let text = render_table(&report, true);
-        assert!(text.contains("\nRevisions of default/kuard (node ID kuard-node):\n"));
-        assert!(text.contains(
-            "VERSION   PUBLISHED   TAINTED   CREATED AT             LAST PUBLISHED AT\nbb        true        false     1970-01-01T00:00:10Z\n"
-        ));
-
-        let mut several = report.clone();
-        several.envoy_configs[1].namespace = "other".into();
-        assert!(render_table(&several, false).starts_with("NAMESPACE   NAME"));
         assert_eq!(
-            render_table(&StatusReport::default(), false),
-            "No EnvoyConfigs found.\n"
+            csds_address_of("http://[::1]:8383").as_deref(),
+            Some("[::1]:18000")
         );
-
-        // Files and documents that are not applied are listed below the table.
-        let mut broken = report.clone();
-        broken.envoy_configs[0].errors = vec!["invalid EnvoyConfig: spec.nodeID".into()];
-        broken.files = vec![marin3r_control_plane::status::FileReport {
-            path: "/config/kuard.yaml".into(),
-            error: "the file has no documents".into(),
-        }];
-        let text = render_table(&broken, false);
-        assert!(
-            text.ends_with(
-                "\nNot applied (the last good content keeps being served):\n  EnvoyConfig default/kuard: invalid EnvoyConfig: spec.nodeID\n  /config/kuard.yaml: the file has no documents\n"
-            ),
-            "{text}"
-        );
+        assert_eq!(csds_address_of("https://x"), None);
     }
 
     #[test]

@@ -1,0 +1,455 @@
+//! `marin3r status` end to end: the EnvoyConfigs (local mode: `GET /status`; Kubernetes
+//! mode: the API server), then the Envoys from each discovery service replica's CSDS,
+//! printed as one text. The outcome's exit code tells whether every part was shown.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use marin3r_control_plane::status::StatusReport;
+use marin3r_wire::object_names;
+use serde::Serialize;
+
+use super::csds::{self, CertificateFiles, ClientCertificate, Query};
+use super::envoys::{self, EnvoyReport, Unavailable};
+use super::kubernetes::{self, KubeError};
+use super::local::{self, ClientError};
+use super::node::{self, EnvoyDump};
+use super::table::render_table;
+
+/// Exit code when the EnvoyConfigs are shown but the Envoys of at least one replica are
+/// not (CSDS unreachable, refused, no certificate, no `--csds-address`).
+pub const EXIT_ENVOYS_MISSING: u8 = 3;
+
+/// Where local mode looks for a client certificate when none is given: the one
+/// `scripts/quickstart` writes (relative to the working directory).
+pub const QUICKSTART_CLIENT_CERTS: &str = ".local/quickstart/certs/client";
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// What to show and how to reach the Envoys.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only this node id: its EnvoyConfig, and with JSON/YAML its Envoys' configuration.
+    pub node: Option<String>,
+    pub revisions: bool,
+    pub format: Format,
+    /// CSDS addresses (HOST:PORT), one per discovery service replica; empty: the default
+    /// of the mode.
+    pub csds_addresses: Vec<String>,
+    pub certificate: CertificateFiles,
+    /// The TLS name to verify; default: the address's host (local mode), the
+    /// discovery service's Service name (Kubernetes mode).
+    pub server_name: Option<String>,
+    /// Bounds every request.
+    pub timeout: Duration,
+}
+
+/// What to print and the exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub text: String,
+    pub code: u8,
+}
+
+/// Errors that stop `marin3r status` (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("cannot get the status from {url}")]
+    Local {
+        url: String,
+        #[source]
+        source: Box<ClientError>,
+    },
+    #[error(transparent)]
+    Kube(#[from] Box<KubeError>),
+    #[error("cannot reach the API server (kubeconfig or in-cluster config)")]
+    KubeConfig(#[source] Box<kube::Error>),
+    #[error("cannot render {0}")]
+    Render(String),
+}
+
+/// The `-o json` / `-o yaml` document of the whole status: the `/status` JSON (both
+/// modes) with the Envoys added.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusDocument<'a> {
+    #[serde(flatten)]
+    report: &'a StatusReport,
+    envoys: &'a [EnvoyReport],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    envoys_unavailable: &'a [Unavailable],
+}
+
+/// The `-o json` / `-o yaml` document of `marin3r status NODE`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeDocument<'a> {
+    #[serde(rename = "nodeID")]
+    node_id: &'a str,
+    envoys: &'a [EnvoyDump],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    envoys_unavailable: &'a [Unavailable],
+}
+
+/// Where the Envoys are asked and with which certificate, once the mode resolved them.
+struct Target {
+    addresses: Vec<String>,
+    certificate: Result<ClientCertificate, String>,
+    server_name: Option<String>,
+}
+
+/// What the replicas answered.
+#[derive(Default)]
+struct Envoys {
+    rows: Vec<EnvoyReport>,
+    dumps: Vec<EnvoyDump>,
+    unavailable: Vec<Unavailable>,
+    several: bool,
+}
+
+async fn ask(target: &Target, options: &Options) -> Envoys {
+    let mut out = Envoys {
+        several: target.addresses.len() > 1,
+        ..Envoys::default()
+    };
+    let certificate = match &target.certificate {
+        Ok(c) => c,
+        Err(reason) => {
+            out.unavailable.push(Unavailable {
+                address: String::new(),
+                reason: reason.clone(),
+            });
+            return out;
+        }
+    };
+    let query = match &options.node {
+        Some(id) => Query::Node(id.clone()),
+        None => Query::AllNodes,
+    };
+    for address in &target.addresses {
+        let label = out.several.then_some(address.as_str());
+        match csds::fetch(
+            address,
+            certificate,
+            target.server_name.as_deref(),
+            &query,
+            options.timeout,
+        )
+        .await
+        {
+            Ok(response) => {
+                out.rows.extend(envoys::envoys(&response, label));
+                out.dumps.extend(node::dump(&response, label));
+            }
+            Err(e) => out.unavailable.push(Unavailable {
+                address: address.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    out.rows.sort_by(|a, b| {
+        (&a.node_id, &a.pod, &a.replica, &a.api).cmp(&(&b.node_id, &b.pod, &b.replica, &b.api))
+    });
+    if let Some(id) = &options.node {
+        // Exact matching is the server's job; keep the rule here too.
+        out.rows.retain(|e| &e.node_id == id);
+        out.dumps.retain(|e| &e.node_id == id);
+    }
+    out
+}
+
+/// `served` is the namespace whose discovery service was asked (Kubernetes mode: each
+/// namespace has its own), `None` for every EnvoyConfig (local mode): only those are
+/// paired with the Envoys.
+fn render(
+    mut report: StatusReport,
+    envoys: &Envoys,
+    options: &Options,
+    served: Option<&str>,
+) -> Result<Outcome, StatusError> {
+    if let Some(id) = &options.node {
+        report.envoy_configs.retain(|ec| &ec.node_id == id);
+    }
+    let to_text = |value: &dyn erased::Document| -> Result<String, StatusError> {
+        match options.format {
+            Format::Json => value.json(),
+            Format::Yaml => value.yaml(),
+            Format::Table => Ok(String::new()),
+        }
+    };
+    let text = match (options.format, &options.node) {
+        (Format::Table, _) => {
+            let mut text = render_table(&report, options.revisions);
+            text.push('\n');
+            text.push_str(&envoys::render_envoys(
+                &envoys.rows,
+                &envoys.unavailable,
+                envoys.several,
+            ));
+            if envoys.unavailable.is_empty() {
+                let ids: Vec<&str> = report
+                    .envoy_configs
+                    .iter()
+                    .filter(|ec| served.is_none_or(|ns| ec.namespace == ns))
+                    .map(|ec| ec.node_id.as_str())
+                    .filter(|id| !id.is_empty())
+                    .collect();
+                text.push_str(&envoys::unpaired(&ids, &envoys.rows));
+            }
+            text
+        }
+        (_, Some(id)) => to_text(&NodeDocument {
+            node_id: id,
+            envoys: &envoys.dumps,
+            envoys_unavailable: &envoys.unavailable,
+        })?,
+        (_, None) => to_text(&StatusDocument {
+            report: &report,
+            envoys: &envoys.rows,
+            envoys_unavailable: &envoys.unavailable,
+        })?,
+    };
+    Ok(Outcome {
+        text,
+        code: if envoys.unavailable.is_empty() {
+            0
+        } else {
+            EXIT_ENVOYS_MISSING
+        },
+    })
+}
+
+/// JSON and YAML of the two documents through one function each.
+mod erased {
+    use super::StatusError;
+
+    pub trait Document {
+        fn json(&self) -> Result<String, StatusError>;
+        fn yaml(&self) -> Result<String, StatusError>;
+    }
+
+    impl<T: serde::Serialize> Document for T {
+        fn json(&self) -> Result<String, StatusError> {
+            serde_json::to_string_pretty(self)
+                .map(|mut s| {
+                    s.push('\n');
+                    s
+                })
+                .map_err(|e| StatusError::Render(format!("JSON: {e}")))
+        }
+        fn yaml(&self) -> Result<String, StatusError> {
+            serde_saphyr::to_string(self).map_err(|e| StatusError::Render(format!("YAML: {e}")))
+        }
+    }
+}
+
+/// The client certificate named by the flags, if any.
+fn files_certificate(files: &CertificateFiles) -> Option<Result<ClientCertificate, String>> {
+    (!files.is_empty()).then(|| files.read().map_err(|e| e.to_string()))
+}
+
+/// Local mode: `GET {url}/status`, then CSDS at `--csds-address` (default: the host of
+/// `url` on the ADS port, `127.0.0.1:18000`) with the flags' certificate, else the
+/// quickstart's ([`QUICKSTART_CLIENT_CERTS`] under `cwd`).
+pub async fn local(url: &str, options: &Options, cwd: &Path) -> Result<Outcome, StatusError> {
+    let report = local::fetch(url, options.timeout)
+        .await
+        .map_err(|source| StatusError::Local {
+            url: url.to_string(),
+            source: Box::new(source),
+        })?;
+    let addresses = if options.csds_addresses.is_empty() {
+        local::csds_address_of(url).into_iter().collect()
+    } else {
+        options.csds_addresses.clone()
+    };
+    let certificate = files_certificate(&options.certificate).unwrap_or_else(|| {
+        let dir: PathBuf = cwd.join(QUICKSTART_CLIENT_CERTS);
+        if dir.is_dir() {
+            CertificateFiles {
+                dir: Some(dir),
+                ..CertificateFiles::default()
+            }
+            .read()
+            .map_err(|e| e.to_string())
+        } else {
+            Err(format!(
+                "no client certificate for CSDS: pass --csds-certificate-path DIR with \
+                 {} of the discovery service's CA (`marin3r certs --out X` writes X/client)",
+                csds::describe_dir(Path::new("DIR"))
+            ))
+        }
+    });
+    let target = Target {
+        addresses,
+        certificate,
+        server_name: options.server_name.clone(),
+    };
+    let envoys = ask(&target, options).await;
+    render(report, &envoys, options, None)
+}
+
+/// Kubernetes mode through `client`: the EnvoyConfigs of `namespace` (every namespace
+/// when `None`), then CSDS at each `--csds-address` (the discovery service of
+/// `cert_namespace`) with the flags' certificate, else the sidecars' client certificate
+/// Secret of `cert_namespace`.
+pub async fn kubernetes(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    cert_namespace: &str,
+    options: &Options,
+) -> Result<Outcome, StatusError> {
+    let report = kubernetes::fetch(client, namespace, options.revisions)
+        .await
+        .map_err(Box::new)?;
+    let target = if options.csds_addresses.is_empty() {
+        Target {
+            addresses: Vec::new(),
+            certificate: Err(format!(
+                "no --csds-address: forward each discovery service replica's port first, e.g. \
+                 `kubectl -n {cert_namespace} port-forward deployment/{} {port}`, then \
+                 `marin3r status -n {cert_namespace} --csds-address 127.0.0.1:{port}`",
+                object_names::discovery_service(object_names::DEFAULT_DISCOVERY_SERVICE),
+                port = marin3r_wire::ports::XDSS,
+            )),
+            server_name: None,
+        }
+    } else {
+        let certificate = match files_certificate(&options.certificate) {
+            Some(c) => c,
+            None => kubernetes::client_certificate(client, cert_namespace)
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        Target {
+            addresses: options.csds_addresses.clone(),
+            certificate,
+            server_name: Some(options.server_name.clone().unwrap_or_else(|| {
+                object_names::discovery_service(object_names::DEFAULT_DISCOVERY_SERVICE)
+            })),
+        }
+    };
+    let envoys = ask(&target, options).await;
+    render(report, &envoys, options, Some(cert_namespace))
+}
+
+/// Kubernetes mode with the kubeconfig (or in-cluster) client: `-A` lists every
+/// namespace, `-n` one, else the context's namespace.
+pub async fn kubernetes_default(
+    namespace: Option<&str>,
+    all_namespaces: bool,
+    options: &Options,
+) -> Result<Outcome, StatusError> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| StatusError::KubeConfig(Box::new(e)))?;
+    let cert_namespace = namespace
+        .map(str::to_string)
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let listed = (!all_namespaces).then_some(cert_namespace.as_str());
+    kubernetes(&client, listed, &cert_namespace, options).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(format: Format) -> Options {
+        Options {
+            node: None,
+            revisions: false,
+            format,
+            csds_addresses: Vec::new(),
+            certificate: CertificateFiles::default(),
+            server_name: None,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn envoyconfigs_are_printed_when_the_envoys_are_missing_and_the_code_says_so() {
+        let envoys = Envoys {
+            unavailable: vec![Unavailable {
+                address: "127.0.0.1:1".into(),
+                reason: "CSDS 127.0.0.1:1: cannot connect".into(),
+            }],
+            ..Envoys::default()
+        };
+        let out = render(
+            StatusReport::default(),
+            &envoys,
+            &options(Format::Table),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            Outcome {
+                text: "No EnvoyConfigs found.\n\nENVOYS\nEnvoys of 127.0.0.1:1 not shown: CSDS \
+                       127.0.0.1:1: cannot connect\n"
+                    .into(),
+                code: EXIT_ENVOYS_MISSING
+            }
+        );
+        let json = render(
+            StatusReport::default(),
+            &envoys,
+            &options(Format::Json),
+            None,
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json.text).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"envoyConfigs": [], "envoys": [], "envoysUnavailable": [
+                {"address": "127.0.0.1:1", "reason": "CSDS 127.0.0.1:1: cannot connect"}]})
+        );
+        let all_there = render(
+            StatusReport::default(),
+            &Envoys::default(),
+            &options(Format::Yaml),
+            None,
+        )
+        .unwrap();
+        assert_eq!(all_there.code, 0);
+        assert!(all_there.text.contains("envoys: []"), "{}", all_there.text);
+    }
+
+    #[test]
+    fn only_envoyconfigs_of_the_asked_discovery_service_are_paired_with_envoys() {
+        let ec = |ns: &str, node: &str| marin3r_control_plane::status::EnvoyConfigReport {
+            name: node.into(),
+            namespace: ns.into(),
+            node_id: node.into(),
+            envoy_api: "v3".into(),
+            desired_version: None,
+            published_version: None,
+            cache_state: None,
+            conditions: Vec::new(),
+            revisions: Vec::new(),
+            errors: Vec::new(),
+        };
+        let report = StatusReport {
+            envoy_configs: vec![ec("a", "in-a"), ec("b", "in-b")],
+            files: Vec::new(),
+        };
+        let text = |served| {
+            render(
+                report.clone(),
+                &Envoys::default(),
+                &options(Format::Table),
+                served,
+            )
+            .unwrap()
+            .text
+        };
+        assert!(text(Some("a")).ends_with("No Envoy connected for node in-a.\n"));
+        assert!(text(None).ends_with("No Envoy connected for node in-a, in-b.\n"));
+    }
+}
