@@ -171,10 +171,10 @@ impl Shared {
             .iter()
             .filter_map(|c| c.valid().ok())
             .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| c.spec.node_id == ec.spec.node_id)
             .map(|c| (key(c), c.spec.node_id.as_str()))
             .collect();
-        let owners = publisher::node_owners(live.iter().map(|(k, n)| (k, *n)));
-        let owner = owners.get(&ec.spec.node_id)?;
+        let owner = publisher::node_owner(live.iter().map(|(k, n)| (k, *n)), &ec.spec.node_id)?;
         (*owner != key(ec)).then(|| format!("{}/{}", owner.0, owner.1))
     }
 
