@@ -6,6 +6,12 @@
 //! driver learns every version each stream accepts and every NACK it sends, so it can
 //! time how long a config change takes to reach all of them.
 //!
+//! With [`SwarmConfig::eds`], the streams of a node also subscribe to the
+//! ClusterLoadAssignments of its clusters and report each one they receive
+//! ([`EdsUpdate`]: when, its [`endpoint_marker`], whether its endpoints changed);
+//! [`SwarmConfig::api`] picks SotW or incremental (delta) ADS; [`Swarm::replace`] closes
+//! a stream and opens it again as a new pod (pod churn).
+//!
 //! Streams connect to [`SwarmConfig::targets`] round-robin, skipping an address that
 //! refuses (as the test balancer and kube-proxy do). With [`SwarmConfig::reconnect`] a
 //! stream that ends connects again with Envoy's backoff ([`reconnect_delay`]) and keeps
@@ -20,12 +26,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status;
 use marin3r_xds::NodeInfo;
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -38,6 +47,71 @@ pub const TYPE_URLS: [&str; 2] = [
 ];
 /// The slot of listeners in a stream's version pair.
 pub const LISTENER: usize = 1;
+/// ClusterLoadAssignments (subscribed by name, [`SwarmConfig::eds`]).
+pub const EDS_TYPE_URL: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
+/// Which ADS flavour the streams speak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AdsApi {
+    /// State of the world (`StreamAggregatedResources`).
+    #[default]
+    Sotw,
+    /// Incremental (`DeltaAggregatedResources`).
+    Delta,
+}
+
+/// The marker endpoint address of write `seq` (the churn bench gives each EndpointSlice
+/// write a new one): `10.(128 + seq / 65536).(seq / 256 % 256).(seq % 256)`; addresses of
+/// other endpoints stay below `10.128.0.0`. [`endpoint_marker`] reads it back.
+pub fn marker_ip(seq: u64) -> String {
+    let seq = seq.min(MAX_MARKER);
+    format!(
+        "10.{}.{}.{}",
+        128 + (seq >> 16),
+        (seq >> 8) & 0xff,
+        seq & 0xff
+    )
+}
+
+/// The highest marker [`marker_ip`] can write.
+pub const MAX_MARKER: u64 = (127 << 16) | 0xffff;
+
+/// The highest write marker ([`marker_ip`]) among the endpoints of `cla` (0: none).
+pub fn endpoint_marker(cla: &ClusterLoadAssignment) -> u64 {
+    cla.endpoints
+        .iter()
+        .flat_map(|l| &l.lb_endpoints)
+        .filter_map(|e| match &e.host_identifier {
+            Some(HostIdentifier::Endpoint(ep)) => ep.address.as_ref(),
+            _ => None,
+        })
+        .filter_map(|a| match &a.address {
+            Some(AddressKind::SocketAddress(sa)) => sa.address.parse::<std::net::Ipv4Addr>().ok(),
+            _ => None,
+        })
+        .filter_map(|ip| {
+            let [a, b, c, d] = ip.octets();
+            (a == 10 && b >= 128)
+                .then(|| (u64::from(b - 128) << 16) | (u64::from(c) << 8) | u64::from(d))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// One ClusterLoadAssignment a stream received (and ACKed).
+#[derive(Debug, Clone)]
+pub struct EdsUpdate {
+    pub stream: usize,
+    pub cluster: Arc<str>,
+    /// Its highest write marker ([`endpoint_marker`]).
+    pub marker: u64,
+    /// The first one of this cluster on this connection.
+    pub initial: bool,
+    /// Its endpoints differ from the last one of this cluster on this connection
+    /// (always true for the first).
+    pub changed: bool,
+    pub at: Instant,
+}
 
 /// Bound of one connection attempt (TCP + TLS + HTTP/2).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,6 +134,10 @@ pub struct SwarmConfig {
     pub connect_parallelism: usize,
     /// A stream that ends connects again (Envoy's backoff); otherwise it fails the swarm.
     pub reconnect: bool,
+    /// Per node id, the clusters whose ClusterLoadAssignments its streams subscribe to
+    /// (none: no EDS subscription).
+    pub eds: std::collections::BTreeMap<String, Vec<String>>,
+    pub api: AdsApi,
 }
 
 /// Which responses the streams NACK, as Envoys rejecting a broken resource would;
@@ -102,29 +180,40 @@ pub struct Nack {
     pub at: Instant,
 }
 
+/// What a stream task reports; `generation` tells the tasks of a replaced stream
+/// ([`Swarm::replace`]) apart, so the events of a closed one are ignored.
 enum Event {
     /// The ADS stream is open on `addr`.
     Connected {
         stream: usize,
+        generation: u32,
         addr: SocketAddr,
         at: Instant,
     },
-    /// A response was ACKed.
+    /// A response was ACKed; `initial`: the first of its type on this connection.
     Version {
         stream: usize,
+        generation: u32,
         slot: usize,
         version: Arc<str>,
+        initial: bool,
         at: Instant,
+    },
+    Endpoints {
+        generation: u32,
+        update: EdsUpdate,
     },
     Nacked(Nack),
     /// The stream ended; it connects again after its backoff.
     Disconnected {
         stream: usize,
+        generation: u32,
         at: Instant,
     },
     /// The stream ended and does not reconnect.
     Failed {
         stream: usize,
+        generation: u32,
         error: String,
     },
 }
@@ -242,10 +331,30 @@ pub fn reconnect_delay(attempt: u32, random: u64) -> Duration {
     Duration::from_millis(random % ceiling.max(1))
 }
 
+/// Responses counted over a swarm's life ([`Swarm::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseCounts {
+    /// Cluster and listener responses after the first of their type on a connection.
+    pub cds_lds_pushes: u64,
+    /// ClusterLoadAssignments after the first of their cluster on a connection.
+    pub eds_pushes: u64,
+    /// Of those, the ones whose endpoints had not changed (no-op pushes).
+    pub eds_noops: u64,
+    /// ClusterLoadAssignments that were the first of their cluster on a connection.
+    pub eds_initial: u64,
+}
+
 /// `n` live ADS streams; their tasks are aborted (connections closed) on drop.
 pub struct Swarm {
     n: usize,
     node_ids: Vec<String>,
+    /// Per stream: its task's generation ([`Swarm::replace`]) and abort handle.
+    generations: Vec<u32>,
+    handles: Vec<Option<AbortHandle>>,
+    template: StreamTemplate,
+    /// ClusterLoadAssignments received since the last [`Swarm::take_eds`].
+    eds: Vec<EdsUpdate>,
+    counts: ResponseCounts,
     events: mpsc::UnboundedReceiver<Event>,
     /// The versions each stream accepted last (kept over reconnects).
     versions: Vec<[Option<Arc<str>>; 2]>,
@@ -259,26 +368,82 @@ pub struct Swarm {
     tasks: JoinSet<()>,
 }
 
-fn node(node_id: &str, index: usize) -> Node {
+/// The pod name of stream `index` of `node_id` in its `generation` (replacements are new
+/// pods): `<node>-pod-<index>`, then `<node>-p<generation, 2 digits>-<index>`, of the
+/// same length up to generation 99, so that pod churn alone does not grow the
+/// discovery service's per-pod metric labels.
+pub fn pod_name(node_id: &str, index: usize, generation: u32) -> String {
+    if generation == 0 {
+        format!("{node_id}-pod-{index}")
+    } else {
+        format!("{node_id}-p{generation:02}-{index}")
+    }
+}
+
+fn node(node_id: &str, pod_name: String) -> Node {
     Node {
         cluster: node_id.to_string(),
         ..NodeInfo {
             id: node_id.to_string(),
-            pod_name: format!("{node_id}-pod-{index}"),
+            pod_name,
         }
         .to_node()
     }
 }
 
-/// What one stream task needs.
-struct StreamTask {
-    index: usize,
-    node: Node,
+/// What every stream task shares.
+#[derive(Clone)]
+struct StreamTemplate {
     targets: Arc<Targets>,
     connecting: Arc<Semaphore>,
     events: mpsc::UnboundedSender<Event>,
     rejection: watch::Receiver<Rejection>,
     reconnect: bool,
+    eds: Arc<std::collections::BTreeMap<String, Vec<String>>>,
+    api: AdsApi,
+}
+
+/// What one stream task needs.
+struct StreamTask {
+    index: usize,
+    generation: u32,
+    node: Node,
+    /// The clusters whose ClusterLoadAssignments it subscribes to.
+    eds: Vec<String>,
+    targets: Arc<Targets>,
+    connecting: Arc<Semaphore>,
+    events: mpsc::UnboundedSender<Event>,
+    rejection: watch::Receiver<Rejection>,
+    reconnect: bool,
+    api: AdsApi,
+}
+
+impl StreamTemplate {
+    fn task(&self, index: usize, generation: u32, node_id: &str) -> StreamTask {
+        StreamTask {
+            index,
+            generation,
+            node: node(node_id, pod_name(node_id, index, generation)),
+            eds: self.eds.get(node_id).cloned().unwrap_or_default(),
+            targets: self.targets.clone(),
+            connecting: self.connecting.clone(),
+            events: self.events.clone(),
+            rejection: self.rejection.clone(),
+            reconnect: self.reconnect,
+            api: self.api,
+        }
+    }
+}
+
+/// What a stream holds of its EDS subscription on the current connection: per cluster,
+/// a digest of the last ClusterLoadAssignment.
+type HeldEndpoints = std::collections::HashMap<String, u64>;
+
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// What a stream accepted, per type (the last one is its current version).
@@ -291,16 +456,24 @@ impl StreamTask {
         let mut opened = false;
         let seeds = std::hash::RandomState::new();
         loop {
-            let Err(error) = self.session(&mut accepted, &mut attempt, &mut opened).await;
+            let Err(error) = match self.api {
+                AdsApi::Sotw => self.session(&mut accepted, &mut attempt, &mut opened).await,
+                AdsApi::Delta => {
+                    self.session_delta(&mut accepted, &mut attempt, &mut opened)
+                        .await
+                }
+            };
             if !self.reconnect {
                 let _ = self.events.send(Event::Failed {
                     stream: self.index,
+                    generation: self.generation,
                     error: format!("{error:#}"),
                 });
                 return;
             }
             let down = Event::Disconnected {
                 stream: self.index,
+                generation: self.generation,
                 at: Instant::now(),
             };
             if self.events.send(down).is_err() {
@@ -340,6 +513,14 @@ impl StreamTask {
             })
             .await?;
         }
+        if !self.eds.is_empty() {
+            tx.send(DiscoveryRequest {
+                type_url: EDS_TYPE_URL.to_string(),
+                resource_names: self.eds.clone(),
+                ..Default::default()
+            })
+            .await?;
+        }
         let mut inbound = client
             .stream_aggregated_resources(ReceiverStream::new(rx))
             .await
@@ -348,12 +529,29 @@ impl StreamTask {
         *opened = true;
         self.events.send(Event::Connected {
             stream: self.index,
+            generation: self.generation,
             addr,
             at: Instant::now(),
         })?;
+        let mut fresh = [false; 2];
+        let mut held = HeldEndpoints::new();
         while let Some(response) = inbound.message().await.context("ADS stream")? {
             let at = Instant::now();
             *attempt = 0;
+            if response.type_url == EDS_TYPE_URL {
+                for any in &response.resources {
+                    self.endpoints(&mut held, &any.value, at)?;
+                }
+                tx.send(DiscoveryRequest {
+                    version_info: response.version_info,
+                    response_nonce: response.nonce,
+                    type_url: response.type_url,
+                    resource_names: self.eds.clone(),
+                    ..Default::default()
+                })
+                .await?;
+                continue;
+            }
             let Some(slot) = TYPE_URLS.iter().position(|t| *t == response.type_url) else {
                 bail!("unexpected type {}", response.type_url);
             };
@@ -381,16 +579,7 @@ impl StreamTask {
                 }))?;
                 continue;
             }
-            if let Some(list) = accepted.get_mut(slot) {
-                list.retain(|v| *v != version);
-                list.push(version.clone());
-            }
-            self.events.send(Event::Version {
-                stream: self.index,
-                slot,
-                version,
-                at,
-            })?;
+            self.accept(accepted, &mut fresh, slot, version, at)?;
             // ACK, as Envoy does.
             tx.send(DiscoveryRequest {
                 version_info: response.version_info,
@@ -401,6 +590,159 @@ impl StreamTask {
             .await?;
         }
         bail!("the server closed the stream")
+    }
+
+    /// Records an accepted version of the type in `slot`.
+    fn accept(
+        &self,
+        accepted: &mut Accepted,
+        fresh: &mut [bool; 2],
+        slot: usize,
+        version: Arc<str>,
+        at: Instant,
+    ) -> Result<()> {
+        if let Some(list) = accepted.get_mut(slot) {
+            list.retain(|v| *v != version);
+            list.push(version.clone());
+        }
+        let initial = fresh.get(slot).is_some_and(|seen| !seen);
+        if let Some(seen) = fresh.get_mut(slot) {
+            *seen = true;
+        }
+        self.events.send(Event::Version {
+            stream: self.index,
+            generation: self.generation,
+            slot,
+            version,
+            initial,
+            at,
+        })?;
+        Ok(())
+    }
+
+    /// Reports one received ClusterLoadAssignment (`bytes`, protobuf).
+    fn endpoints(&self, held: &mut HeldEndpoints, bytes: &[u8], at: Instant) -> Result<()> {
+        let cla = <ClusterLoadAssignment as prost::Message>::decode(bytes)
+            .context("decode a ClusterLoadAssignment")?;
+        let d = digest(bytes);
+        let previous = held.insert(cla.cluster_name.clone(), d);
+        self.events.send(Event::Endpoints {
+            generation: self.generation,
+            update: EdsUpdate {
+                stream: self.index,
+                cluster: cla.cluster_name.as_str().into(),
+                marker: endpoint_marker(&cla),
+                initial: previous.is_none(),
+                changed: previous != Some(d),
+                at,
+            },
+        })?;
+        Ok(())
+    }
+
+    /// [`StreamTask::session`] over incremental (delta) ADS: clusters and listeners by
+    /// wildcard, the ClusterLoadAssignments by name; the type version of a response is
+    /// its `system_version_info`.
+    async fn session_delta(
+        &self,
+        accepted: &mut Accepted,
+        attempt: &mut u32,
+        opened: &mut bool,
+    ) -> Result<std::convert::Infallible> {
+        let (addr, channel) = if *opened {
+            self.targets.connect().await?
+        } else {
+            let _permit = self.connecting.acquire().await?;
+            self.targets.connect().await?
+        };
+        let mut client = AggregatedDiscoveryServiceClient::new(channel)
+            .max_decoding_message_size(64 * 1024 * 1024);
+        let (tx, rx) = mpsc::channel(4);
+        for (i, type_url) in TYPE_URLS.iter().enumerate() {
+            tx.send(DeltaDiscoveryRequest {
+                node: (i == 0).then(|| self.node.clone()),
+                type_url: (*type_url).to_string(),
+                resource_names_subscribe: vec!["*".to_string()],
+                ..Default::default()
+            })
+            .await?;
+        }
+        if !self.eds.is_empty() {
+            tx.send(DeltaDiscoveryRequest {
+                type_url: EDS_TYPE_URL.to_string(),
+                resource_names_subscribe: self.eds.clone(),
+                ..Default::default()
+            })
+            .await?;
+        }
+        let mut inbound = client
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .context("open the delta ADS stream")?
+            .into_inner();
+        *opened = true;
+        self.events.send(Event::Connected {
+            stream: self.index,
+            generation: self.generation,
+            addr,
+            at: Instant::now(),
+        })?;
+        let mut fresh = [false; 2];
+        let mut held = HeldEndpoints::new();
+        while let Some(response) = inbound.message().await.context("delta ADS stream")? {
+            let at = Instant::now();
+            *attempt = 0;
+            if response.type_url == EDS_TYPE_URL {
+                for r in &response.resources {
+                    if let Some(any) = &r.resource {
+                        self.endpoints(&mut held, &any.value, at)?;
+                    }
+                }
+                for name in &response.removed_resources {
+                    held.remove(name);
+                }
+                tx.send(DeltaDiscoveryRequest {
+                    response_nonce: response.nonce,
+                    type_url: response.type_url,
+                    ..Default::default()
+                })
+                .await?;
+                continue;
+            }
+            let Some(slot) = TYPE_URLS.iter().position(|t| *t == response.type_url) else {
+                bail!("unexpected type {}", response.type_url);
+            };
+            let version: Arc<str> = response.system_version_info.as_str().into();
+            let kept = accepted.get(slot).map_or(&[][..], Vec::as_slice);
+            if self.rejection.borrow().rejects(slot, &version, kept) {
+                tx.send(DeltaDiscoveryRequest {
+                    response_nonce: response.nonce,
+                    type_url: response.type_url,
+                    error_detail: Some(Status {
+                        code: 13,
+                        message: format!("the bench swarm rejects version {version}"),
+                        details: Vec::new(),
+                    }),
+                    ..Default::default()
+                })
+                .await?;
+                self.events.send(Event::Nacked(Nack {
+                    stream: self.index,
+                    slot,
+                    version,
+                    at: Instant::now(),
+                }))?;
+                continue;
+            }
+            self.accept(accepted, &mut fresh, slot, version, at)?;
+            tx.send(DeltaDiscoveryRequest {
+                response_nonce: response.nonce,
+                type_url: response.type_url,
+                ..Default::default()
+            })
+            .await?;
+        }
+        bail!("the server closed the delta stream")
     }
 }
 
@@ -431,23 +773,29 @@ impl Swarm {
         let (tx, events) = mpsc::unbounded_channel();
         let (rejection, rejection_rx) = watch::channel(Rejection::None);
         let connecting = Arc::new(Semaphore::new(config.connect_parallelism.max(1)));
+        let template = StreamTemplate {
+            targets: targets.clone(),
+            connecting,
+            events: tx,
+            rejection: rejection_rx,
+            reconnect: config.reconnect,
+            eds: Arc::new(config.eds.clone()),
+            api: config.api,
+        };
         let mut tasks = JoinSet::new();
+        let mut handles = Vec::with_capacity(config.streams);
         for i in 0..config.streams {
             let node_id = &config.node_ids[i % config.node_ids.len()];
-            let task = StreamTask {
-                index: i,
-                node: node(node_id, i),
-                targets: targets.clone(),
-                connecting: connecting.clone(),
-                events: tx.clone(),
-                rejection: rejection_rx.clone(),
-                reconnect: config.reconnect,
-            };
-            tasks.spawn(task.run());
+            handles.push(Some(tasks.spawn(template.task(i, 0, node_id).run())));
         }
         Ok(Self {
             n: config.streams,
             node_ids: config.node_ids.clone(),
+            generations: vec![0; config.streams],
+            handles,
+            template,
+            eds: Vec::new(),
+            counts: ResponseCounts::default(),
             events,
             versions: vec![[None, None]; config.streams],
             acked: vec![[None, None]; config.streams],
@@ -549,6 +897,68 @@ impl Swarm {
         self.nacks.clear();
     }
 
+    /// The pod name stream `i` runs as now.
+    pub fn pod_of(&self, i: usize) -> String {
+        pod_name(
+            self.node_of(i),
+            i,
+            self.generations.get(i).copied().unwrap_or_default(),
+        )
+    }
+
+    /// Closes stream `i` and opens it again as a new pod (its next generation, a new
+    /// pod name, nothing accepted yet), as a replaced pod's Envoy; returns the old and
+    /// the new pod name.
+    pub fn replace(&mut self, i: usize) -> Result<(String, String)> {
+        let old = self.pod_of(i);
+        let handle = self
+            .handles
+            .get_mut(i)
+            .ok_or_else(|| anyhow!("no stream {i}"))?;
+        if let Some(h) = handle.take() {
+            h.abort();
+        }
+        let generation = self.generations.get(i).copied().unwrap_or_default() + 1;
+        if let Some(g) = self.generations.get_mut(i) {
+            *g = generation;
+        }
+        let node_id = self.node_of(i).to_string();
+        let task = self.template.task(i, generation, &node_id);
+        let spawned = self.tasks.spawn(task.run());
+        if let Some(h) = self.handles.get_mut(i) {
+            *h = Some(spawned);
+        }
+        if let Some(v) = self.versions.get_mut(i) {
+            *v = [None, None];
+        }
+        if let Some(a) = self.acked.get_mut(i) {
+            *a = [None, None];
+        }
+        *self.link(i)? = Link::default();
+        // Reap the aborted tasks now and then (a JoinSet keeps them until joined).
+        while self.tasks.try_join_next().is_some() {}
+        Ok((old, self.pod_of(i)))
+    }
+
+    /// The ClusterLoadAssignments received since the last call, in arrival order.
+    pub fn take_eds(&mut self) -> Vec<EdsUpdate> {
+        std::mem::take(&mut self.eds)
+    }
+
+    /// Responses counted so far.
+    pub fn counts(&self) -> ResponseCounts {
+        self.counts
+    }
+
+    /// Streams whose ADS stream is open now.
+    pub fn open(&self) -> usize {
+        self.links.iter().filter(|l| l.addr.is_some()).count()
+    }
+
+    fn current(&self, stream: usize, generation: u32) -> bool {
+        self.generations.get(stream) == Some(&generation)
+    }
+
     fn link(&mut self, stream: usize) -> Result<&mut Link> {
         self.links
             .get_mut(stream)
@@ -558,13 +968,46 @@ impl Swarm {
     /// Applies one event; `Ok(Some((stream, at)))` for an accepted version, `Err` for a
     /// failed stream.
     fn apply(&mut self, event: Event) -> Result<Option<(usize, Instant)>> {
+        let generation = match &event {
+            Event::Connected { generation, .. }
+            | Event::Version { generation, .. }
+            | Event::Endpoints { generation, .. }
+            | Event::Disconnected { generation, .. }
+            | Event::Failed { generation, .. } => Some(*generation),
+            Event::Nacked(_) => None,
+        };
+        let stream = match &event {
+            Event::Connected { stream, .. }
+            | Event::Version { stream, .. }
+            | Event::Disconnected { stream, .. }
+            | Event::Failed { stream, .. } => *stream,
+            Event::Endpoints { update, .. } => update.stream,
+            Event::Nacked(n) => n.stream,
+        };
+        if generation.is_some_and(|g| !self.current(stream, g)) {
+            // From the task of a replaced stream.
+            return Ok(None);
+        }
         match event {
+            Event::Endpoints { update, .. } => {
+                if update.initial {
+                    self.counts.eds_initial += 1;
+                } else {
+                    self.counts.eds_pushes += 1;
+                    self.counts.eds_noops += u64::from(!update.changed);
+                }
+                self.eds.push(update);
+                Ok(None)
+            }
             Event::Version {
                 stream,
                 slot,
                 version,
+                initial,
                 at,
+                ..
             } => {
+                self.counts.cds_lds_pushes += u64::from(!initial);
                 let entry = self
                     .versions
                     .get_mut(stream)
@@ -583,7 +1026,9 @@ impl Swarm {
                 }
                 Ok(Some((stream, at)))
             }
-            Event::Connected { stream, addr, at } => {
+            Event::Connected {
+                stream, addr, at, ..
+            } => {
                 let l = self.link(stream)?;
                 l.addr = Some(addr);
                 l.up_at = Some(at);
@@ -593,7 +1038,7 @@ impl Swarm {
                 self.nacks.push(nack);
                 Ok(None)
             }
-            Event::Disconnected { stream, at } => {
+            Event::Disconnected { stream, at, .. } => {
                 self.disconnects += 1;
                 let link = self.link(stream)?;
                 // Down again without having been up: a reconnect attempt failed.
@@ -605,7 +1050,7 @@ impl Swarm {
                 };
                 Ok(None)
             }
-            Event::Failed { stream, error } => Err(anyhow!("stream {stream} failed: {error}")),
+            Event::Failed { stream, error, .. } => Err(anyhow!("stream {stream} failed: {error}")),
         }
     }
 
@@ -931,6 +1376,18 @@ mod tests {
         assert_eq!(reconnect_delay(1, 499), ms(499));
         assert_eq!(reconnect_delay(2, 999), ms(999));
         assert_eq!(reconnect_delay(9, 1999), ms(1999));
+    }
+
+    #[test]
+    fn replaced_pods_keep_the_name_length() {
+        let first = pod_name("n", 7, 0);
+        assert_eq!(first, "n-pod-7");
+        for g in [1, 9, 10, 99] {
+            let name = pod_name("n", 7, g);
+            assert_eq!(name.len(), first.len(), "{name}");
+            assert_ne!(name, first);
+        }
+        assert_ne!(pod_name("n", 7, 1), pod_name("n", 7, 2));
     }
 
     #[test]

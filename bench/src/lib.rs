@@ -7,12 +7,14 @@
 #![forbid(unsafe_code)]
 
 pub mod ads;
+pub mod churn;
 pub mod cores;
 pub mod echo;
 pub mod ha;
 pub mod loadgen;
 pub mod machine;
 pub mod markdown;
+pub mod plot;
 pub mod process;
 pub mod stats;
 pub mod webhook;

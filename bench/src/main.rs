@@ -11,7 +11,10 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
 
-use marin3r_bench::ads::{FanOut, Swarm, SwarmConfig, fleet_config_yaml, swarm_config_yaml};
+use marin3r_bench::ads::{
+    AdsApi, FanOut, Swarm, SwarmConfig, fleet_config_yaml, swarm_config_yaml,
+};
+use marin3r_bench::churn::{self, ChurnOptions, report::ChurnResults, world::Layout};
 use marin3r_bench::echo::EchoServer;
 use marin3r_bench::ha::{self, report::HaResults};
 use marin3r_bench::loadgen::{self, Load, LoadResult, Rate, Target};
@@ -38,6 +41,37 @@ enum Section {
     /// reconnect storm. Alone (`--only ha`), it replaces only the report's HA section of
     /// an existing `--out` file.
     Ha,
+    /// One discovery service in Kubernetes mode under pod and EndpointSlice churn
+    /// (`marin3r_bench::churn`). Alone (`--only churn`, or with `ha`), it replaces only
+    /// its own section of an existing `--out` file.
+    Churn,
+}
+
+impl Section {
+    /// The report section this one replaces when only such sections run (`None`: the
+    /// section is part of the whole report only).
+    fn own_heading(self) -> Option<&'static str> {
+        match self {
+            Section::Ha => Some(ha::report::HEADING),
+            Section::Churn => Some(churn::report::HEADING),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ChurnApi {
+    Sotw,
+    Delta,
+}
+
+impl From<ChurnApi> for AdsApi {
+    fn from(a: ChurnApi) -> Self {
+        match a {
+            ChurnApi::Sotw => AdsApi::Sotw,
+            ChurnApi::Delta => AdsApi::Delta,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -60,6 +94,9 @@ struct Args {
     /// Output of `cargo bench -p marin3r-tests --bench edit_to_serve` to include.
     #[arg(long)]
     edit_to_serve: Option<PathBuf>,
+    /// Where raw figures go (the churn runs' per-second samples as CSV).
+    #[arg(long)]
+    data: Option<PathBuf>,
     /// Hand-written notes (profiles, fixes) appended to the report.
     #[arg(long)]
     notes: Option<PathBuf>,
@@ -96,9 +133,38 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "cores,webhook,xds,fleet,shutdown,ha"
+        default_value = "cores,webhook,xds,fleet,shutdown,ha,churn"
     )]
     only: Vec<Section>,
+    /// Churn: ADS streams (pods), spread over the EnvoyConfigs' nodes.
+    #[arg(long, default_value_t = 10_000)]
+    churn_streams: usize,
+    /// Churn: EnvoyConfigs (one node each).
+    #[arg(long, default_value_t = 1000)]
+    churn_configs: usize,
+    /// Churn: of those, the ones generating their endpoints from EndpointSlices.
+    #[arg(long, default_value_t = 300)]
+    churn_eds_configs: usize,
+    /// Churn: EndpointSlices (over one Service per 3 EDS EnvoyConfigs).
+    #[arg(long, default_value_t = 3000)]
+    churn_slices: usize,
+    /// Churn: pod lifetimes that pass in the run (the first streams, then one per
+    /// replacement).
+    #[arg(long, default_value_t = 100_000)]
+    churn_pod_lifetimes: usize,
+    /// Churn: seconds of churn per run.
+    #[arg(long, default_value_t = 600.0)]
+    churn_seconds: f64,
+    /// Churn: EndpointSlice writes per second.
+    #[arg(long, default_value_t = 50.0)]
+    churn_slice_rate: f64,
+    /// Churn: the ADS flavours, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "sotw,delta")]
+    churn_apis: Vec<ChurnApi>,
+    /// Churn, short variant (e.g. for CI): 1,000 streams, 100 EnvoyConfigs (30 EDS),
+    /// 300 EndpointSlices, 2,000 pod lifetimes, 60 s; overrides the sizes above.
+    #[arg(long)]
+    churn_short: bool,
     /// HA: streams of the node whose update every stream rejects (taint latency).
     #[arg(long, default_value_t = 10)]
     ha_taint_streams: usize,
@@ -206,6 +272,9 @@ struct Results {
     shutdown_exe: String,
     edit_to_serve: Vec<EditToServe>,
     ha: HaResults,
+    churn: ChurnResults,
+    /// The idle RSS plot of the xDS scaling table (relative to the report).
+    xds_plot: Option<String>,
     failures: Vec<String>,
     loads: Vec<(String, Option<[f64; 3]>)>,
     /// Per section: cores' worth of CPU used by other processes while it ran.
@@ -279,6 +348,9 @@ fn run(args: &Args) -> Result<bool> {
                 Section::Fleet => fleet_section(args, dir.path(), &bundle, &mut results).await,
                 Section::Shutdown => shutdown_section(args, dir.path(), &mut results).await,
                 Section::Ha => ha_section(args, servers.handle(), &mut results).await,
+                Section::Churn => {
+                    churn_section(args, dir.path(), &bundle, servers.handle(), &mut results).await
+                }
             };
             let others = before.zip(CpuTicks::now()).map(|(b, a)| a.others_since(&b));
             results.others.push((name, others));
@@ -318,10 +390,15 @@ fn run(args: &Args) -> Result<bool> {
         }
         None => None,
     };
-    let report = if args.only == [Section::Ha]
-        && let Ok(existing) = std::fs::read_to_string(&args.out)
-    {
-        // The other sections stay as they are: only the HA section is new.
+    if !results.xds.is_empty() {
+        match xds_plot(&args.out, &results.xds) {
+            Ok(p) => results.xds_plot = Some(p),
+            Err(e) => results.failures.push(format!("xDS idle RSS plot: {e:#}")),
+        }
+    }
+    let own_only = args.only.iter().all(|s| s.own_heading().is_some());
+    let report = if own_only && let Ok(existing) = std::fs::read_to_string(&args.out) {
+        // The other sections stay as they are: only these sections are new.
         let first_note = notes
             .as_deref()
             .and_then(|n| n.lines().find(|l| l.starts_with("## ")));
@@ -329,12 +406,26 @@ fn run(args: &Args) -> Result<bool> {
             .into_iter()
             .chain(first_note)
             .collect();
-        eprintln!("replacing the HA section of {}", args.out.display());
-        ha::report::splice(
-            &existing,
-            &ha::report::render(&results.ha, args.runs),
-            &before,
-        )
+        let mut text = existing;
+        for section in &args.only {
+            let (heading, body) = match section {
+                Section::Ha => (
+                    ha::report::HEADING,
+                    ha::report::render(&results.ha, args.runs),
+                ),
+                Section::Churn => (
+                    churn::report::HEADING,
+                    churn::report::render(&results.churn),
+                ),
+                _ => continue,
+            };
+            eprintln!(
+                "replacing the section {heading:?} of {}",
+                args.out.display()
+            );
+            text = marin3r_bench::markdown::splice(&text, heading, &body, &before);
+        }
+        text
     } else {
         render(args, &machine, &results, notes.as_deref())
     };
@@ -568,6 +659,8 @@ async fn swarm_run(
         streams,
         connect_parallelism: 64,
         reconnect: false,
+        eds: Default::default(),
+        api: Default::default(),
     };
     let connecting = Instant::now();
     let mut swarm = Swarm::connect(&config)?;
@@ -728,6 +821,116 @@ async fn shutdown_section(args: &Args, dir: &Path, r: &mut Results) -> Result<()
         median(&r.shutdown_rss_kib) / 1024.0
     );
     Ok(())
+}
+
+/// The churn options from the command line (`--churn-short` overrides the sizes).
+fn churn_options(args: &Args) -> ChurnOptions {
+    let layout = |configs, eds_configs, slices| Layout {
+        configs,
+        eds_configs,
+        slices,
+        configs_per_service: 3,
+    };
+    if args.churn_short {
+        ChurnOptions {
+            streams: 1000,
+            layout: layout(100, 30, 300),
+            pod_lifetimes: 2000,
+            seconds: 60.0,
+            slice_rate: args.churn_slice_rate,
+            warmup_fraction: 0.2,
+        }
+    } else {
+        ChurnOptions {
+            streams: args.churn_streams,
+            layout: layout(
+                args.churn_configs,
+                args.churn_eds_configs,
+                args.churn_slices,
+            ),
+            pod_lifetimes: args.churn_pod_lifetimes,
+            seconds: args.churn_seconds,
+            slice_rate: args.churn_slice_rate,
+            warmup_fraction: 0.2,
+        }
+    }
+}
+
+/// One churn run per ADS flavour, then the plots; each run's failure is recorded and
+/// the others still run.
+async fn churn_section(
+    args: &Args,
+    dir: &Path,
+    bundle: &marin3r_certs::Bundle,
+    servers: &tokio::runtime::Handle,
+    r: &mut Results,
+) -> Result<()> {
+    require_marin3r(args)?;
+    let options = churn_options(args);
+    if options.layout.configs == 0 || options.streams == 0 || options.seconds <= 0.0 {
+        bail!("churn: --churn-configs, --churn-streams and --churn-seconds must be positive");
+    }
+    if options.layout.eds_configs > options.layout.configs {
+        bail!("churn: --churn-eds-configs must be at most --churn-configs");
+    }
+    let started = Instant::now();
+    let before = CpuTicks::now();
+    let apis: Vec<AdsApi> = args.churn_apis.iter().map(|&a| a.into()).collect();
+    let (runs, failures) =
+        churn::measure_all(&args.marin3r, dir, bundle, servers, &options, &apis).await;
+    let c = &mut r.churn;
+    c.options = Some(options);
+    c.failures = failures;
+    match churn::report::write_plots(&args.out, &runs) {
+        Ok(p) => c.plots = p,
+        Err(e) => c.failures.push(format!("plots: {e:#}")),
+    }
+    if let Some(data) = &args.data {
+        for run in &runs {
+            let path = data.join(format!("churn-{}.csv", churn::report::api_name(run.api)));
+            let written = std::fs::create_dir_all(data)
+                .and_then(|()| std::fs::write(&path, churn::report::csv(run)));
+            match written {
+                Ok(()) => eprintln!("   wrote {}", path.display()),
+                Err(e) => c.failures.push(format!("write {}: {e}", path.display())),
+            }
+        }
+    }
+    c.runs = runs;
+    c.others = before.zip(CpuTicks::now()).map(|(b, a)| a.others_since(&b));
+    c.elapsed = started.elapsed();
+    if c.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(c.failures.join("; ")))
+    }
+}
+
+/// The xDS scaling table's idle RSS per stream count as a plot next to `out`; returns
+/// its path relative to `out`'s folder.
+fn xds_plot(out: &Path, rows: &[XdsRow]) -> Result<String> {
+    use marin3r_bench::plot::{COLORS, Series, line_chart};
+    let base = out.parent().unwrap_or(Path::new("."));
+    let rel = format!("{}/xds-idle-rss.png", churn::report::PLOTS);
+    std::fs::create_dir_all(base.join(churn::report::PLOTS))?;
+    let points = |f: &dyn Fn(&XdsRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter().map(|r| (r.streams as f64, f(r))).collect()
+    };
+    line_chart(
+        &base.join(&rel),
+        &[
+            Series {
+                color: COLORS[0],
+                points: points(&|r| median(&r.rss_idle_kib) / 1024.0),
+            },
+            Series {
+                color: COLORS[1],
+                points: points(&|r| r.rss_before_kib as f64 / 1024.0),
+            },
+        ],
+        true,
+    )?;
+    Ok(rel)
 }
 
 /// The three HA figures; each one's failure is recorded and the others still run.
@@ -1149,6 +1352,13 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
         args.runs + 1,
         args.runs
     );
+    if let Some(plot) = &r.xds_plot {
+        let _ = writeln!(
+            o,
+            "\nIdle RSS (blue, median, MiB) and RSS before the swarm (red, MiB) per stream \
+             count (x: streams):\n\n![xDS idle RSS per stream count]({plot})"
+        );
+    }
 
     let _ = writeln!(o, "\n## Scaling with other EnvoyConfigs\n");
     let _ = writeln!(
@@ -1233,6 +1443,8 @@ fn render(args: &Args, m: &Machine, r: &Results, notes: Option<&str>) -> String 
 
     let _ = writeln!(o);
     o.push_str(&ha::report::render(&r.ha, args.runs));
+    let _ = writeln!(o);
+    o.push_str(&churn::report::render(&r.churn));
 
     if !r.failures.is_empty() {
         let _ = writeln!(o, "\n## Failures in this run\n");

@@ -30,6 +30,44 @@ pub fn verdict(met: Option<bool>) -> &'static str {
     }
 }
 
+/// `existing` with `section` (which starts with its `heading` line) in place of the
+/// section under `heading` (up to the next `## ` heading), or inserted before the first
+/// of `before` (headings) that `existing` has, or appended.
+pub fn splice(existing: &str, heading: &str, section: &str, before: &[&str]) -> String {
+    let heading_at = |text: &str, heading: &str| -> Option<usize> {
+        let mut at = 0;
+        for line in text.split_inclusive('\n') {
+            if line.trim_end() == heading {
+                return Some(at);
+            }
+            at += line.len();
+        }
+        None
+    };
+    let next_heading = |text: &str, from: usize| -> usize {
+        let mut at = 0;
+        for line in text.split_inclusive('\n') {
+            if at > from && line.starts_with("## ") {
+                return at;
+            }
+            at += line.len();
+        }
+        text.len()
+    };
+    let section = format!("{}\n\n", section.trim_end());
+    if let Some(start) = heading_at(existing, heading) {
+        let end = next_heading(existing, start);
+        return format!("{}{section}{}", &existing[..start], &existing[end..]);
+    }
+    if let Some(at) = before.iter().find_map(|h| heading_at(existing, h)) {
+        return format!("{}{section}{}", &existing[..at], &existing[at..]);
+    }
+    let mut out = existing.trim_end().to_string();
+    out.push_str("\n\n");
+    out.push_str(&section);
+    out
+}
+
 /// The 1, 5 and 15 minute load averages.
 pub fn load_str(l: Option<[f64; 3]>) -> String {
     l.map_or_else(
@@ -49,5 +87,22 @@ mod tests {
         assert!(median(&[]).is_nan());
         assert_eq!(verdict(Some(false)), "**missed**");
         assert_eq!(load_str(Some([1.0, 2.0, 3.5])), "1.00, 2.00, 3.50");
+    }
+
+    #[test]
+    fn splice_replaces_only_its_own_section() {
+        let doc = "# B\n\n## A\n\na\n\n## C\n\nold c\n\n## D\n\nd\n";
+        assert_eq!(
+            splice(doc, "## C", "## C\n\nnew c", &[]),
+            "# B\n\n## A\n\na\n\n## C\n\nnew c\n\n## D\n\nd\n"
+        );
+        assert_eq!(
+            splice(doc, "## E", "## E\n\ne", &["## X", "## D"]),
+            "# B\n\n## A\n\na\n\n## C\n\nold c\n\n## E\n\ne\n\n## D\n\nd\n"
+        );
+        assert_eq!(
+            splice(doc, "## E", "## E\n\ne", &[]),
+            format!("{}\n\n## E\n\ne\n\n", doc.trim_end())
+        );
     }
 }

@@ -105,14 +105,44 @@ impl DiscoveryService {
         config_dir: &Path,
         log: &Path,
     ) -> Result<Self> {
+        Self::launch(bin, certs_dir, log, |cmd| {
+            cmd.arg("--config-dir").arg(config_dir);
+        })
+        .await
+    }
+
+    /// Starts `bin` in Kubernetes mode against the API server of `kubeconfig` (its
+    /// current context), watching `namespace`, and waits for `/readyz` (the first lists
+    /// synced).
+    pub async fn start_kubernetes(
+        bin: &Path,
+        certs_dir: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+        log: &Path,
+    ) -> Result<Self> {
+        Self::launch(bin, certs_dir, log, |cmd| {
+            cmd.env("KUBECONFIG", kubeconfig)
+                .env("WATCH_NAMESPACE", namespace)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .env_remove("KUBERNETES_SERVICE_PORT");
+        })
+        .await
+    }
+
+    async fn launch(
+        bin: &Path,
+        certs_dir: &Path,
+        log: &Path,
+        mode: impl FnOnce(&mut Command),
+    ) -> Result<Self> {
         let xdss = localhost(free_port()?);
         let metrics = localhost(free_port()?);
         let health = localhost(free_port()?);
         let mut cmd = Command::new(bin);
-        cmd.arg("discovery-service")
-            .arg("--config-dir")
-            .arg(config_dir)
-            .args(["--xdss-bind-address", "127.0.0.1", "--xdss-port"])
+        cmd.arg("discovery-service");
+        mode(&mut cmd);
+        cmd.args(["--xdss-bind-address", "127.0.0.1", "--xdss-port"])
             .arg(xdss.port().to_string())
             .arg("--server-certificate-path")
             .arg(certs_dir.join("server"))

@@ -73,6 +73,8 @@ async fn ads_swarm_sees_a_config_change() {
         streams: 20,
         connect_parallelism: 8,
         reconnect: false,
+        eds: Default::default(),
+        api: Default::default(),
     };
     let started = Instant::now();
     let mut swarm = Swarm::connect(&config).unwrap();

@@ -665,6 +665,47 @@ async fn objects_whose_owners_are_all_gone_are_collected() {
     assert_eq!(kept.metadata.owner_references, None);
 }
 
+#[test]
+fn the_collection_sees_owner_references_added_or_dropped_by_updates() {
+    // Garbage collection looks only at objects with owner references and looks their
+    // owners up by uid: both indexes must follow updates, not only creations.
+    let server = FakeApiServer::new();
+    let cm = |name: &str, owners: &[&str]| {
+        let refs: Vec<Value> = owners
+            .iter()
+            .map(|uid| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": uid}))
+            .collect();
+        let mut o = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": name, "namespace": "default"}});
+        if !refs.is_empty() {
+            o["metadata"]["ownerReferences"] = json!(refs);
+        }
+        o
+    };
+    let uid = |o: Value| o["metadata"]["uid"].as_str().unwrap().to_string();
+    let owner = uid(server.put(cm("owner", &[])).unwrap());
+    server.put(cm("adopted", &[])).unwrap();
+    server.put(cm("adopted", &[&owner])).unwrap();
+    server.put(cm("released", &[&owner])).unwrap();
+    server.put(cm("released", &[])).unwrap();
+    // An owner replaced under the same name by an object with another uid: its old
+    // uid is gone, and the next collection takes its dependents.
+    let mut replaced = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "first", "namespace": "default", "uid": "uid-1"}});
+    server.put(replaced.clone()).unwrap();
+    server.put(cm("of-first", &["uid-1"])).unwrap();
+    replaced["metadata"]["uid"] = json!("uid-2");
+    server.put(replaced).unwrap();
+
+    server.delete("configmaps", "default", "owner").unwrap();
+    let left: Vec<String> = server
+        .list("configmaps")
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, ["first", "released"]);
+}
+
 #[tokio::test]
 async fn two_lease_managers_elect_one_leader_and_hand_over() {
     let server = FakeApiServer::new();

@@ -179,6 +179,8 @@ pub fn swarm_config(
         streams,
         connect_parallelism: 64,
         reconnect: true,
+        eds: Default::default(),
+        api: Default::default(),
     }
 }
 

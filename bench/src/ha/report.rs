@@ -480,38 +480,7 @@ fn storm_part(o: &mut String, s: Option<&Storm>) {
 /// `existing` with `section` in place of its HA section, or inserted before the first
 /// of `before` (headings) it has, or appended.
 pub fn splice(existing: &str, section: &str, before: &[&str]) -> String {
-    let heading_at = |text: &str, heading: &str, from: usize| -> Option<usize> {
-        let mut at = 0;
-        for line in text.split_inclusive('\n') {
-            if at >= from && line.trim_end() == heading {
-                return Some(at);
-            }
-            at += line.len();
-        }
-        None
-    };
-    let next_heading = |text: &str, from: usize| -> usize {
-        let mut at = 0;
-        for line in text.split_inclusive('\n') {
-            if at > from && line.starts_with("## ") {
-                return at;
-            }
-            at += line.len();
-        }
-        text.len()
-    };
-    let section = format!("{}\n\n", section.trim_end());
-    if let Some(start) = heading_at(existing, HEADING, 0) {
-        let end = next_heading(existing, start);
-        return format!("{}{section}{}", &existing[..start], &existing[end..]);
-    }
-    if let Some(at) = before.iter().find_map(|h| heading_at(existing, h, 0)) {
-        return format!("{}{section}{}", &existing[..at], &existing[at..]);
-    }
-    let mut out = existing.trim_end().to_string();
-    out.push_str("\n\n");
-    out.push_str(&section);
-    out
+    crate::markdown::splice(existing, HEADING, section, before)
 }
 
 #[cfg(test)]

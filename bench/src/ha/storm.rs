@@ -201,6 +201,8 @@ pub async fn measure(exe: &Path, configs: usize, streams: usize) -> Result<Storm
         streams,
         connect_parallelism: 64,
         reconnect: true,
+        eds: Default::default(),
+        api: Default::default(),
     };
     let connecting = Instant::now();
     let mut swarm = Swarm::connect(&config)?;

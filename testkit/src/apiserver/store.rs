@@ -3,7 +3,7 @@
 //! semantics (create, update, patch, apply, delete, garbage collection) are in
 //! [`super::writes`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde_json::{Value, json};
 
@@ -55,6 +55,12 @@ pub(crate) struct Store {
     unsent: Vec<Event>,
     /// An object was removed since the last garbage collection.
     pub(super) removed: bool,
+    /// Per uid, how many stored objects have it (garbage collection looks owners up
+    /// here instead of walking every object).
+    pub(super) uid_index: HashMap<String, usize>,
+    /// The keys of the stored objects that have owner references: the only ones
+    /// garbage collection can delete.
+    pub(super) owned: BTreeSet<Key>,
 }
 
 impl Default for Store {
@@ -69,6 +75,8 @@ impl Default for Store {
             compacted_through: 0,
             unsent: Vec::new(),
             removed: false,
+            uid_index: HashMap::new(),
+            owned: BTreeSet::new(),
         }
     }
 }
@@ -133,14 +141,50 @@ impl Store {
             EventType::Added
         };
         self.record(&key, kind, object.clone(), old);
-        self.objects.insert(key, object.clone());
+        self.insert_object(key, object.clone());
         object
+    }
+
+    /// Puts `object` under `key` (no event), keeping the uid and owner indexes; returns
+    /// the object it replaced. Every insertion goes through here.
+    pub(crate) fn insert_object(&mut self, key: Key, object: Value) -> Option<Value> {
+        let uid = object::meta_str(&object, "uid").to_string();
+        let has_owners = !object::owner_uids(&object).is_empty();
+        let previous = self.objects.insert(key.clone(), object);
+        if let Some(previous) = &previous {
+            self.unindex(&key, previous);
+        }
+        if !uid.is_empty() {
+            *self.uid_index.entry(uid).or_default() += 1;
+        }
+        if has_owners {
+            self.owned.insert(key);
+        }
+        previous
+    }
+
+    /// Takes `object`, just removed from under `key`, out of the indexes.
+    fn unindex(&mut self, key: &Key, object: &Value) {
+        let uid = object::meta_str(object, "uid");
+        if let Some(n) = self.uid_index.get_mut(uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.uid_index.remove(uid);
+            }
+        }
+        self.owned.remove(key);
+    }
+
+    /// Whether a stored object has uid `uid`.
+    pub(crate) fn uid_exists(&self, uid: &str) -> bool {
+        self.uid_index.contains_key(uid)
     }
 
     /// Removes the object under `key` with the next resourceVersion and records the
     /// event; returns its last state.
     pub(crate) fn remove(&mut self, key: &Key) -> Option<Value> {
         let mut object = self.objects.remove(key)?;
+        self.unindex(key, &object);
         self.rv += 1;
         object::set_meta(&mut object, "resourceVersion", json!(self.rv.to_string()));
         self.record(key, EventType::Deleted, object.clone(), None);

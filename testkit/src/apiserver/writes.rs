@@ -4,8 +4,6 @@
 //! subresource, `generation`, finalizers and deletion, and background garbage
 //! collection of objects whose owners are all gone.
 
-use std::collections::HashSet;
-
 use serde_json::{Value, json};
 
 use super::error::ApiError;
@@ -344,7 +342,7 @@ impl Store {
             return old;
         }
         if is_deleting(&new) && !has_finalizers(&new) {
-            self.objects.insert(key.clone(), new.clone());
+            self.insert_object(key.clone(), new.clone());
             return self.remove(&key).unwrap_or(new);
         }
         self.store(key, new, Some(old))
@@ -419,19 +417,21 @@ impl Store {
     }
 
     /// Background garbage collection: while objects were removed, deletes the objects
-    /// whose owner references all point to objects that no longer exist.
+    /// whose owner references all point to objects that no longer exist. Only the
+    /// objects with owner references are looked at (`owned`), their owners looked up by
+    /// uid (`uid_index`): a removal costs the owned objects, not every object.
     pub(crate) fn collect_garbage(&mut self, now: &str) {
         while self.removed {
             self.removed = false;
-            let uids: HashSet<&str> = self.objects.values().map(|o| meta_str(o, "uid")).collect();
             let orphans: Vec<(Key, Value)> = self
-                .objects
+                .owned
                 .iter()
+                .filter_map(|k| self.objects.get(k).map(|o| (k, o)))
                 .filter(|(_, o)| {
                     let owners = owner_uids(o);
                     !owners.is_empty()
                         && !is_deleting(o)
-                        && owners.iter().all(|u| !uids.contains(u))
+                        && owners.iter().all(|u| !self.uid_exists(u))
                 })
                 .map(|(k, o)| (k.clone(), o.clone()))
                 .collect();
