@@ -1,6 +1,6 @@
 //! `marin3r status` with the Envoys from CSDS, against a real local-mode discovery
 //! service (in process, listeners on 127.0.0.1:0) and real Envoys 1.40, compared with
-//! golden files (`tests/golden/status/`; `UPDATE_GOLDEN=1` rewrites them). The fleet
+//! golden files (`cli/tests/golden/status/`; `UPDATE_GOLDEN=1` rewrites them). The fleet
 //! shows the failures `docs/troubleshooting.md` walks through:
 //!
 //! - `kuard`: served and ACKed (SotW), its HTTPS certificate a Secret over SDS (shown by

@@ -3,7 +3,7 @@
 //! mode wrote), and the Envoys of each replica from its CSDS, rows labelled by replica.
 //! Real Envoys 1.40, each connected to one replica. The client certificate is the
 //! sidecars' Secret (`envoy-sidecar-client-cert`) read through the same client, as the
-//! command does by default. Compared with `tests/golden/status/kubernetes.txt`
+//! command does by default. Compared with `cli/tests/golden/status/kubernetes.txt`
 //! (`UPDATE_GOLDEN=1` rewrites it); versions and ports normalised.
 
 // Test-only file: clippy's allow-*-in-tests does not cover the helper functions here.

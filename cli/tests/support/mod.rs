@@ -1,4 +1,4 @@
-//! Golden files of the `marin3r status` tests (`tests/golden/status/`) and the
+//! Golden files of the `marin3r status` tests (`cli/tests/golden/status/`) and the
 //! normalisation of what varies between runs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
