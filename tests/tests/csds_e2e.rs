@@ -24,7 +24,6 @@ use envoy_types::pb::envoy::service::status::v3::{
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
-use envoy_types::pb::google::protobuf::value::Kind;
 use marin3r_control_plane::local::LocalBackend;
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::{free_port, wait_ok};
@@ -84,14 +83,9 @@ fn prefix(p: &str) -> NodeMatcher {
 }
 
 fn meta(node: &Node, key: &str) -> String {
-    node.metadata
-        .as_ref()
-        .and_then(|m| m.fields.get(key))
-        .and_then(|v| match &v.kind {
-            Some(Kind::StringValue(s)) => Some(s.clone()),
-            _ => None,
-        })
+    marin3r_xds::node::metadata_string(node, key)
         .unwrap_or_default()
+        .to_string()
 }
 
 fn pod_of(cc: &ClientConfig) -> String {

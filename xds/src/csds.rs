@@ -490,14 +490,9 @@ pub struct ClientNode {
 impl ClientNode {
     pub fn from_node(node: &Node, api: Api) -> Self {
         let meta = |key: &str| {
-            node.metadata
-                .as_ref()
-                .and_then(|m| m.fields.get(key))
-                .and_then(|v| match &v.kind {
-                    Some(Kind::StringValue(s)) => Some(s.clone()),
-                    _ => None,
-                })
+            crate::node::metadata_string(node, key)
                 .unwrap_or_default()
+                .to_string()
         };
         Self {
             id: node.id.clone(),

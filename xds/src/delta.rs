@@ -95,6 +95,13 @@ struct InFlight {
     removed: BTreeSet<String>,
 }
 
+impl InFlight {
+    /// Whether this response sends or removes `name`.
+    fn carries(&self, name: &str) -> bool {
+        self.resources.contains_key(name) || self.removed.contains(name)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct TypeState {
     subscription: Subscription,
@@ -520,16 +527,12 @@ fn answer(
         now,
         config,
     );
-    let later_in_flight = |name: &str| {
-        state
-            .in_flight
-            .iter()
-            .any(|f| f.resources.contains_key(name) || f.removed.contains(name))
-    };
+    // Whether a newer in-flight response carries `name` again (sent or removed).
+    let later = |name: &str| state.in_flight.iter().any(|f| f.carries(name));
     state.log.answered_delta(
         &entry.resources,
         &entry.removed,
-        later_in_flight,
+        later,
         nack_message(&event),
         now,
     );
@@ -540,12 +543,6 @@ fn answer(
     // the good resources of a rejected response and NACK the rest): unless a newer
     // in-flight response carries the same names again, the client may hold them at an
     // unknown version, so they are sent again, and removed if the snapshot drops them.
-    let later = |name: &String| {
-        state
-            .in_flight
-            .iter()
-            .any(|f| f.resources.contains_key(name) || f.removed.contains(name))
-    };
     let resend: Vec<String> = entry
         .resources
         .keys()

@@ -34,13 +34,7 @@ impl NodeInfo {
 
     /// `node.metadata.pod_name` when it is a string.
     pub fn pod_name_of(node: &Node) -> Option<&str> {
-        node.metadata
-            .as_ref()
-            .and_then(|m| m.fields.get(POD_NAME_METADATA_KEY))
-            .and_then(|v| match &v.kind {
-                Some(Kind::StringValue(s)) => Some(s.as_str()),
-                _ => None,
-            })
+        metadata_string(node, POD_NAME_METADATA_KEY)
     }
 
     /// The `Node` an Envoy bootstrapped by `marin3r init-manager` sends: this id, and the
@@ -58,6 +52,17 @@ impl NodeInfo {
             ..Default::default()
         }
     }
+}
+
+/// `node.metadata.<key>` when it is a string.
+pub fn metadata_string<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata
+        .as_ref()
+        .and_then(|m| m.fields.get(key))
+        .and_then(|v| match &v.kind {
+            Some(Kind::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        })
 }
 
 /// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes

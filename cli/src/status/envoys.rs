@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use envoy_types::pb::envoy::service::status::v3::{ClientStatusResponse, ConfigStatus};
-use envoy_types::pb::google::protobuf::{Timestamp, value::Kind};
+use envoy_types::pb::google::protobuf::Timestamp;
 use marin3r_envoyconfig::ResourceType;
 use serde::Serialize;
 
@@ -81,16 +81,7 @@ pub struct NackReport {
 }
 
 /// A metadata string of `node`.
-pub fn metadata<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
-    node.metadata
-        .as_ref()?
-        .fields
-        .get(key)
-        .and_then(|v| match &v.kind {
-            Some(Kind::StringValue(s)) => Some(s.as_str()),
-            _ => None,
-        })
-}
+pub use marin3r_xds::node::metadata_string as metadata;
 
 /// `namespace/name` of the node's pod, its name alone, or empty.
 pub fn pod_of(node: &Node) -> String {
@@ -371,7 +362,7 @@ mod tests {
     use super::*;
     use envoy_types::pb::envoy::admin::v3::UpdateFailureState;
     use envoy_types::pb::envoy::service::status::v3::ClientConfig;
-    use envoy_types::pb::google::protobuf::{Struct, Value};
+    use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
     fn node(id: &str, pod: &str, api: &str) -> Node {
         let s = |v: &str| Value {
