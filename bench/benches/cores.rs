@@ -48,5 +48,58 @@ fn decoding(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, injection, decoding);
+/// The ClusterLoadAssignment of a Service with 3 slices of 20 endpoints: built as a typed
+/// message (what `generateFromEndpointSlices` does), and the same assignment written as
+/// protojson and decoded through the registry (what it did before).
+fn endpoints(c: &mut Criterion) {
+    use k8s_openapi::api::discovery::v1::{
+        Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
+    };
+    let slices: Vec<EndpointSlice> = (0..3)
+        .map(|s| EndpointSlice {
+            address_type: "IPv4".into(),
+            endpoints: Some(
+                (0..20)
+                    .map(|e| Endpoint {
+                        addresses: vec![format!("10.{s}.0.{e}")],
+                        conditions: Some(EndpointConditions {
+                            ready: Some(e % 7 != 0),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: Some(vec![EndpointPort {
+                name: Some("http".into()),
+                port: Some(8080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        })
+        .collect();
+    let typed =
+        marin3r_envoyconfig::endpoints::cluster_load_assignment("svc", "http", &slices).unwrap();
+    let json = marin3r_envoyconfig::decode::to_json(&typed).unwrap();
+    assert_eq!(
+        decode_resource(ResourceType::Endpoint, &json).unwrap(),
+        typed
+    );
+    c.bench_function("cluster_load_assignment 3x20 endpoints (typed)", |b| {
+        b.iter(|| {
+            marin3r_envoyconfig::endpoints::cluster_load_assignment(
+                "svc",
+                "http",
+                black_box(&slices),
+            )
+            .unwrap()
+        })
+    });
+    c.bench_function(
+        "cluster_load_assignment 3x20 endpoints (protojson + registry decode)",
+        |b| b.iter(|| decode_resource(ResourceType::Endpoint, black_box(&json)).unwrap()),
+    );
+}
+
+criterion_group!(benches, injection, decoding, endpoints);
 criterion_main!(benches);

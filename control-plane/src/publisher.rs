@@ -351,7 +351,10 @@ impl SecretSource for Recording<'_> {
         data
     }
 
-    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
+    fn endpoint_slices(
+        &self,
+        selector: Option<&LabelSelector>,
+    ) -> Option<Vec<std::sync::Arc<EndpointSlice>>> {
         self.reads.borrow_mut().endpoint_slices = true;
         self.inner.endpoint_slices(selector)
     }
@@ -769,11 +772,14 @@ mod tests {
             fn endpoint_slices(
                 &self,
                 _: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-            ) -> Option<Vec<k8s_openapi::api::discovery::v1::EndpointSlice>> {
-                Some(vec![k8s_openapi::api::discovery::v1::EndpointSlice {
-                    address_type: "IPv4".into(),
-                    ..Default::default()
-                }])
+            ) -> Option<Vec<std::sync::Arc<k8s_openapi::api::discovery::v1::EndpointSlice>>>
+            {
+                Some(vec![std::sync::Arc::new(
+                    k8s_openapi::api::discovery::v1::EndpointSlice {
+                        address_type: "IPv4".into(),
+                        ..Default::default()
+                    },
+                )])
             }
         }
         let errors = marin3r_envoyconfig::envoyconfig::resolve(&bad, &NoPorts).unwrap_err();

@@ -16,7 +16,6 @@ use std::fmt;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::api::core::v1::{ObjectReference, SecretReference};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use marin3r_wire::secret_keys::{CA_CRT, TLS_CRT, TLS_KEY};
@@ -655,12 +654,15 @@ impl Resolver<'_> {
         };
         let result = match self.secrets.endpoint_slices(g.selector.as_ref()) {
             None => Err(DecodeError::NeedsKubernetes { at }),
-            Some(slices) => cluster_load_assignment(&g.cluster_name, &g.target_port, &slices)
-                .map_err(|message| DecodeError::Invalid {
-                    at: at.clone(),
-                    message,
-                })
-                .and_then(|body| generated(&at, ResourceType::Endpoint, &body)),
+            Some(slices) => crate::endpoints::cluster_load_assignment(
+                &g.cluster_name,
+                &g.target_port,
+                slices.iter().map(|s| &**s),
+            )
+            .map_err(|message| DecodeError::Invalid {
+                at: at.clone(),
+                message,
+            }),
         };
         self.push(result);
     }
@@ -722,73 +724,6 @@ fn generated(at: &Location, kind: ResourceType, body: &Value) -> Result<Resource
             message: format!("cannot build the Envoy {kind}"),
         },
     })
-}
-
-/// Builds a ClusterLoadAssignment (protojson) for `cluster_name` from EndpointSlices: one
-/// locality with every endpoint's first address and the port named `target_port` (or
-/// with that number), health from the endpoint conditions (terminating → DRAINING,
-/// else serving/ready → HEALTHY/UNHEALTHY, else UNKNOWN). FQDN slices are rejected;
-/// addresses that are not IPs are skipped. No slices give an empty assignment.
-///
-/// Canonical: the endpoints are sorted (IP, port, health), so the order of the
-/// slices' endpoints, or an endpoint moving to another slice of the Service, gives the
-/// same assignment and version, and nothing is pushed; only the fields read here count
-/// (a slice's labels, annotations or resourceVersion change nothing).
-pub fn cluster_load_assignment(
-    cluster_name: &str,
-    target_port: &str,
-    slices: &[EndpointSlice],
-) -> Result<Value, String> {
-    let mut lb_endpoints = Vec::new();
-    for slice in slices {
-        if slice.address_type == "FQDN" {
-            return Err("unsupported EndpointSlice address type FQDN".to_string());
-        }
-        let port = slice.ports.iter().flatten().find_map(|p| {
-            let by_name = p.name.as_deref() == Some(target_port);
-            let by_number = p.port.is_some_and(|n| n.to_string() == target_port);
-            (by_name || by_number).then_some(p.port).flatten()
-        });
-        let Some(port) = port else {
-            return Err(format!(
-                "EndpointSlice {:?} has no port named {target_port:?}",
-                slice.metadata.name.as_deref().unwrap_or_default()
-            ));
-        };
-        for endpoint in slice.endpoints.iter().flatten() {
-            let Some(address) = endpoint.addresses.first() else {
-                continue;
-            };
-            let Ok(ip) = address.parse::<std::net::IpAddr>() else {
-                continue;
-            };
-            let c = endpoint.conditions.as_ref();
-            let health = if c.and_then(|c| c.terminating) == Some(true) {
-                "DRAINING"
-            } else {
-                match c.and_then(|c| c.serving.or(c.ready)) {
-                    Some(true) => "HEALTHY",
-                    Some(false) => "UNHEALTHY",
-                    None => "UNKNOWN",
-                }
-            };
-            lb_endpoints.push((ip, port, health, address.as_str()));
-        }
-    }
-    lb_endpoints.sort_unstable();
-    let lb_endpoints: Vec<Value> = lb_endpoints
-        .into_iter()
-        .map(|(_, port, health, address)| {
-            json!({
-                "endpoint": {"address": {"socket_address": {"address": address, "port_value": port}}},
-                "health_status": health,
-            })
-        })
-        .collect();
-    Ok(json!({
-        "cluster_name": cluster_name,
-        "endpoints": [{"lb_endpoints": lb_endpoints}],
-    }))
 }
 
 /// Reads an EnvoyConfig manifest; errors name the field path (`spec.resources[0].blueprint`).

@@ -31,6 +31,7 @@
 mod canonical;
 pub mod decode;
 pub mod discoveryservicereplica;
+pub mod endpoints;
 pub mod envoyconfig;
 pub mod envoyconfigrevision;
 mod error;

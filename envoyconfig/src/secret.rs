@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -42,8 +43,9 @@ pub trait SecretSource {
     fn get(&self, name: &str) -> Option<SecretData>;
 
     /// The EndpointSlices matching `selector` in the EnvoyConfig's namespace, or `None`
-    /// where EndpointSlices cannot be listed (local mode; the default).
-    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
+    /// where EndpointSlices cannot be listed (local mode; the default). Shared with the
+    /// watch cache, not copied.
+    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<Arc<EndpointSlice>>> {
         let _ = selector;
         None
     }

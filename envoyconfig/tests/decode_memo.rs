@@ -3,6 +3,8 @@
 //! without the memo; the memo stays bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::Arc;
+
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use marin3r_envoyconfig::envoyconfig::{
@@ -109,8 +111,8 @@ impl SecretSource for Slices {
     fn get(&self, _: &str) -> Option<SecretData> {
         None
     }
-    fn endpoint_slices(&self, _: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
-        Some(self.0.clone())
+    fn endpoint_slices(&self, _: Option<&LabelSelector>) -> Option<Vec<Arc<EndpointSlice>>> {
+        Some(self.0.iter().cloned().map(Arc::new).collect())
     }
 }
 

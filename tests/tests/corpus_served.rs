@@ -449,7 +449,10 @@ impl SecretSource for CorpusSecrets {
         })
     }
 
-    fn endpoint_slices(&self, _selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
+    fn endpoint_slices(
+        &self,
+        _selector: Option<&LabelSelector>,
+    ) -> Option<Vec<std::sync::Arc<EndpointSlice>>> {
         Some(Vec::new())
     }
 }

@@ -282,15 +282,15 @@ mod tests {
             // healthy and the others not.
             let slices: Vec<k8s_openapi::api::discovery::v1::EndpointSlice> =
                 vec![serde_json::from_value(after.clone()).unwrap()];
-            let cla = marin3r_envoyconfig::envoyconfig::cluster_load_assignment(
-                "svc-001", "http", &slices,
-            )
-            .unwrap();
-            let lb = cla["endpoints"][0]["lb_endpoints"].as_array().unwrap();
+            let cla =
+                marin3r_envoyconfig::endpoints::cluster_load_assignment("svc-001", "http", &slices)
+                    .unwrap();
+            let cla = marin3r_envoyconfig::decode::to_json(&cla).unwrap();
+            let lb = cla["endpoints"][0]["lbEndpoints"].as_array().unwrap();
             assert_eq!(lb.len(), eps.len());
             assert!(lb.iter().any(|e| {
-                e["endpoint"]["address"]["socket_address"]["address"] == marker_ip(seq).as_str()
-                    && e["health_status"] == "HEALTHY"
+                e["endpoint"]["address"]["socketAddress"]["address"] == marker_ip(seq).as_str()
+                    && e["healthStatus"] == "HEALTHY"
             }));
             before = after;
         }

@@ -149,7 +149,7 @@ impl SliceIndex {
         &self,
         namespace: &str,
         selector: Option<&LabelSelector>,
-    ) -> Vec<EndpointSlice> {
+    ) -> Vec<Arc<EndpointSlice>> {
         let matches = label_matcher(selector);
         let s = self.lock();
         s.slices
@@ -157,7 +157,7 @@ impl SliceIndex {
             .into_iter()
             .flat_map(BTreeMap::values)
             .filter(|slice| matches(slice.labels()))
-            .map(|slice| EndpointSlice::clone(slice))
+            .map(Arc::clone)
             .collect()
     }
 
@@ -238,7 +238,10 @@ impl SecretSource for StoreSource<'_> {
         self.secrets.get(&key).map(|s| secret_data(&s))
     }
 
-    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<EndpointSlice>> {
+    fn endpoint_slices(
+        &self,
+        selector: Option<&LabelSelector>,
+    ) -> Option<Vec<Arc<EndpointSlice>>> {
         // Sorted by name: a stable order, so the generated ClusterLoadAssignment (and its
         // version) is too.
         Some(self.slices.matching(self.namespace, selector))
