@@ -3,7 +3,7 @@
 //! `expected.yaml` (the objects, a YAML stream) and `problems.txt` (what cannot be
 //! rendered, one per line). Every generated container passes Pod Security `restricted`.
 //!
-//! `UPDATE_GOLDEN=1 cargo test -p marin3r-control-plane --test operator_render` rewrites
+//! `UPDATE_GOLDEN=1 cargo test -p marin3r-operator --test render` rewrites
 //! the expected files; review every diff before committing it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

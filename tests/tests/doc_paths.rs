@@ -19,6 +19,11 @@
 //!   Markdown target, its heading (GitHub's anchor of it).
 //!
 //! Everything that fails is listed at once.
+//!
+//! Commands are checked the same way ([`every_command_the_docs_and_comments_name_exists`]):
+//! in the same files, every `cargo <test|bench|run|build|check|clippy|nextest run>` must
+//! name workspace packages (`-p X`) that exist, and each `--test`, `--bench`, `--example`
+//! or `--bin` target must exist in that package (or, without `-p`, in some package).
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -345,6 +350,216 @@ fn every_path_the_docs_and_comments_name_exists() {
         stale.len(),
         stale.join("\n")
     );
+}
+
+/// A cargo command named in a file: its packages and targets.
+#[derive(Debug, PartialEq)]
+struct CargoCommand {
+    packages: Vec<String>,
+    /// (`test` | `bench` | `example` | `bin`, name)
+    targets: Vec<(String, String)>,
+}
+
+/// The cargo commands in `text`: `cargo` then a build subcommand, read up to the end of
+/// the command (a backtick, a quote, `;`, `|`, `&`, `)` or the end of the line).
+fn cargo_commands(text: &str) -> Vec<CargoCommand> {
+    const SUBCOMMANDS: [&str; 7] = [
+        "test", "bench", "run", "build", "check", "clippy", "nextest",
+    ];
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("cargo ") {
+        let glued = text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '/'));
+        if glued {
+            continue;
+        }
+        let rest = &text[at + "cargo ".len()..];
+        let end = rest
+            .find(|c: char| matches!(c, '`' | '"' | '\'' | ';' | '|' | '&' | ')' | '\n'))
+            .unwrap_or(rest.len());
+        let words: Vec<&str> = rest[..end].split_whitespace().collect();
+        if !words.first().is_some_and(|w| SUBCOMMANDS.contains(w)) {
+            continue;
+        }
+        let mut command = CargoCommand {
+            packages: Vec::new(),
+            targets: Vec::new(),
+        };
+        let mut i = 1;
+        while i < words.len() {
+            let word = words[i];
+            if word == "--" {
+                break; // the test binary's own arguments
+            }
+            let value = words.get(i + 1).map(|v| v.to_string());
+            let placeholder = |v: &str| v.contains(['<', '$', '{', '*', '…']) || v.starts_with('-');
+            match (word, value) {
+                ("-p" | "--package", Some(v)) if !placeholder(&v) => {
+                    command.packages.push(v);
+                    i += 1;
+                }
+                ("--test" | "--bench" | "--example" | "--bin", Some(v)) if !placeholder(&v) => {
+                    command
+                        .targets
+                        .push((word.trim_start_matches("--").to_string(), v));
+                    i += 1;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        found.push(command);
+    }
+    found
+}
+
+/// A workspace package: its name, folder and declared targets (`[[test]] name = …`).
+struct Package {
+    name: String,
+    dir: PathBuf,
+    manifest: String,
+}
+
+impl Package {
+    /// Whether the package has a `kind` target called `name` (cargo's auto-discovered
+    /// files, or one declared in its manifest).
+    fn has_target(&self, kind: &str, name: &str) -> bool {
+        let folder = match kind {
+            "test" => "tests",
+            "bench" => "benches",
+            "example" => "examples",
+            _ => "src/bin",
+        };
+        let declared = format!("[[{kind}]]");
+        let file = self.dir.join(folder).join(format!("{name}.rs"));
+        let main = self.dir.join(folder).join(name).join("main.rs");
+        let named_in_manifest = self.manifest.split(&declared).skip(1).any(|section| {
+            section
+                .lines()
+                .take_while(|l| !l.starts_with("[["))
+                .any(|l| l.replace(' ', "") == format!("name=\"{name}\""))
+        });
+        let binary_is_package =
+            kind == "bin" && name == self.name && self.dir.join("src/main.rs").exists();
+        file.exists() || main.exists() || named_in_manifest || binary_is_package
+    }
+}
+
+/// The workspace members of the root manifest.
+fn workspace_packages(root: &Path) -> Vec<Package> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members = "))
+        .unwrap();
+    members
+        .trim_matches(['[', ']'])
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .filter(|m| !m.is_empty())
+        .map(|member| {
+            let dir = root.join(member);
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+            let name = manifest
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name = "))
+                .unwrap()
+                .trim_matches('"')
+                .to_string();
+            Package {
+                name,
+                dir,
+                manifest,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_command_the_docs_and_comments_name_exists() {
+    let root = root();
+    let packages = workspace_packages(&root);
+    assert!(packages.len() > 10 && packages.iter().any(|p| p.name == "marin3r-tests"));
+    let mut stale = Vec::new();
+    let mut checked = 0;
+    for file in tracked_files(&root) {
+        let Some(scan) = scan_kind(&file) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(root.join(&file)) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            let Some(part) = comment(line, scan) else {
+                continue;
+            };
+            for command in cargo_commands(part) {
+                checked += 1;
+                let at = format!("{file}:{}", n + 1);
+                let mut named = Vec::new();
+                for name in &command.packages {
+                    match packages.iter().find(|p| &p.name == name) {
+                        Some(p) => named.push(p),
+                        None => stale.push(format!("{at}: no workspace package {name}")),
+                    }
+                }
+                let candidates: Vec<&Package> = if command.packages.is_empty() {
+                    packages.iter().collect()
+                } else {
+                    named
+                };
+                for (kind, name) in &command.targets {
+                    if !candidates.iter().any(|p| p.has_target(kind, name)) {
+                        stale.push(format!(
+                            "{at}: no {kind} target {name} in {:?}",
+                            command.packages
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} cargo commands found");
+    assert!(
+        stale.is_empty(),
+        "{} stale command(s) in docs, scripts and comments:\n{}",
+        stale.len(),
+        stale.join("\n")
+    );
+}
+
+#[test]
+fn the_command_scanner_reads_packages_and_targets() {
+    let commands = cargo_commands(
+        "run `cargo test -p marin3r-x --test y -- --ignored` or cargo bench -p a --bench b; \
+         not xcargo test -p no, nor `cargo fmt -p fmt`, and `cargo test -p <crate>` is a placeholder",
+    );
+    assert_eq!(
+        commands,
+        [
+            CargoCommand {
+                packages: vec!["marin3r-x".into()],
+                targets: vec![("test".into(), "y".into())]
+            },
+            CargoCommand {
+                packages: vec!["a".into()],
+                targets: vec![("bench".into(), "b".into())]
+            },
+            CargoCommand {
+                packages: vec![],
+                targets: vec![]
+            },
+        ]
+    );
+    let root = root();
+    let packages = workspace_packages(&root);
+    let tests = packages.iter().find(|p| p.name == "marin3r-tests").unwrap();
+    assert!(tests.has_target("test", "doc_paths") && tests.has_target("bench", "edit_to_serve"));
+    assert!(!tests.has_target("test", "no_such_test"));
+    let cli = packages.iter().find(|p| p.name == "marin3r").unwrap();
+    assert!(cli.has_target("bin", "marin3r"));
 }
 
 #[test]
