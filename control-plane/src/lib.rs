@@ -3,6 +3,9 @@
 //!
 //! - [`revisions`]: the self-healing revision engine (design.md §4), sans-I/O;
 //! - [`nacks`]: the NACK verdict on a revision (what the statistics say, the taint);
+//! - [`fleet`]: the NACK verdict over several replicas (their reports, what each is
+//!   expected to serve, the judgement; docs/ha.md);
+//! - [`metrics`]: the revision, rollback, taint and cache-state metrics of both modes;
 //! - [`publisher`]: every self-healing rule in one pure function, both modes apply;
 //! - [`local`]: local mode, EnvoyConfig and Secret manifests from a folder;
 //! - [`kubernetes`]: Kubernetes mode, the EnvoyConfig and EnvoyConfigRevision
