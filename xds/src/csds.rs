@@ -24,7 +24,8 @@
 //!   [`NodeFilter`]; one `ClientConfig` per open stream that sent its node, sorted by
 //!   node id, pod name, stream id. The resource itself (`xds_config`) only for a
 //!   targeted query (every matcher an exact node id) without `exclude_resource_contents`,
-//!   and never for a Secret. The encoded answer is bounded ([`MAX_ANSWER_BYTES`]),
+//!   never for a Secret, and with every field Envoy marks sensitive redacted as Envoy's
+//!   `/config_dump` shows it (`[redacted]`: an inline TLS key of a listener or cluster). The encoded answer is bounded ([`MAX_ANSWER_BYTES`]),
 //!   counted as it is built.
 //!
 //! Access: any client the ADS port accepts (same mTLS rules) may read the status of
@@ -416,7 +417,7 @@ pub(crate) fn resource_config(
             .filter(|_| t != ResourceType::Secret)
             .and_then(|s| s.resource(t, name))
             .filter(|r| r.digest == a.digest)
-            .map(crate::snapshot::wire_any)
+            .and_then(shown_content)
     });
     GenericXdsConfig {
         type_url: t.type_url().to_string(),
@@ -441,6 +442,18 @@ pub(crate) fn resource_config(
         }),
         is_static_resource: false,
     }
+}
+
+/// A resource's content as an answer shows it: with what Envoy marks sensitive
+/// redacted as its `/config_dump` does (`[redacted]`,
+/// [`marin3r_envoyconfig::redact`]); no content when it cannot be read.
+fn shown_content(r: &Resource) -> Option<envoy_types::pb::google::protobuf::Any> {
+    let value =
+        marin3r_envoyconfig::redact::redact_encoded(&r.body.type_url, &r.body.value).ok()?;
+    Some(envoy_types::pb::google::protobuf::Any {
+        type_url: r.body.type_url.clone(),
+        value: value.into_owned(),
+    })
 }
 
 /// A name the client subscribed to that it holds no status for: not answered yet
@@ -1254,12 +1267,49 @@ mod tests {
         (registry, guards)
     }
 
+    /// A P-256 key made for these tests.
+    const KEY_LINE: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQggn38lrYNOeHoEtpZ";
+
+    fn decoded(kind: ResourceType, yaml: &str) -> Resource {
+        marin3r_envoyconfig::decode_str(kind, yaml, marin3r_envoyconfig::Serialization::Yaml)
+            .unwrap()
+    }
+
+    /// Cluster `c`, listener `l` whose TLS key is inline, Secret `s`.
     fn snapshot() -> Snapshot {
-        snap(&[
-            (Cluster, "c", "cluster-body"),
-            (Listener, "l", "listener-body"),
-            (Secret, "s", "KEY-MATERIAL"),
-        ])
+        let cluster = decoded(Cluster, "name: c\nconnect_timeout: 1s\n");
+        let listener = decoded(
+            Listener,
+            &format!(
+                r#"name: l
+address: {{socket_address: {{address: 0.0.0.0, port_value: 8443}}}}
+filter_chains:
+- filters:
+  - name: tcp
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+      stat_prefix: tcp
+      cluster: c
+  transport_socket:
+    name: envoy.transport_sockets.tls
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+      common_tls_context:
+        tls_certificates:
+        - certificate_chain: {{filename: /etc/envoy/tls.crt}}
+          private_key:
+            inline_string: |
+              -----BEGIN PRIVATE KEY-----
+              {KEY_LINE}
+              ORKmMC83m2eEU9DfhbkhlULqagShRANCAAQV7LtfEZpm4h6J5eSnfG4suXaOJeUM
+              zAiGOwxEXf3x0jOlarx5NMg8ABmkpPRrUSZFzLcjJarpeSoU2gYDPgob
+              -----END PRIVATE KEY-----
+"#
+            ),
+        );
+        let mut resources = vec![cluster, listener];
+        resources.push(crate::snapshot::tests::res(Secret, "s", "KEY-MATERIAL"));
+        Snapshot::new(resources).unwrap()
     }
 
     #[test]
@@ -1309,16 +1359,25 @@ mod tests {
                 ("b".into(), "pod-1".into())
             ]
         );
+        // (name, the content as Envoy's config dump shows it)
         let contents = |r: &ClientStatusResponse| -> Vec<(String, String)> {
             r.config
                 .iter()
                 .flat_map(|cc| &cc.generic_xds_configs)
                 .filter_map(|g| {
                     g.xds_config.as_ref().map(|a| {
-                        (
-                            g.name.clone(),
-                            String::from_utf8_lossy(&a.value).into_owned(),
-                        )
+                        let kind = ResourceType::from_type_url(&a.type_url).unwrap();
+                        let shown = Resource {
+                            kind,
+                            name: g.name.clone(),
+                            body: prost_types::Any {
+                                type_url: a.type_url.clone(),
+                                value: a.value.clone(),
+                            },
+                            digest: 0,
+                        };
+                        let json = marin3r_envoyconfig::decode::to_json(&shown).unwrap();
+                        (g.name.clone(), json.to_string())
                     })
                 })
                 .collect()
@@ -1327,16 +1386,24 @@ mod tests {
         let exact_a = by_id(MatchPattern::Exact("a".into()), false);
         let targeted = q(vec![exact_a.clone()], false);
         assert_eq!(targeted.config.len(), 2);
+        let shown = contents(&targeted);
         assert_eq!(
-            contents(&targeted),
-            [
-                ("c".to_string(), "cluster-body".to_string()),
-                ("l".into(), "listener-body".into()),
-                ("c".into(), "cluster-body".into()),
-                ("l".into(), "listener-body".into()),
-            ],
+            shown.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["c", "l", "c", "l"],
             "never the Secret"
         );
+        assert_eq!(shown[0].1, r#"{"connectTimeout":"1s","name":"c"}"#);
+        // The inline key of the listener shows as Envoy's config dump shows it.
+        let listener = &shown[1].1;
+        assert!(
+            listener.contains(r#""privateKey":{"inlineString":"[redacted]"}"#),
+            "{listener}"
+        );
+        assert!(listener.contains("/etc/envoy/tls.crt"), "{listener}");
+        let encoded = String::from_utf8_lossy(&targeted.encode_to_vec()).into_owned();
+        for needle in [KEY_LINE, "PRIVATE KEY"] {
+            assert!(!encoded.contains(needle), "{needle} in the answer");
+        }
         // The Secret is listed with its name and version only.
         let s = one(&targeted.config[0].generic_xds_configs, "s");
         assert_eq!(

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig
 use envoy_types::pb::envoy::service::status::v3::{ClientStatusResponse, ConfigStatus};
 use envoy_types::pb::google::protobuf::Timestamp;
 use marin3r_envoyconfig::ResourceType;
+use marin3r_envoyconfig::sensitive::redact_pem;
 use serde::Serialize;
 
 use super::table::table;
@@ -162,7 +163,8 @@ fn summarise(type_url: &str, configs: &[&GenericXdsConfig]) -> TypeReport {
             Some(NackReport {
                 resource: c.name.clone(),
                 rejected_version: e.version_info.clone(),
-                message: e.details.clone(),
+                // Stored redacted by the discovery service; again here, for any server.
+                message: redact_pem(&e.details).into_owned(),
                 last_update_attempt: e.last_update_attempt.as_ref().and_then(timestamp),
             })
         })

@@ -421,6 +421,127 @@ mod tests {
         assert!(all_there.text.contains("envoys: []"), "{}", all_there.text);
     }
 
+    /// A P-256 key made for this test, inline in a listener (`inline_string`) and a
+    /// cluster (`inline_bytes`, with a `password`), as a server that does not redact
+    /// would send them.
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQggn38lrYNOeHoEtpZ
+ORKmMC83m2eEU9DfhbkhlULqagShRANCAAQV7LtfEZpm4h6J5eSnfG4suXaOJeUM
+zAiGOwxEXf3x0jOlarx5NMg8ABmkpPRrUSZFzLcjJarpeSoU2gYDPgob
+-----END PRIVATE KEY-----
+";
+    const PASSWORD: &str = "hunter2-p4ssw0rd";
+
+    fn b64(s: &str) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    fn with_inline_keys() -> envoy_types::pb::envoy::service::status::v3::ClientStatusResponse {
+        use envoy_types::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+        use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+        use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ClientStatusResponse};
+        use marin3r_envoyconfig::ResourceType;
+        let tls = |context: &str, key: serde_json::Value| {
+            serde_json::json!({"name": "envoy.transport_sockets.tls", "typed_config": {
+                "@type": format!("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.{context}"),
+                "common_tls_context": {"tls_certificates": [{
+                    "certificate_chain": {"filename": "/etc/envoy/tls.crt"},
+                    "private_key": key,
+                    "password": {"inline_string": PASSWORD}}]}}})
+        };
+        let listener = marin3r_envoyconfig::decode_resource(
+            ResourceType::Listener,
+            &serde_json::json!({"name": "https",
+                "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8443}},
+                "filter_chains": [{"filters": [{"name": "tcp", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                    "stat_prefix": "tcp", "cluster": "kuard"}}],
+                    "transport_socket": tls("DownstreamTlsContext", serde_json::json!({"inline_string": KEY}))}]}),
+        )
+        .unwrap();
+        let cluster = marin3r_envoyconfig::decode_resource(
+            ResourceType::Cluster,
+            &serde_json::json!({"name": "kuard", "connect_timeout": "1s",
+                "transport_socket": tls("UpstreamTlsContext", serde_json::json!({"inline_bytes": b64(KEY)}))}),
+        )
+        .unwrap();
+        let config = |r: &marin3r_envoyconfig::Resource, nack: Option<&str>| GenericXdsConfig {
+            type_url: r.body.type_url.clone(),
+            name: r.name.clone(),
+            version_info: "v1".into(),
+            client_status: if nack.is_some() {
+                ClientResourceStatus::Nacked
+            } else {
+                ClientResourceStatus::Acked
+            } as i32,
+            xds_config: Some(envoy_types::pb::google::protobuf::Any {
+                type_url: r.body.type_url.clone(),
+                value: r.body.value.clone(),
+            }),
+            error_state: nack.map(|m| UpdateFailureState {
+                details: m.to_string(),
+                version_info: "v2".into(),
+                ..UpdateFailureState::default()
+            }),
+            ..GenericXdsConfig::default()
+        };
+        let node = marin3r_xds::NodeInfo {
+            id: "kuard".into(),
+            pod_name: "kuard-0".into(),
+        }
+        .to_node();
+        ClientStatusResponse {
+            config: vec![ClientConfig {
+                node: Some(node),
+                generic_xds_configs: vec![
+                    config(&listener, None),
+                    config(&cluster, Some(&format!("bad key {KEY}"))),
+                ],
+                ..ClientConfig::default()
+            }],
+        }
+    }
+
+    /// Every format, of the whole status and of one node.
+    fn every_output(envoys: &Envoys) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for format in [Format::Table, Format::Json, Format::Yaml] {
+            for node in [None, Some("kuard")] {
+                let mut o = options(format);
+                o.node = node.map(str::to_string);
+                let text = render(StatusReport::default(), envoys, &o, None)
+                    .unwrap()
+                    .text;
+                out.push((format!("{format:?} node {node:?}"), text));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn no_output_shows_an_inline_key_or_password_whatever_the_server_sent() {
+        let response = with_inline_keys();
+        let envoys = Envoys {
+            rows: envoys::envoys(&response, None),
+            dumps: node::dump(&response, None),
+            ..Envoys::default()
+        };
+        let key_line = KEY.lines().nth(1).unwrap();
+        let b64_key = b64(KEY);
+        for (what, text) in every_output(&envoys) {
+            for needle in [&key_line[..40], "PRIVATE KEY", PASSWORD, &b64_key[..40]] {
+                assert!(!text.contains(needle), "{what}: {needle} in\n{text}");
+            }
+            if what.contains("Some") && !what.starts_with("Table") {
+                // As Envoy's config dump shows them.
+                assert!(text.contains("[redacted]"), "{what}:\n{text}");
+                assert!(text.contains(&b64("[redacted]")), "{what}:\n{text}");
+                assert!(text.contains("/etc/envoy/tls.crt"), "{what}:\n{text}");
+            }
+        }
+    }
+
     #[test]
     fn only_envoyconfigs_of_the_asked_discovery_service_are_paired_with_envoys() {
         let ec = |ns: &str, node: &str| marin3r_control_plane::status::EnvoyConfigReport {
