@@ -418,6 +418,35 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn client_status_queries_beyond_the_bound_wait_their_turn() {
+        let service = AdsService::new(
+            SnapshotCache::new(),
+            SharedStats::new(),
+            AdsConfig::default(),
+        );
+        let csds = CsdsServer::new(&service);
+        // Every turn taken (as by queries that run).
+        let held = csds
+            .inner
+            .queries
+            .acquire_many(MAX_CONCURRENT_QUERIES as u32)
+            .await
+            .unwrap();
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_secs(3600),
+            csds.answer_blocking(ClientStatusRequest::default()),
+        )
+        .await;
+        assert!(waiting.is_err(), "answered beyond the bound: {waiting:?}");
+        drop(held);
+        let answered = csds
+            .answer_blocking(ClientStatusRequest::default())
+            .await
+            .unwrap();
+        assert!(answered.config.is_empty());
+    }
+
     #[test]
     fn route_name_is_the_generated_one() {
         use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer as Generated;
