@@ -16,6 +16,7 @@ use marin3r_envoyconfig::sensitive::redact_pem;
 use serde::Serialize;
 
 use super::table::table;
+use crate::terminal::cell;
 
 /// Node metadata keys the discovery service reports (the injected bootstrap sets the pod's;
 /// the CSDS server adds the stream's API).
@@ -308,11 +309,12 @@ pub fn render_envoys(
     }
     for u in unavailable {
         if u.address.is_empty() {
-            out.push_str(&format!("Envoys not shown: {}\n", u.reason));
+            out.push_str(&format!("Envoys not shown: {}\n", cell(&u.reason)));
         } else {
             out.push_str(&format!(
                 "Envoys of {} not shown: {}\n",
-                u.address, u.reason
+                cell(&u.address),
+                cell(&u.reason)
             ));
         }
     }
@@ -335,7 +337,7 @@ pub fn unpaired(node_ids: &[&str], envoys: &[EnvoyReport]) -> String {
     if !idle.is_empty() {
         out.push_str(&format!(
             "No Envoy connected for node {}.\n",
-            marin3r_wire::quote::listed(idle.iter().map(|s| s.to_string()), ", ")
+            marin3r_wire::quote::listed(idle.iter().map(|s| cell(s).into_owned()), ", ")
         ));
     }
     let mut stray: Vec<String> = envoys
@@ -343,9 +345,9 @@ pub fn unpaired(node_ids: &[&str], envoys: &[EnvoyReport]) -> String {
         .filter(|e| !node_ids.contains(&e.node_id.as_str()))
         .map(|e| {
             if e.pod.is_empty() {
-                e.node_id.clone()
+                cell(&e.node_id).into_owned()
             } else {
-                format!("{} ({})", e.node_id, e.pod)
+                format!("{} ({})", cell(&e.node_id), cell(&e.pod))
             }
         })
         .collect();
