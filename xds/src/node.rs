@@ -65,7 +65,8 @@ pub fn metadata_string<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
         })
 }
 
-/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes
+/// Largest `node.id`, `node.cluster`, `node.user_agent_name`, `node.metadata.pod_name`
+/// and `node.metadata.pod_namespace` accepted, in bytes
 /// (one home: the injector refuses longer `node-id`/`cluster-id` annotations).
 pub use marin3r_wire::MAX_NODE_NAME_BYTES;
 /// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
