@@ -5,7 +5,7 @@
 //!   only some resources (SotW Envoys keep the older version of unchanged ones);
 //! - (b) after a NACK the changed resource is NACKED with Envoy's message and keeps the
 //!   ACKed version; after the rollback (self-healing) it is ACKED again;
-//! - (c) a node matcher returns only its Envoys;
+//! - (c) a node matcher returns only its Envoys; too many matchers are refused;
 //! - (d) a stream that closed disappears;
 //! - (e) a Secret's key never appears in an answer, even a targeted one with contents;
 //! - (f) a listener's inline TLS key shows `[redacted]` in the targeted answer, as in
@@ -712,6 +712,34 @@ async fn matchers_select_envoys_and_closed_streams_disappear() {
             .contains("node_matchers[0].node_id.safe_regex"),
         "{}",
         refused.message()
+    );
+
+    // A query whose matchers multiply the work (the report's 200,000 `contains`
+    // matchers, 2.4 MB) is refused naming the limit, before any matching.
+    let flood = fetch(
+        &xds,
+        ClientStatusRequest {
+            node_matchers: (0..200_000)
+                .map(|i| NodeMatcher {
+                    node_id: Some(StringMatcher {
+                        match_pattern: Some(MatchPattern::Contains(format!("zz{i:06}"))),
+                        ignore_case: false,
+                    }),
+                    node_metadatas: vec![],
+                })
+                .collect(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(flood.code(), tonic::Code::InvalidArgument);
+    assert!(
+        flood
+            .message()
+            .contains("200000 string matchers, over the limit of 64"),
+        "{}",
+        flood.message()
     );
 
     // (d) Envoy b goes away: its stream disappears.
