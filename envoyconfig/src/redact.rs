@@ -2,8 +2,8 @@
 //! (`MessageUtil::redact`): the one rule for every output path that shows a resource's
 //! content (the CSDS answer of the discovery service, every format of `marin3r status`).
 //!
-//! The rule ([`redact_message`]), on a decoded message, for every field that is set, a
-//! field is sensitive when Envoy marks it (`(udpa.annotations.sensitive) = true`,
+//! The rule ([`redact_message`]) walks every field set in a decoded message; a field is
+//! sensitive when Envoy marks it (`(udpa.annotations.sensitive) = true`,
 //! [`crate::sensitive::is_sensitive`]) or when it is under a sensitive field:
 //!
 //! - a sensitive string or bytes value (a list item, a map value) becomes
@@ -16,8 +16,9 @@
 //!   (`xds.type.v3` and `udpa.type.v1`) is read as the message its `type_url` names,
 //!   redacted and written back. A type the registry does not know is left as it is,
 //!   as Envoy does, except that the payload of an `Any` under a sensitive field
-//!   becomes `[redacted]` (Envoy would show it); a `TypedStruct` that does not read as its type is emptied (served
-//!   ones were checked against their type when loaded, so this never hides a good one).
+//!   becomes `[redacted]` (Envoy would show it); a `TypedStruct` that does not read as
+//!   its type is emptied (served ones were checked against their type when loaded, so
+//!   this never hides a good one).
 //!
 //! [`redact_encoded`] applies it to an encoded message and gives the bytes back
 //! unchanged (borrowed) when nothing was sensitive.
