@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
+use crate::terminal;
+
 use crate::args::{
     CertsArgs, Command, CrdsArgs, DiscoveryServiceArgs, InitManagerArgs, InjectArgs,
     OperatorCommand, OperatorRunArgs, RenderArgs, ShutdownManagerArgs, StatusArgs, StatusOutput,
@@ -238,7 +240,10 @@ fn operator_render(a: RenderArgs) -> Result<ExitCode> {
     let rendered = marin3r_operator::render::render(&docs, &images);
     print!("{}", yaml_stream(&rendered.objects)?);
     for problem in &rendered.problems {
-        eprintln!("{}: {problem}", a.file.display());
+        eprintln!(
+            "{}",
+            terminal::text(&format!("{}: {problem}", a.file.display()))
+        );
     }
     Ok(if rendered.problems.is_empty() {
         ExitCode::SUCCESS
@@ -263,12 +268,15 @@ fn validate(a: ValidateArgs) -> Result<ExitCode> {
     let text = read_input(&a.file)?;
     match marin3r_envoyconfig::envoyconfig::validate_file(&text) {
         Ok(n) => {
-            println!("{}: {n} EnvoyConfig(s) valid", a.file.display());
+            println!(
+                "{}",
+                terminal::text(&format!("{}: {n} EnvoyConfig(s) valid", a.file.display()))
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
             for e in &errors {
-                println!("{}: {e}", a.file.display());
+                println!("{}", terminal::text(&format!("{}: {e}", a.file.display())));
             }
             eprintln!("{} error(s)", errors.len());
             Ok(ExitCode::FAILURE)

@@ -16,7 +16,7 @@ fn main() -> std::process::ExitCode {
     match commands::run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("{}", marin3r_cli::terminal::error_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -36,7 +36,7 @@ fn main() -> std::process::ExitCode {
     match commands::run_shutdown_manager(a) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("{}", marin3r_cli::terminal::error_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

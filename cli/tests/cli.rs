@@ -499,3 +499,92 @@ spec: {{discoveryServiceRef: ds, envoyConfigRef: ec}}
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Control characters a terminal acts on, as YAML double-quoted escapes (the input) and
+/// as the characters themselves (a file name).
+const HOSTILE_YAML: [&str; 8] = [
+    r"\e[2J",
+    r"\e[1A\e[2K",
+    r"\e]52;c;QUJD\a",
+    r"\e]8;;https://evil.example\e\\",
+    r"ok\rEVIL",
+    r"\x9b2J\x7f",
+    r"abc\u202efed",
+    r"a\tb\nc",
+];
+
+/// A character `marin3r_cli::terminal` escapes, other than a newline.
+fn raw_control(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            (c != '\n' && c.is_control())
+                || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect()
+}
+
+/// Every human-readable message of the binary (`validate`'s lines, `operator render`'s
+/// problems, the error line of `inject`) writes values with control characters as text.
+#[test]
+fn human_messages_write_no_control_character_from_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    for h in HOSTILE_YAML {
+        let quoted = format!("\"x{h}y\"");
+        let cases: Vec<(&str, Vec<String>, String)> = vec![
+            (
+                "validate",
+                vec!["validate".into(), "-f".into(), "-".into()],
+                BROKEN_CONFIG
+                    .replace("name: broken", &format!("name: {quoted}"))
+                    .replace("bogus_field: 1", &format!("{quoted}: 1"))
+                    .replace("type: nonsense", &format!("type: {quoted}")),
+            ),
+            (
+                "operator render",
+                vec!["operator".into(), "render".into(), "-f".into(), "-".into()],
+                format!(
+                    "apiVersion: operator.marin3r.3scale.net/v1alpha1\nkind: DiscoveryService\n\
+                     metadata: {{name: {quoted}, namespace: {quoted}}}\nspec: {{{quoted}: 1}}\n"
+                ),
+            ),
+            (
+                "inject",
+                vec!["inject".into(), "-f".into(), "-".into()],
+                WORKLOADS.replace(
+                    "marin3r.3scale.net/ports: envoy-https:8443",
+                    &format!("marin3r.3scale.net/ports: {quoted}"),
+                ),
+            ),
+        ];
+        for (what, args, input) in cases {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = run_with_stdin(&args, &input);
+            assert!(!out.status.success(), "{what} {h}: accepted");
+            for stream in [&out.stdout, &out.stderr] {
+                let text = String::from_utf8_lossy(stream);
+                assert!(raw_control(&text).is_empty(), "{what} {h}: {text:?}");
+            }
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("x")
+                    || String::from_utf8_lossy(&out.stderr).contains("x"),
+                "{what} {h}: the value is shown"
+            );
+        }
+        // A file name with the characters themselves.
+        let unquoted: String = serde_saphyr::from_str::<String>(&format!("\"{h}\"")).unwrap();
+        let file = dir
+            .path()
+            .join(format!("f{}.yaml", unquoted.replace('/', "_")));
+        std::fs::write(&file, BROKEN_CONFIG).unwrap();
+        let out = marin3r()
+            .arg("validate")
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(raw_control(&text).is_empty(), "validate {h}: {text:?}");
+        assert!(text.contains("bogus_field"), "{text}");
+    }
+}

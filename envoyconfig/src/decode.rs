@@ -184,7 +184,10 @@ fn snake_to_camel(s: &str) -> String {
 
 /// protojson → message with Envoy's leniencies ([`crate::lenient`]), mapping serde
 /// errors to path-carrying [`DecodeError`]s.
-fn decode_message(desc: MessageDescriptor, value: &Value) -> Result<DynamicMessage, DecodeError> {
+pub(crate) fn decode_message(
+    desc: MessageDescriptor,
+    value: &Value,
+) -> Result<DynamicMessage, DecodeError> {
     let mut value = value.clone();
     lenient::normalize(&desc, &mut value)?;
     strict::decode(desc, &value)

@@ -23,7 +23,8 @@
 //!   (canonical bytes and JSON);
 //! - the ground: `error` (`DecodeError`, `Location`, field paths; re-exported by
 //!   [`decode`]), [`sensitive`] (the fields Envoy marks sensitive, and keeping their
-//!   values out of every error text), [`registry`], `text` (JSON/YAML and the YAML
+//!   values out of every error text; [`redact`]: out of every resource we show),
+//!   [`registry`], `text` (JSON/YAML and the YAML
 //!   parser's options), `wellknown` (well-known types, the empty-`Any` placeholder)
 //!   and [`resource`].
 #![forbid(unsafe_code)]
@@ -39,6 +40,7 @@ mod lenient;
 pub mod manifest;
 pub mod memo;
 mod pgv;
+pub mod redact;
 pub mod registry;
 pub mod resource;
 mod secret;

@@ -5,9 +5,11 @@
 //!   only some resources (SotW Envoys keep the older version of unchanged ones);
 //! - (b) after a NACK the changed resource is NACKED with Envoy's message and keeps the
 //!   ACKed version; after the rollback (self-healing) it is ACKED again;
-//! - (c) a node matcher returns only its Envoys;
+//! - (c) a node matcher returns only its Envoys; too many matchers are refused;
 //! - (d) a stream that closed disappears;
-//! - (e) a Secret's key never appears in an answer, even a targeted one with contents.
+//! - (e) a Secret's key never appears in an answer, even a targeted one with contents;
+//! - (f) a listener's inline TLS key shows `[redacted]` in the targeted answer, as in
+//!   the Envoy's own `/config_dump`.
 
 // Test-only file: clippy's allow-*-in-tests does not cover the helper functions here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -712,6 +714,34 @@ async fn matchers_select_envoys_and_closed_streams_disappear() {
         refused.message()
     );
 
+    // A query whose matchers multiply the work (the report's 200,000 `contains`
+    // matchers, 2.4 MB) is refused naming the limit, before any matching.
+    let flood = fetch(
+        &xds,
+        ClientStatusRequest {
+            node_matchers: (0..200_000)
+                .map(|i| NodeMatcher {
+                    node_id: Some(StringMatcher {
+                        match_pattern: Some(MatchPattern::Contains(format!("zz{i:06}"))),
+                        ignore_case: false,
+                    }),
+                    node_metadatas: vec![],
+                })
+                .collect(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(flood.code(), tonic::Code::InvalidArgument);
+    assert!(
+        flood
+            .message()
+            .contains("200000 string matchers, over the limit of 64"),
+        "{}",
+        flood.message()
+    );
+
     // (d) Envoy b goes away: its stream disappears.
     let mut b = envoys.pop().unwrap();
     b.process.terminate(Duration::from_secs(5));
@@ -727,4 +757,125 @@ async fn matchers_select_envoys_and_closed_streams_disappear() {
     })
     .await;
     drop(envoys);
+}
+
+// ---------------------------------------------------------------------------------------
+// (f)
+
+/// The TLS socket of a listener with its certificate and key inline (not over SDS).
+fn inline_tls(cert_pem: &str, key_pem: &str) -> Value {
+    json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "common_tls_context": {"tls_certificates": [{
+                "certificate_chain": {"inline_string": cert_pem},
+                "private_key": {"inline_string": key_pem},
+            }]},
+        },
+    })
+}
+
+/// The first TLS certificate of a listener's first filter chain, in either spelling
+/// (`/config_dump`: proto names; our protojson: lowerCamelCase).
+fn first_tls_certificate(listener: &Value) -> Value {
+    let pick = |v: &Value, snake: &str, camel: &str| {
+        if v[snake].is_null() {
+            v[camel].clone()
+        } else {
+            v[snake].clone()
+        }
+    };
+    let chain = pick(listener, "filter_chains", "filterChains")[0].clone();
+    let socket = pick(&chain, "transport_socket", "transportSocket");
+    let typed = pick(&socket, "typed_config", "typedConfig");
+    let common = pick(&typed, "common_tls_context", "commonTlsContext");
+    pick(&common, "tls_certificates", "tlsCertificates")[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_key_shows_redacted_in_csds_as_in_envoys_config_dump() {
+    let node = "csds-inline-key";
+    let port = free_port().unwrap();
+    let bundle = marin3r_tests::xds::issue_bundle().must();
+    let listener = http_listener(
+        "https-inline",
+        port,
+        direct("inline"),
+        Some(inline_tls(&bundle.server.cert_pem, &bundle.server.key_pem)),
+    );
+    let xds = start_with_threshold(
+        &[(
+            "inline.json",
+            envoy_config(node, vec![resource("listener", listener)]),
+        )],
+        1,
+    )
+    .await;
+    let mut envoy = Envoy::start_as(&xds, node, "pod-inline", ApiType::Sotw, None).must();
+    let admin = envoy.admin;
+    // Envoy's own view of the listener it runs.
+    let theirs = envoy
+        .eventually("the listener is active", CONVERGE, || async move {
+            let dump = config_dump(admin).await?;
+            dump["configs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["dynamic_listeners"].as_array().into_iter().flatten())
+                .find(|l| l["name"] == "https-inline" && !l["active_state"].is_null())
+                .map(|l| l["active_state"]["listener"].clone())
+                .ok_or_else(|| "no active listener https-inline".to_string())
+        })
+        .await
+        .must();
+    // Ours: the targeted answer with the contents.
+    let targeted = fetch(
+        &xds,
+        ClientStatusRequest {
+            node_matchers: vec![exact(node)],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let any = targeted.config[0]
+        .generic_xds_configs
+        .iter()
+        .find(|g| g.name == "https-inline")
+        .and_then(|g| g.xds_config.clone())
+        .expect("the listener's content");
+    let ours = marin3r_envoyconfig::decode::to_json(&marin3r_envoyconfig::Resource {
+        kind: marin3r_envoyconfig::ResourceType::Listener,
+        name: "https-inline".into(),
+        body: prost_types::Any {
+            type_url: any.type_url.clone(),
+            value: any.value.clone(),
+        },
+        digest: 0,
+    })
+    .unwrap();
+    let (theirs, ours) = (first_tls_certificate(&theirs), first_tls_certificate(&ours));
+    eprintln!("config_dump: {theirs}\nCSDS: {ours}");
+    assert_eq!(
+        theirs["private_key"],
+        json!({"inline_string": "[redacted]"})
+    );
+    assert_eq!(ours["privateKey"], json!({"inlineString": "[redacted]"}));
+    // The certificate (not sensitive) is shown by both.
+    assert_eq!(
+        theirs["certificate_chain"]["inline_string"],
+        ours["certificateChain"]["inlineString"]
+    );
+    let text = String::from_utf8_lossy(&targeted.encode_to_vec()).into_owned();
+    assert!(!text.contains("PRIVATE KEY"));
+    for line in bundle
+        .server
+        .key_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+    {
+        assert!(!text.contains(line), "key bytes in the answer");
+    }
+    drop(envoy);
 }

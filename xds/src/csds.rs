@@ -19,12 +19,21 @@
 //!   learned and is removed when its task ends, on every path ([`Registration`]'s
 //!   `Drop`). The state machine is shared with the stream task behind a mutex, locked by
 //!   the task for each of its calls and by a query briefly, to build that stream's view
-//!   ([`ClientView`]): the registry lock is held only to collect the matching streams.
+//!   ([`ClientView`]): the registry lock is held only to copy the stream handles, and
+//!   the matchers run without it (a query never delays a stream registering).
+//! - **Bounds** on what a query makes the server do: at most [`MAX_STRING_MATCHERS`]
+//!   string matchers of at most [`MAX_PATTERN_BYTES`] together (refused with
+//!   `INVALID_ARGUMENT` naming the limit), each compared with node fields bounded by
+//!   [`crate::node::check_node`]; at most [`MAX_CONCURRENT_QUERIES`] queries at once
+//!   (the others wait); the answer bounded by [`MAX_ANSWER_BYTES`]. The request itself
+//!   is bounded by the listener's message size, and `StreamClientStatus` answers its
+//!   requests one at a time.
 //! - **Queries** ([`fetch`]): `node_matchers` OR-ed (empty = every stream), see
 //!   [`NodeFilter`]; one `ClientConfig` per open stream that sent its node, sorted by
 //!   node id, pod name, stream id. The resource itself (`xds_config`) only for a
 //!   targeted query (every matcher an exact node id) without `exclude_resource_contents`,
-//!   and never for a Secret. The encoded answer is bounded ([`MAX_ANSWER_BYTES`]),
+//!   never for a Secret, and with every field Envoy marks sensitive redacted as Envoy's
+//!   `/config_dump` shows it (`[redacted]`: an inline TLS key of a listener or cluster). The encoded answer is bounded ([`MAX_ANSWER_BYTES`]),
 //!   counted as it is built.
 //!
 //! Access: any client the ADS port accepts (same mTLS rules) may read the status of
@@ -60,6 +69,18 @@ pub const POD_NAMESPACE_METADATA_KEY: &str = "pod_namespace";
 pub const API_METADATA_KEY: &str = "marin3r_api";
 /// Largest encoded answer: 4 MiB, gRPC's default receive limit of a client.
 pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// Most string matchers in one query (each `node_id` and each `node_metadatas` entry of
+/// every `node_matchers` item counts): a query's matching work is matchers × streams,
+/// so both factors are bounded (`marin3r status` sends one; a fleet tool a few).
+pub const MAX_STRING_MATCHERS: usize = 64;
+/// Most bytes of all the patterns of one query together (a pattern longer than a
+/// node's fields, [`crate::node::MAX_NODE_NAME_BYTES`], matches nothing but `contains`
+/// still scans for it).
+pub const MAX_PATTERN_BYTES: usize = 16 * 1024;
+/// Queries answered at once by one replica; more wait their turn. A query runs on a
+/// blocking thread and may read every stream's state machine: this bounds the CPU all
+/// client status clients together take from serving Envoys.
+pub const MAX_CONCURRENT_QUERIES: usize = 2;
 
 /// A query refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +88,16 @@ pub enum CsdsError {
     /// `field` of a node matcher uses what the server does not support.
     #[error("{field}: {rule}")]
     InvalidMatcher { field: String, rule: &'static str },
+    /// The query's matchers are over a bound ([`MAX_STRING_MATCHERS`],
+    /// [`MAX_PATTERN_BYTES`]).
+    #[error(
+        "node_matchers: {count} {what}, over the limit of {limit}: ask for fewer nodes per query (e.g. a node id prefix)"
+    )]
+    TooManyMatchers {
+        what: &'static str,
+        count: usize,
+        limit: usize,
+    },
     /// The answer would be larger than [`MAX_ANSWER_BYTES`].
     #[error(
         "the status of the {matched} Envoys matched is over {size} bytes, over the limit of {limit} bytes: narrow node_matchers (e.g. a node id prefix)"
@@ -416,7 +447,7 @@ pub(crate) fn resource_config(
             .filter(|_| t != ResourceType::Secret)
             .and_then(|s| s.resource(t, name))
             .filter(|r| r.digest == a.digest)
-            .map(crate::snapshot::wire_any)
+            .and_then(shown_content)
     });
     GenericXdsConfig {
         type_url: t.type_url().to_string(),
@@ -441,6 +472,18 @@ pub(crate) fn resource_config(
         }),
         is_static_resource: false,
     }
+}
+
+/// A resource's content as an answer shows it: with what Envoy marks sensitive
+/// redacted as its `/config_dump` does (`[redacted]`,
+/// [`marin3r_envoyconfig::redact`]); no content when it cannot be read.
+fn shown_content(r: &Resource) -> Option<envoy_types::pb::google::protobuf::Any> {
+    let value =
+        marin3r_envoyconfig::redact::redact_encoded(&r.body.type_url, &r.body.value).ok()?;
+    Some(envoy_types::pb::google::protobuf::Any {
+        type_url: r.body.type_url.clone(),
+        value: value.into_owned(),
+    })
 }
 
 /// A name the client subscribed to that it holds no status for: not answered yet
@@ -543,9 +586,13 @@ pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 struct Entry {
-    node: ClientNode,
+    node: Arc<ClientNode>,
     view: SharedView,
 }
+
+/// A registered stream as a query sees it: handles only, cloned under the registry
+/// lock (two reference counts), read without it.
+type Handle = (StreamId, Arc<ClientNode>, SharedView);
 
 /// The open ADS streams that sent their node, for the client status service.
 #[derive(Clone, Default)]
@@ -579,6 +626,7 @@ impl ClientStatusRegistry {
 
     /// Registers stream `id` of `node` until the returned guard is dropped.
     pub fn register(&self, id: StreamId, node: ClientNode, view: SharedView) -> Registration {
+        let node = Arc::new(node);
         lock(&self.0).insert(id, Entry { node, view });
         Registration {
             registry: self.clone(),
@@ -595,14 +643,15 @@ impl ClientStatusRegistry {
         self.len() == 0
     }
 
-    /// The streams `filter` selects, sorted by node id, pod name, stream id (the lock is
-    /// held only to collect them).
-    fn matching(&self, filter: &NodeFilter) -> Vec<(StreamId, ClientNode, SharedView)> {
-        let mut found: Vec<(StreamId, ClientNode, SharedView)> = lock(&self.0)
+    /// The streams `keep` selects, sorted by node id, pod name, stream id. The lock is
+    /// held only to copy the handles of every stream; `keep` runs without it, so a
+    /// query's matching never delays a stream registering or leaving.
+    fn matching(&self, mut keep: impl FnMut(&ClientNode) -> bool) -> Vec<Handle> {
+        let all: Vec<Handle> = lock(&self.0)
             .iter()
-            .filter(|(_, e)| filter.matches(&e.node))
             .map(|(id, e)| (*id, e.node.clone(), e.view.clone()))
             .collect();
+        let mut found: Vec<Handle> = all.into_iter().filter(|(_, n, _)| keep(n)).collect();
         found.sort_by(|a, b| {
             (a.1.id.as_str(), a.1.pod_name.as_str(), a.0).cmp(&(
                 b.1.id.as_str(),
@@ -673,14 +722,9 @@ impl StrMatch {
         })
     }
 
-    fn matches(&self, value: &str) -> bool {
-        let lowered;
-        let value = if self.ignore_case {
-            lowered = value.to_ascii_lowercase();
-            lowered.as_str()
-        } else {
-            value
-        };
+    /// `value` as is, `lowered` its ASCII lowercase (for `ignore_case`).
+    fn matches(&self, value: &str, lowered: &str) -> bool {
+        let value = if self.ignore_case { lowered } else { value };
         let p = self.pattern.as_str();
         match self.kind {
             StrKind::Exact => value == p,
@@ -703,12 +747,41 @@ struct CompiledMatcher {
     metadata: Vec<(MetaKey, StrMatch)>,
 }
 
+/// A node's matched fields, each with its ASCII lowercase (made once per node, only
+/// when a matcher ignores case).
+struct Fields<'a> {
+    id: (&'a str, std::borrow::Cow<'a, str>),
+    pod_name: (&'a str, std::borrow::Cow<'a, str>),
+    pod_namespace: (&'a str, std::borrow::Cow<'a, str>),
+}
+
+impl<'a> Fields<'a> {
+    fn of(node: &'a ClientNode, lower: bool) -> Self {
+        let pair = |s: &'a str| {
+            let lowered = if lower {
+                std::borrow::Cow::Owned(s.to_ascii_lowercase())
+            } else {
+                std::borrow::Cow::Borrowed(s)
+            };
+            (s, lowered)
+        };
+        Self {
+            id: pair(&node.id),
+            pod_name: pair(&node.pod_name),
+            pod_namespace: pair(&node.pod_namespace),
+        }
+    }
+}
+
 impl CompiledMatcher {
-    fn matches(&self, node: &ClientNode) -> bool {
-        self.node_id.as_ref().is_none_or(|m| m.matches(&node.id))
+    fn matches(&self, node: &Fields<'_>) -> bool {
+        let test = |m: &StrMatch, (value, lowered): &(&str, std::borrow::Cow<'_, str>)| {
+            m.matches(value, lowered)
+        };
+        self.node_id.as_ref().is_none_or(|m| test(m, &node.id))
             && self.metadata.iter().all(|(key, m)| match key {
-                MetaKey::PodName => m.matches(&node.pod_name),
-                MetaKey::PodNamespace => m.matches(&node.pod_namespace),
+                MetaKey::PodName => test(m, &node.pod_name),
+                MetaKey::PodNamespace => test(m, &node.pod_namespace),
             })
     }
 
@@ -724,12 +797,65 @@ impl CompiledMatcher {
 /// exact, prefix, suffix or contains `StringMatcher` (`ignore_case` honoured, ASCII);
 /// `node_metadatas` takes a single-key path, `pod_name` or `pod_namespace`, and a
 /// string value matcher. Anything else (`safe_regex`, other paths or value matchers)
-/// is refused naming the field.
+/// is refused naming the field; so is a query over [`MAX_STRING_MATCHERS`] or
+/// [`MAX_PATTERN_BYTES`] (checked before anything is compiled).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeFilter(Vec<CompiledMatcher>);
+pub struct NodeFilter {
+    matchers: Vec<CompiledMatcher>,
+    /// Some matcher ignores case.
+    lower: bool,
+}
+
+/// The bounds of [`NodeFilter::compile`], on the request as received.
+fn check_bounds(matchers: &[NodeMatcher]) -> Result<(), CsdsError> {
+    let over = |what, count, limit| {
+        (count > limit).then_some(CsdsError::TooManyMatchers { what, count, limit })
+    };
+    // Counted first: the walk below is then bounded.
+    let count = matchers.iter().fold(0usize, |n, m| {
+        n.saturating_add(usize::from(m.node_id.is_some()))
+            .saturating_add(m.node_metadatas.len())
+    });
+    if let Some(e) = over("string matchers", count, MAX_STRING_MATCHERS) {
+        return Err(e);
+    }
+    let pattern_len = |m: &StringMatcher| match &m.match_pattern {
+        Some(
+            MatchPattern::Exact(p)
+            | MatchPattern::Prefix(p)
+            | MatchPattern::Suffix(p)
+            | MatchPattern::Contains(p),
+        ) => p.len(),
+        _ => 0,
+    };
+    let bytes = matchers.iter().fold(0usize, |n, m| {
+        let id = m.node_id.as_ref().map_or(0, pattern_len);
+        let meta = m.node_metadatas.iter().fold(0usize, |k, sm| {
+            let v = match sm.value.as_ref().and_then(|v| v.match_pattern.as_ref()) {
+                Some(ValuePattern::StringMatch(s)) => pattern_len(s),
+                _ => 0,
+            };
+            let path = sm
+                .path
+                .iter()
+                .map(|seg| match &seg.segment {
+                    Some(Segment::Key(k)) => k.len(),
+                    None => 0,
+                })
+                .fold(0usize, usize::saturating_add);
+            k.saturating_add(v).saturating_add(path)
+        });
+        n.saturating_add(id).saturating_add(meta)
+    });
+    match over("bytes of patterns", bytes, MAX_PATTERN_BYTES) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
 
 impl NodeFilter {
     pub fn compile(matchers: &[NodeMatcher]) -> Result<Self, CsdsError> {
+        check_bounds(matchers)?;
         let mut out = Vec::with_capacity(matchers.len());
         for (i, m) in matchers.iter().enumerate() {
             let base = format!("node_matchers[{i}]");
@@ -770,16 +896,27 @@ impl NodeFilter {
             }
             out.push(CompiledMatcher { node_id, metadata });
         }
-        Ok(Self(out))
+        let lower = out.iter().any(|m| {
+            m.node_id.as_ref().is_some_and(|s| s.ignore_case)
+                || m.metadata.iter().any(|(_, s)| s.ignore_case)
+        });
+        Ok(Self {
+            matchers: out,
+            lower,
+        })
     }
 
     pub fn matches(&self, node: &ClientNode) -> bool {
-        self.0.is_empty() || self.0.iter().any(|m| m.matches(node))
+        if self.matchers.is_empty() {
+            return true;
+        }
+        let fields = Fields::of(node, self.lower);
+        self.matchers.iter().any(|m| m.matches(&fields))
     }
 
     /// A targeted query: at least one matcher, each an exact node id.
     pub fn is_targeted(&self) -> bool {
-        !self.0.is_empty() && self.0.iter().all(CompiledMatcher::is_exact_node_id)
+        !self.matchers.is_empty() && self.matchers.iter().all(CompiledMatcher::is_exact_node_id)
     }
 }
 
@@ -787,7 +924,9 @@ impl NodeFilter {
 // The query.
 
 /// The answer to `req` at `clock`, within `limit` encoded bytes ([`MAX_ANSWER_BYTES`] in
-/// the service): the registry is locked only to collect the matching streams, each
+/// the service): the matchers are bounded ([`MAX_STRING_MATCHERS`],
+/// [`MAX_PATTERN_BYTES`]); the registry is locked only to copy the stream handles
+/// (matching runs without it), each
 /// stream's state machine only while its view is built; the answer's encoded size is
 /// counted as it grows and the query stops once it is over the limit.
 pub fn fetch(
@@ -799,7 +938,7 @@ pub fn fetch(
 ) -> Result<ClientStatusResponse, CsdsError> {
     let filter = NodeFilter::compile(&req.node_matchers)?;
     let with_contents = !req.exclude_resource_contents && filter.is_targeted();
-    let streams = registry.matching(&filter);
+    let streams = registry.matching(|node| filter.matches(node));
     let matched = streams.len();
     let mut config = Vec::with_capacity(matched);
     let mut size = 0usize;
@@ -1254,12 +1393,49 @@ mod tests {
         (registry, guards)
     }
 
+    /// A P-256 key made for these tests.
+    const KEY_LINE: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQggn38lrYNOeHoEtpZ";
+
+    fn decoded(kind: ResourceType, yaml: &str) -> Resource {
+        marin3r_envoyconfig::decode_str(kind, yaml, marin3r_envoyconfig::Serialization::Yaml)
+            .unwrap()
+    }
+
+    /// Cluster `c`, listener `l` whose TLS key is inline, Secret `s`.
     fn snapshot() -> Snapshot {
-        snap(&[
-            (Cluster, "c", "cluster-body"),
-            (Listener, "l", "listener-body"),
-            (Secret, "s", "KEY-MATERIAL"),
-        ])
+        let cluster = decoded(Cluster, "name: c\nconnect_timeout: 1s\n");
+        let listener = decoded(
+            Listener,
+            &format!(
+                r#"name: l
+address: {{socket_address: {{address: 0.0.0.0, port_value: 8443}}}}
+filter_chains:
+- filters:
+  - name: tcp
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+      stat_prefix: tcp
+      cluster: c
+  transport_socket:
+    name: envoy.transport_sockets.tls
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+      common_tls_context:
+        tls_certificates:
+        - certificate_chain: {{filename: /etc/envoy/tls.crt}}
+          private_key:
+            inline_string: |
+              -----BEGIN PRIVATE KEY-----
+              {KEY_LINE}
+              ORKmMC83m2eEU9DfhbkhlULqagShRANCAAQV7LtfEZpm4h6J5eSnfG4suXaOJeUM
+              zAiGOwxEXf3x0jOlarx5NMg8ABmkpPRrUSZFzLcjJarpeSoU2gYDPgob
+              -----END PRIVATE KEY-----
+"#
+            ),
+        );
+        let mut resources = vec![cluster, listener];
+        resources.push(crate::snapshot::tests::res(Secret, "s", "KEY-MATERIAL"));
+        Snapshot::new(resources).unwrap()
     }
 
     #[test]
@@ -1309,16 +1485,25 @@ mod tests {
                 ("b".into(), "pod-1".into())
             ]
         );
+        // (name, the content as Envoy's config dump shows it)
         let contents = |r: &ClientStatusResponse| -> Vec<(String, String)> {
             r.config
                 .iter()
                 .flat_map(|cc| &cc.generic_xds_configs)
                 .filter_map(|g| {
                     g.xds_config.as_ref().map(|a| {
-                        (
-                            g.name.clone(),
-                            String::from_utf8_lossy(&a.value).into_owned(),
-                        )
+                        let kind = ResourceType::from_type_url(&a.type_url).unwrap();
+                        let shown = Resource {
+                            kind,
+                            name: g.name.clone(),
+                            body: prost_types::Any {
+                                type_url: a.type_url.clone(),
+                                value: a.value.clone(),
+                            },
+                            digest: 0,
+                        };
+                        let json = marin3r_envoyconfig::decode::to_json(&shown).unwrap();
+                        (g.name.clone(), json.to_string())
                     })
                 })
                 .collect()
@@ -1327,16 +1512,24 @@ mod tests {
         let exact_a = by_id(MatchPattern::Exact("a".into()), false);
         let targeted = q(vec![exact_a.clone()], false);
         assert_eq!(targeted.config.len(), 2);
+        let shown = contents(&targeted);
         assert_eq!(
-            contents(&targeted),
-            [
-                ("c".to_string(), "cluster-body".to_string()),
-                ("l".into(), "listener-body".into()),
-                ("c".into(), "cluster-body".into()),
-                ("l".into(), "listener-body".into()),
-            ],
+            shown.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["c", "l", "c", "l"],
             "never the Secret"
         );
+        assert_eq!(shown[0].1, r#"{"connectTimeout":"1s","name":"c"}"#);
+        // The inline key of the listener shows as Envoy's config dump shows it.
+        let listener = &shown[1].1;
+        assert!(
+            listener.contains(r#""privateKey":{"inlineString":"[redacted]"}"#),
+            "{listener}"
+        );
+        assert!(listener.contains("/etc/envoy/tls.crt"), "{listener}");
+        let encoded = String::from_utf8_lossy(&targeted.encode_to_vec()).into_owned();
+        for needle in [KEY_LINE, "PRIVATE KEY"] {
+            assert!(!encoded.contains(needle), "{needle} in the answer");
+        }
         // The Secret is listed with its name and version only.
         let s = one(&targeted.config[0].generic_xds_configs, "s");
         assert_eq!(
@@ -1403,6 +1596,122 @@ mod tests {
                 size / 2
             )
         );
+    }
+
+    fn contains_id(p: &str) -> NodeMatcher {
+        by_id(MatchPattern::Contains(p.into()), false)
+    }
+
+    #[test]
+    fn a_query_over_the_matcher_bounds_is_refused_naming_the_limit() {
+        let cache = SnapshotCache::new();
+        let (registry, _guards) = registry_with(&[("a", "p1")], &snapshot(), &cache);
+        let query = |node_matchers: Vec<NodeMatcher>| {
+            fetch(
+                &registry,
+                &cache,
+                &ClientStatusRequest {
+                    node_matchers,
+                    ..Default::default()
+                },
+                Clock::now(),
+                MAX_ANSWER_BYTES,
+            )
+        };
+        // At the bounds: answered.
+        let mut at_count: Vec<NodeMatcher> = (0..MAX_STRING_MATCHERS - 1)
+            .map(|i| contains_id(&format!("x{i}")))
+            .collect();
+        at_count.push(contains_id("a"));
+        assert_eq!(query(at_count.clone()).map(|r| r.config.len()), Ok(1));
+        let mut at_bytes = by_meta("pod_name", MatchPattern::Contains("p".repeat(100)));
+        at_bytes.node_id = Some(string(
+            MatchPattern::Prefix("a".repeat(MAX_PATTERN_BYTES - 100 - "pod_name".len())),
+            false,
+        ));
+        assert_eq!(query(vec![at_bytes.clone()]).map(|r| r.config.len()), Ok(0));
+
+        // One over: refused, naming the limit; node_metadatas count too.
+        let mut over_count = at_count;
+        over_count[0]
+            .node_metadatas
+            .push(by_meta("pod_name", MatchPattern::Exact("p1".into())).node_metadatas[0].clone());
+        let err = query(over_count).unwrap_err();
+        assert_eq!(
+            err,
+            CsdsError::TooManyMatchers {
+                what: "string matchers",
+                count: MAX_STRING_MATCHERS + 1,
+                limit: MAX_STRING_MATCHERS
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "node_matchers: {} string matchers, over the limit of {MAX_STRING_MATCHERS}: ask for fewer nodes per query (e.g. a node id prefix)",
+                MAX_STRING_MATCHERS + 1
+            )
+        );
+        let mut over_bytes = at_bytes;
+        over_bytes.node_metadatas[0].value = Some(ValueMatcher {
+            match_pattern: Some(ValuePattern::StringMatch(string(
+                MatchPattern::Contains("p".repeat(101)),
+                false,
+            ))),
+        });
+        assert_eq!(
+            query(vec![over_bytes]).unwrap_err(),
+            CsdsError::TooManyMatchers {
+                what: "bytes of patterns",
+                count: MAX_PATTERN_BYTES + 1,
+                limit: MAX_PATTERN_BYTES
+            }
+        );
+        // The query of the report: 200,000 `contains` matchers (2.4 MB).
+        let flood: Vec<NodeMatcher> = (0..200_000)
+            .map(|i| contains_id(&format!("zz{i:06}")))
+            .collect();
+        assert!(matches!(
+            query(flood),
+            Err(CsdsError::TooManyMatchers { count: 200_000, .. })
+        ));
+    }
+
+    #[test]
+    fn matchers_run_without_the_registry_lock_a_stream_registers_meanwhile() {
+        let cache = SnapshotCache::new();
+        let (registry, _guards) = registry_with(&[("a", "p1"), ("b", "p2")], &snapshot(), &cache);
+        let mut registered = Vec::new();
+        let found = registry.matching(|node| {
+            // While the query matches, the registry is free: a new Envoy's stream
+            // registers at once instead of waiting for the query.
+            assert!(
+                registry.0.try_lock().is_ok(),
+                "the registry is locked while matching {}",
+                node.id
+            );
+            if registered.is_empty() {
+                let view: SharedView = Arc::new(Mutex::new(SotwStream::new(AdsConfig::default())));
+                registered.push(registry.register(
+                    StreamId(99),
+                    ClientNode::from_node(&envoy_node("new", "p3"), Api::Sotw),
+                    view,
+                ));
+            }
+            true
+        });
+        assert_eq!(found.len(), 2, "the streams of when the query started");
+        assert_eq!(registry.len(), 3, "the new stream registered");
+        // And a query through `fetch` sees it next time.
+        let all = fetch(
+            &registry,
+            &cache,
+            &ClientStatusRequest::default(),
+            Clock::now(),
+            MAX_ANSWER_BYTES,
+        )
+        .unwrap();
+        assert_eq!(all.config.len(), 3);
     }
 
     #[test]
@@ -1505,6 +1814,72 @@ mod size {
             })
             .collect();
         (registry, guards, cache)
+    }
+
+    /// CPU of one query with `matchers` `contains` node id matchers (none matches) over
+    /// `streams` streams with 1 KiB node ids, as the report's attack sent it
+    /// (`MATCHERS=200000 STREAMS=500`):
+    /// `MATCHERS=… STREAMS=… cargo test -p marin3r-xds --lib csds::size::matcher_cpu -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "prints a figure for the report"]
+    fn matcher_cpu() {
+        use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
+        let env = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let (matchers, streams) = (env("MATCHERS", 200_000), env("STREAMS", 500));
+        let registry = ClientStatusRegistry::new();
+        let cache = SnapshotCache::new();
+        let _guards: Vec<Registration> = (0..streams)
+            .map(|i| {
+                let view: SharedView = Arc::new(Mutex::new(SotwStream::new(AdsConfig::default())));
+                registry.register(
+                    StreamId(i as u64),
+                    ClientNode {
+                        id: format!("{i:08}-{}", "n".repeat(1000)),
+                        pod_name: format!("swarm-{i}"),
+                        ..Default::default()
+                    },
+                    view,
+                )
+            })
+            .collect();
+        // The attack's 12-byte patterns; within the bounds, the longest allowed.
+        let pattern_len = if matchers > MAX_STRING_MATCHERS {
+            12
+        } else {
+            MAX_PATTERN_BYTES / matchers.max(1)
+        };
+        let req = ClientStatusRequest {
+            node_matchers: (0..matchers)
+                .map(|i| NodeMatcher {
+                    node_id: Some(StringMatcher {
+                        match_pattern: Some(MatchPattern::Contains(format!(
+                            "{:z>width$}",
+                            i,
+                            width = pattern_len
+                        ))),
+                        ignore_case: false,
+                    }),
+                    node_metadatas: vec![],
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let size = req.encoded_len();
+        let started = Instant::now();
+        let answer = fetch(&registry, &cache, &req, Clock::now(), MAX_ANSWER_BYTES);
+        println!(
+            "{matchers} contains matchers ({size} bytes) over {streams} streams: {:?}, {}",
+            started.elapsed(),
+            match answer {
+                Ok(a) => format!("{} matched", a.config.len()),
+                Err(e) => format!("refused: {e}"),
+            }
+        );
     }
 
     #[test]

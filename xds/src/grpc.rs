@@ -34,7 +34,9 @@ use envoy_types::pb::envoy::service::status::v3::{ClientStatusRequest, ClientSta
 use futures::StreamExt as _;
 use tonic::server::UnaryService;
 
-use crate::csds::{ClientStatusRegistry, Clock, CsdsError, MAX_ANSWER_BYTES, fetch};
+use crate::csds::{
+    ClientStatusRegistry, Clock, CsdsError, MAX_ANSWER_BYTES, MAX_CONCURRENT_QUERIES, fetch,
+};
 use crate::service::AdsService;
 use crate::snapshot::SnapshotCache;
 
@@ -245,6 +247,8 @@ pub struct CsdsServer {
 struct CsdsInner {
     registry: ClientStatusRegistry,
     cache: SnapshotCache,
+    /// [`MAX_CONCURRENT_QUERIES`] queries at once.
+    queries: tokio::sync::Semaphore,
 }
 
 impl CsdsServer {
@@ -254,6 +258,7 @@ impl CsdsServer {
             inner: Arc::new(CsdsInner {
                 registry: service.client_status().clone(),
                 cache: service.cache().clone(),
+                queries: tokio::sync::Semaphore::new(MAX_CONCURRENT_QUERIES),
             }),
         }
     }
@@ -276,6 +281,12 @@ impl CsdsServer {
         &self,
         req: ClientStatusRequest,
     ) -> Result<ClientStatusResponse, Status> {
+        let _turn = self
+            .inner
+            .queries
+            .acquire()
+            .await
+            .map_err(|e| Status::internal(format!("client status query: {e}")))?;
         let server = self.clone();
         tokio::task::spawn_blocking(move || server.answer(&req))
             .await
@@ -286,7 +297,9 @@ impl CsdsServer {
 /// The gRPC status of a refused query.
 fn csds_status(e: CsdsError) -> Status {
     match &e {
-        CsdsError::InvalidMatcher { .. } => Status::invalid_argument(e.to_string()),
+        CsdsError::InvalidMatcher { .. } | CsdsError::TooManyMatchers { .. } => {
+            Status::invalid_argument(e.to_string())
+        }
         CsdsError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
     }
 }
@@ -403,6 +416,35 @@ mod tests {
             resp.headers().get(Status::GRPC_STATUS),
             Some(&http::HeaderValue::from(tonic::Code::Unimplemented as i32))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn client_status_queries_beyond_the_bound_wait_their_turn() {
+        let service = AdsService::new(
+            SnapshotCache::new(),
+            SharedStats::new(),
+            AdsConfig::default(),
+        );
+        let csds = CsdsServer::new(&service);
+        // Every turn taken (as by queries that run).
+        let held = csds
+            .inner
+            .queries
+            .acquire_many(MAX_CONCURRENT_QUERIES as u32)
+            .await
+            .unwrap();
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_secs(3600),
+            csds.answer_blocking(ClientStatusRequest::default()),
+        )
+        .await;
+        assert!(waiting.is_err(), "answered beyond the bound: {waiting:?}");
+        drop(held);
+        let answered = csds
+            .answer_blocking(ClientStatusRequest::default())
+            .await
+            .unwrap();
+        assert!(answered.config.is_empty());
     }
 
     #[test]

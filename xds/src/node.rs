@@ -65,7 +65,8 @@ pub fn metadata_string<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
         })
 }
 
-/// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` accepted, in bytes
+/// Largest `node.id`, `node.cluster`, `node.user_agent_name`, `node.metadata.pod_name`
+/// and `node.metadata.pod_namespace` accepted, in bytes
 /// (one home: the injector refuses longer `node-id`/`cluster-id` annotations).
 pub use marin3r_wire::MAX_NODE_NAME_BYTES;
 /// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
@@ -91,10 +92,26 @@ pub fn check_node(node: &Node) -> Result<(), NodeTooLarge> {
     let over = |field, size, limit| (size > limit).then_some(NodeTooLarge { field, size, limit });
     let metadata = node.metadata.as_ref().map_or(0, |m| m.encoded_len());
     let pod_name = NodeInfo::pod_name_of(node).map_or(0, str::len);
+    let pod_namespace =
+        metadata_string(node, crate::csds::POD_NAMESPACE_METADATA_KEY).map_or(0, str::len);
     let refused = over("node.metadata", metadata, MAX_NODE_METADATA_BYTES)
         .or_else(|| over("node.id", node.id.len(), MAX_NODE_NAME_BYTES))
         .or_else(|| over("node.cluster", node.cluster.len(), MAX_NODE_NAME_BYTES))
-        .or_else(|| over("node.metadata.pod_name", pod_name, MAX_NODE_NAME_BYTES));
+        .or_else(|| {
+            over(
+                "node.user_agent_name",
+                node.user_agent_name.len(),
+                MAX_NODE_NAME_BYTES,
+            )
+        })
+        .or_else(|| over("node.metadata.pod_name", pod_name, MAX_NODE_NAME_BYTES))
+        .or_else(|| {
+            over(
+                "node.metadata.pod_namespace",
+                pod_namespace,
+                MAX_NODE_NAME_BYTES,
+            )
+        });
     match refused {
         Some(e) => Err(e),
         None => Ok(()),
@@ -218,6 +235,25 @@ pub(crate) mod tests {
             refused(envoy("n1", &"p".repeat(MAX_NODE_NAME_BYTES + 1))).field,
             "node.metadata.pod_name"
         );
+        // What a client status query matches and answers with is bounded too.
+        assert_eq!(
+            refused(Node {
+                user_agent_name: "u".repeat(MAX_NODE_NAME_BYTES + 1),
+                ..ok.clone()
+            })
+            .field,
+            "node.user_agent_name"
+        );
+        let mut namespaced = ok.clone();
+        if let Some(m) = namespaced.metadata.as_mut() {
+            m.fields.insert(
+                crate::csds::POD_NAMESPACE_METADATA_KEY.into(),
+                Value {
+                    kind: Some(Kind::StringValue("n".repeat(MAX_NODE_NAME_BYTES + 1))),
+                },
+            );
+        }
+        assert_eq!(refused(namespaced).field, "node.metadata.pod_namespace");
         let mut big = ok.clone();
         if let Some(m) = big.metadata.as_mut() {
             m.fields.insert(

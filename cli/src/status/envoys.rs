@@ -12,9 +12,11 @@ use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig
 use envoy_types::pb::envoy::service::status::v3::{ClientStatusResponse, ConfigStatus};
 use envoy_types::pb::google::protobuf::Timestamp;
 use marin3r_envoyconfig::ResourceType;
+use marin3r_envoyconfig::sensitive::redact_pem;
 use serde::Serialize;
 
 use super::table::table;
+use crate::terminal::cell;
 
 /// Node metadata keys the discovery service reports (the injected bootstrap sets the pod's;
 /// the CSDS server adds the stream's API).
@@ -162,7 +164,8 @@ fn summarise(type_url: &str, configs: &[&GenericXdsConfig]) -> TypeReport {
             Some(NackReport {
                 resource: c.name.clone(),
                 rejected_version: e.version_info.clone(),
-                message: e.details.clone(),
+                // Stored redacted by the discovery service; again here, for any server.
+                message: redact_pem(&e.details).into_owned(),
                 last_update_attempt: e.last_update_attempt.as_ref().and_then(timestamp),
             })
         })
@@ -306,11 +309,12 @@ pub fn render_envoys(
     }
     for u in unavailable {
         if u.address.is_empty() {
-            out.push_str(&format!("Envoys not shown: {}\n", u.reason));
+            out.push_str(&format!("Envoys not shown: {}\n", cell(&u.reason)));
         } else {
             out.push_str(&format!(
                 "Envoys of {} not shown: {}\n",
-                u.address, u.reason
+                cell(&u.address),
+                cell(&u.reason)
             ));
         }
     }
@@ -333,7 +337,7 @@ pub fn unpaired(node_ids: &[&str], envoys: &[EnvoyReport]) -> String {
     if !idle.is_empty() {
         out.push_str(&format!(
             "No Envoy connected for node {}.\n",
-            marin3r_wire::quote::listed(idle.iter().map(|s| s.to_string()), ", ")
+            marin3r_wire::quote::listed(idle.iter().map(|s| cell(s).into_owned()), ", ")
         ));
     }
     let mut stray: Vec<String> = envoys
@@ -341,9 +345,9 @@ pub fn unpaired(node_ids: &[&str], envoys: &[EnvoyReport]) -> String {
         .filter(|e| !node_ids.contains(&e.node_id.as_str()))
         .map(|e| {
             if e.pod.is_empty() {
-                e.node_id.clone()
+                cell(&e.node_id).into_owned()
             } else {
-                format!("{} ({})", e.node_id, e.pod)
+                format!("{} ({})", cell(&e.node_id), cell(&e.pod))
             }
         })
         .collect();

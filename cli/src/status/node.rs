@@ -3,13 +3,18 @@
 //! and per resource type, each resource with its name, ACKed version, status and its
 //! content decoded from its `Any` with the Envoy type registry (protojson, as Envoy's
 //! config dump shows it). Secrets are name and version only: the discovery service never
-//! sends their contents over CSDS and this dump never prints key material. Pure.
+//! sends their contents over CSDS and this dump never prints key material. Every field
+//! Envoy marks sensitive (an inline TLS key or password of a listener or cluster) shows
+//! `[redacted]`, as in Envoy's `/config_dump` ([`marin3r_envoyconfig::redact`]): the
+//! discovery service redacts its answer, and this dump redacts what any server sent.
+//! Pure.
 
 use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::admin::v3::ClientResourceStatus;
 use envoy_types::pb::envoy::service::status::v3::ClientStatusResponse;
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use marin3r_envoyconfig::redact::redact_encoded;
 use marin3r_envoyconfig::{Resource, ResourceType, decode};
 use serde::Serialize;
 use serde_json::Value;
@@ -48,8 +53,8 @@ pub struct ResourceDump {
     pub error: Option<String>,
 }
 
-/// The decoded content of one resource: `None` for Secrets (never shown) and when CSDS
-/// sent none; an error text when it does not decode.
+/// The decoded content of one resource, redacted: `None` for Secrets (never shown) and
+/// when CSDS sent none; an error text when it does not decode.
 pub fn decode_config(c: &GenericXdsConfig) -> Result<Option<Value>, String> {
     let Some(any) = c.xds_config.as_ref() else {
         return Ok(None);
@@ -59,12 +64,14 @@ pub fn decode_config(c: &GenericXdsConfig) -> Result<Option<Value>, String> {
     if kind == ResourceType::Secret {
         return Ok(None);
     }
+    // Redacted here too: the server may be another one that sends what it holds.
+    let shown = redact_encoded(&any.type_url, &any.value).map_err(|e| e.to_string())?;
     let resource = Resource {
         kind,
         name: c.name.clone(),
         body: prost_types::Any {
             type_url: any.type_url.clone(),
-            value: any.value.clone(),
+            value: shown.into_owned(),
         },
         digest: 0,
     };

@@ -15,6 +15,7 @@ use super::kubernetes::{self, KubeError};
 use super::local::{self, ClientError};
 use super::node::{self, EnvoyDump};
 use super::table::render_table;
+use crate::terminal;
 
 /// Exit code when the EnvoyConfigs are shown but the Envoys of at least one replica are
 /// not (CSDS unreachable, refused, no certificate, no `--csds-address`).
@@ -176,9 +177,11 @@ fn render(
     if let Some(id) = &options.node {
         report.envoy_configs.retain(|ec| &ec.node_id == id);
     }
+    // Nothing a terminal acts on: `crate::terminal` (tables: every cell; JSON: what
+    // serde_json leaves raw; YAML: serde_saphyr escapes C0, DEL and C1 itself).
     let to_text = |value: &dyn erased::Document| -> Result<String, StatusError> {
         match options.format {
-            Format::Json => value.json(),
+            Format::Json => value.json().map(|t| terminal::json(&t).into_owned()),
             Format::Yaml => value.yaml(),
             Format::Table => Ok(String::new()),
         }
@@ -202,7 +205,7 @@ fn render(
                     .collect();
                 text.push_str(&envoys::unpaired(&ids, &envoys.rows));
             }
-            text
+            terminal::text(&text).into_owned()
         }
         (_, Some(id)) => to_text(&NodeDocument {
             node_id: id,
@@ -419,6 +422,271 @@ mod tests {
         .unwrap();
         assert_eq!(all_there.code, 0);
         assert!(all_there.text.contains("envoys: []"), "{}", all_there.text);
+    }
+
+    /// A P-256 key made for this test, inline in a listener (`inline_string`) and a
+    /// cluster (`inline_bytes`, with a `password`), as a server that does not redact
+    /// would send them.
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQggn38lrYNOeHoEtpZ
+ORKmMC83m2eEU9DfhbkhlULqagShRANCAAQV7LtfEZpm4h6J5eSnfG4suXaOJeUM
+zAiGOwxEXf3x0jOlarx5NMg8ABmkpPRrUSZFzLcjJarpeSoU2gYDPgob
+-----END PRIVATE KEY-----
+";
+    const PASSWORD: &str = "hunter2-p4ssw0rd";
+
+    fn b64(s: &str) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    fn with_inline_keys() -> envoy_types::pb::envoy::service::status::v3::ClientStatusResponse {
+        use envoy_types::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+        use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+        use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ClientStatusResponse};
+        use marin3r_envoyconfig::ResourceType;
+        let tls = |context: &str, key: serde_json::Value| {
+            serde_json::json!({"name": "envoy.transport_sockets.tls", "typed_config": {
+                "@type": format!("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.{context}"),
+                "common_tls_context": {"tls_certificates": [{
+                    "certificate_chain": {"filename": "/etc/envoy/tls.crt"},
+                    "private_key": key,
+                    "password": {"inline_string": PASSWORD}}]}}})
+        };
+        let listener = marin3r_envoyconfig::decode_resource(
+            ResourceType::Listener,
+            &serde_json::json!({"name": "https",
+                "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8443}},
+                "filter_chains": [{"filters": [{"name": "tcp", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                    "stat_prefix": "tcp", "cluster": "kuard"}}],
+                    "transport_socket": tls("DownstreamTlsContext", serde_json::json!({"inline_string": KEY}))}]}),
+        )
+        .unwrap();
+        let cluster = marin3r_envoyconfig::decode_resource(
+            ResourceType::Cluster,
+            &serde_json::json!({"name": "kuard", "connect_timeout": "1s",
+                "transport_socket": tls("UpstreamTlsContext", serde_json::json!({"inline_bytes": b64(KEY)}))}),
+        )
+        .unwrap();
+        let config = |r: &marin3r_envoyconfig::Resource, nack: Option<&str>| GenericXdsConfig {
+            type_url: r.body.type_url.clone(),
+            name: r.name.clone(),
+            version_info: "v1".into(),
+            client_status: if nack.is_some() {
+                ClientResourceStatus::Nacked
+            } else {
+                ClientResourceStatus::Acked
+            } as i32,
+            xds_config: Some(envoy_types::pb::google::protobuf::Any {
+                type_url: r.body.type_url.clone(),
+                value: r.body.value.clone(),
+            }),
+            error_state: nack.map(|m| UpdateFailureState {
+                details: m.to_string(),
+                version_info: "v2".into(),
+                ..UpdateFailureState::default()
+            }),
+            ..GenericXdsConfig::default()
+        };
+        let node = marin3r_xds::NodeInfo {
+            id: "kuard".into(),
+            pod_name: "kuard-0".into(),
+        }
+        .to_node();
+        ClientStatusResponse {
+            config: vec![ClientConfig {
+                node: Some(node),
+                generic_xds_configs: vec![
+                    config(&listener, None),
+                    config(&cluster, Some(&format!("bad key {KEY}"))),
+                ],
+                ..ClientConfig::default()
+            }],
+        }
+    }
+
+    /// Every format, of the whole status and of one node.
+    fn every_output(envoys: &Envoys) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for format in [Format::Table, Format::Json, Format::Yaml] {
+            for node in [None, Some("kuard")] {
+                let mut o = options(format);
+                o.node = node.map(str::to_string);
+                let text = render(StatusReport::default(), envoys, &o, None)
+                    .unwrap()
+                    .text;
+                out.push((format!("{format:?} node {node:?}"), text));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn no_output_shows_an_inline_key_or_password_whatever_the_server_sent() {
+        let response = with_inline_keys();
+        let envoys = Envoys {
+            rows: envoys::envoys(&response, None),
+            dumps: node::dump(&response, None),
+            ..Envoys::default()
+        };
+        let key_line = KEY.lines().nth(1).unwrap();
+        let b64_key = b64(KEY);
+        for (what, text) in every_output(&envoys) {
+            for needle in [&key_line[..40], "PRIVATE KEY", PASSWORD, &b64_key[..40]] {
+                assert!(!text.contains(needle), "{what}: {needle} in\n{text}");
+            }
+            if what.contains("Some") && !what.starts_with("Table") {
+                // As Envoy's config dump shows them.
+                assert!(text.contains("[redacted]"), "{what}:\n{text}");
+                assert!(text.contains(&b64("[redacted]")), "{what}:\n{text}");
+                assert!(text.contains("/etc/envoy/tls.crt"), "{what}:\n{text}");
+            }
+        }
+    }
+
+    /// Every field of every source of `marin3r status` (the EnvoyConfigs, each
+    /// replica's CSDS answer, the replicas that could not be asked) holding `h`.
+    fn hostile_status(h: &str) -> (StatusReport, Envoys, String) {
+        use envoy_types::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+        use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ClientStatusResponse};
+        use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        use marin3r_control_plane::status::{EnvoyConfigReport, FileReport, RevisionReport};
+        let v = |what: &str| format!("{what}-{h}-end");
+        let id = v("node");
+        let report = StatusReport {
+            envoy_configs: vec![EnvoyConfigReport {
+                name: v("name"),
+                namespace: v("ns"),
+                node_id: id.clone(),
+                envoy_api: v("api"),
+                desired_version: Some(v("desired")),
+                published_version: Some(v("published")),
+                cache_state: None,
+                conditions: vec![Condition {
+                    type_: v("Type"),
+                    status: "True".into(),
+                    reason: v("reason"),
+                    message: v("message"),
+                    last_transition_time: marin3r_kube::time::time(std::time::UNIX_EPOCH),
+                    observed_generation: None,
+                }],
+                revisions: vec![RevisionReport {
+                    version: v("rev"),
+                    published: true,
+                    tainted: true,
+                    taint_reason: Some(v("taint")),
+                    created_at: v("created"),
+                    last_published_at: Some(v("last")),
+                    provides_versions: [(v("type"), v("version"))].into(),
+                }],
+                errors: vec![v("error")],
+            }],
+            files: vec![FileReport {
+                path: v("path"),
+                error: v("file-error"),
+            }],
+        };
+        let s = |x: String| Value {
+            kind: Some(Kind::StringValue(x)),
+        };
+        let node = Node {
+            id: id.clone(),
+            cluster: v("cluster"),
+            user_agent_name: v("agent"),
+            metadata: Some(Struct {
+                fields: [
+                    (envoys::POD_NAME.to_string(), s(v("pod"))),
+                    (envoys::POD_NAMESPACE.to_string(), s(v("podns"))),
+                    (envoys::API.to_string(), s(v("sotw"))),
+                ]
+                .into(),
+            }),
+            ..Node::default()
+        };
+        let resource = |type_url: String, nack: Option<String>| GenericXdsConfig {
+            type_url,
+            name: v("resource"),
+            version_info: v("version"),
+            client_status: ClientResourceStatus::Nacked as i32,
+            error_state: nack.map(|m| UpdateFailureState {
+                details: m,
+                version_info: v("rejected"),
+                ..UpdateFailureState::default()
+            }),
+            ..GenericXdsConfig::default()
+        };
+        let response = ClientStatusResponse {
+            config: vec![ClientConfig {
+                node: Some(node),
+                generic_xds_configs: vec![
+                    resource(
+                        marin3r_envoyconfig::ResourceType::Listener
+                            .type_url()
+                            .to_string(),
+                        Some(v("nack")),
+                    ),
+                    resource(v("type.googleapis.com/x.Unknown"), Some(v("nack2"))),
+                ],
+                ..ClientConfig::default()
+            }],
+        };
+        let replica = v("replica");
+        let envoys = Envoys {
+            rows: envoys::envoys(&response, Some(&replica)),
+            dumps: node::dump(&response, Some(&replica)),
+            unavailable: vec![Unavailable {
+                address: v("address"),
+                reason: v("reason"),
+            }],
+            several: true,
+        };
+        (report, envoys, id)
+    }
+
+    #[test]
+    fn no_output_writes_a_control_character_from_any_source() {
+        use crate::terminal::tests::{HOSTILE, is_control};
+        for (what, h) in HOSTILE {
+            let (report, envoys, id) = hostile_status(h);
+            for format in [Format::Table, Format::Json, Format::Yaml] {
+                for node in [None, Some(id.clone())] {
+                    for revisions in [false, true] {
+                        let mut o = options(format);
+                        o.node = node.clone();
+                        o.revisions = revisions;
+                        let text = render(report.clone(), &envoys, &o, None).unwrap().text;
+                        let raw: Vec<char> = text
+                            .chars()
+                            .filter(|c| *c != '\n' && is_control(*c))
+                            // serde_saphyr leaves bidi controls (they drive no terminal).
+                            .filter(|c| format != Format::Yaml || (*c as u32) < 0x200)
+                            .collect();
+                        assert!(
+                            raw.is_empty(),
+                            "{what} in {format:?} (node {}, revisions {revisions}): {raw:?} in\n{text}",
+                            node.is_some()
+                        );
+                        // The values are shown (escaped), not dropped; no value adds a
+                        // line (a row) to a table.
+                        assert!(text.contains("node-"), "{text}");
+                        if format == Format::Table {
+                            let (report, envoys, id) = hostile_status("plain");
+                            o.node = node.as_ref().map(|_| id);
+                            let plain = render(report, &envoys, &o, None).unwrap().text;
+                            assert_eq!(
+                                text.lines().count(),
+                                plain.lines().count(),
+                                "{what}:\n{text}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

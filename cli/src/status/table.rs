@@ -4,8 +4,16 @@
 
 use marin3r_control_plane::status::StatusReport;
 
-/// Left-aligned columns separated by three spaces, like `kubectl get`.
+use crate::terminal::cell;
+
+/// Left-aligned columns separated by three spaces, like `kubectl get`. Every cell is
+/// written with its control characters as text ([`crate::terminal::cell`]).
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| cell(c).into_owned()).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -56,7 +64,7 @@ pub fn render_table(report: &StatusReport, revisions: bool) -> String {
     if !problems.is_empty() {
         out.push_str("\nNot applied (the last good content keeps being served):\n");
         for p in problems {
-            out.push_str(&format!("  {p}\n"));
+            out.push_str(&format!("  {}\n", cell(&p)));
         }
     }
     // Conditions that need attention.
@@ -78,7 +86,7 @@ pub fn render_table(report: &StatusReport, revisions: bool) -> String {
     if !raised.is_empty() {
         out.push_str("\nConditions:\n");
         for c in raised {
-            out.push_str(&format!("  {c}\n"));
+            out.push_str(&format!("  {}\n", cell(&c)));
         }
     }
     out
@@ -136,7 +144,9 @@ fn render_envoyconfigs(report: &StatusReport, revisions: bool) -> String {
         for ec in &report.envoy_configs {
             out.push_str(&format!(
                 "\nRevisions of {}/{} (node ID {}):\n",
-                ec.namespace, ec.name, ec.node_id
+                cell(&ec.namespace),
+                cell(&ec.name),
+                cell(&ec.node_id)
             ));
             let rows: Vec<Vec<String>> = ec
                 .revisions
