@@ -909,7 +909,7 @@ async fn churn_section(
 /// The xDS scaling table's idle RSS per stream count as a plot next to `out`; returns
 /// its path relative to `out`'s folder.
 fn xds_plot(out: &Path, rows: &[XdsRow]) -> Result<String> {
-    use marin3r_bench::plot::{COLORS, Series, line_chart};
+    use marin3r_bench::plot::{COLORS, Chart, Series, line_chart};
     let base = out.parent().unwrap_or(Path::new("."));
     let rel = format!("{}/xds-idle-rss.png", churn::report::PLOTS);
     std::fs::create_dir_all(base.join(churn::report::PLOTS))?;
@@ -918,17 +918,25 @@ fn xds_plot(out: &Path, rows: &[XdsRow]) -> Result<String> {
     };
     line_chart(
         &base.join(&rel),
+        &Chart {
+            title: "Discovery service RSS by connected streams",
+            x_title: "open ADS streams",
+            y_title: "RSS (MiB)",
+            y_from_zero: true,
+            x_range: None,
+        },
         &[
             Series {
+                label: "streams open, idle (median)".into(),
                 color: COLORS[0],
                 points: points(&|r| median(&r.rss_idle_kib) / 1024.0),
             },
             Series {
+                label: "before the streams".into(),
                 color: COLORS[1],
                 points: points(&|r| r.rss_before_kib as f64 / 1024.0),
             },
         ],
-        true,
     )?;
     Ok(rel)
 }

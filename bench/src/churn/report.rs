@@ -9,7 +9,7 @@ use anyhow::Result;
 use super::{ChurnOptions, ChurnRun, Sample};
 use crate::ads::AdsApi;
 use crate::markdown::{load_str, verdict};
-use crate::plot::{COLORS, Series, line_chart, line_chart_over};
+use crate::plot::{COLORS, Chart, Series, line_chart};
 use crate::stats::{ms, nearest_rank};
 
 /// The section's heading.
@@ -105,22 +105,34 @@ pub fn write_plots(out: &Path, runs: &[ChurnRun]) -> Result<Vec<Plots>> {
             run.samples.iter().map(|s| (s.t, f(s))).collect()
         };
         let rss = format!("{PLOTS}/churn-{name}-rss.png");
+        let whole_run = Some((0.0, run.options.seconds));
+        let over_the_run = |title, y_title| Chart {
+            title,
+            x_title: "time since the churn started (s)",
+            y_title,
+            y_from_zero: true,
+            x_range: whole_run,
+        };
+        let rss_title = format!("Discovery service RSS under churn ({name})");
         line_chart(
             &base.join(&rss),
+            &over_the_run(&rss_title, "RSS (MiB)"),
             &[Series {
+                label: "RSS".into(),
                 color: COLORS[0],
                 points: over_time(&|s| s.rss_kib as f64 / 1024.0),
             }],
-            true,
         )?;
         let metrics = format!("{PLOTS}/churn-{name}-metrics.png");
+        let metrics_title = format!("Size of /metrics under churn ({name})");
         line_chart(
             &base.join(&metrics),
+            &over_the_run(&metrics_title, "/metrics body (KiB)"),
             &[Series {
+                label: "/metrics".into(),
                 color: COLORS[1],
                 points: over_time(&|s| s.metrics_bytes as f64 / 1024.0),
             }],
-            true,
         )?;
         let eds = format!("{PLOTS}/churn-{name}-eds-latency.png");
         let per_second = |p: f64| -> Vec<(f64, f64)> {
@@ -133,24 +145,28 @@ pub fn write_plots(out: &Path, runs: &[ChurnRun]) -> Result<Vec<Plots>> {
                 })
                 .collect()
         };
-        line_chart_over(
+        let eds_title =
+            format!("EndpointSlice write to every affected stream, per second ({name})");
+        line_chart(
             &base.join(&eds),
+            &over_the_run(&eds_title, "latency (ms)"),
             &[
                 Series {
+                    label: "max".into(),
                     color: COLORS[3],
                     points: per_second(100.0),
                 },
                 Series {
+                    label: "p99".into(),
                     color: COLORS[1],
                     points: per_second(99.0),
                 },
                 Series {
+                    label: "p50".into(),
                     color: COLORS[2],
                     points: per_second(50.0),
                 },
             ],
-            true,
-            Some((0.0, run.options.seconds)),
         )?;
         written.push(Plots {
             api: run.api,
