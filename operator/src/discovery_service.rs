@@ -447,7 +447,7 @@ fn pod_spec(
         resources: Some(ds.resources()),
         // The securityContext of every container marin3r generates (Pod Security
         // `restricted`, read-only root).
-        security_context: Some(marin3r_sidecar::generate::restricted_security_context(UID)),
+        security_context: Some(marin3r_sidecar::RunAs::IMAGE_USERS.security_context(UID)),
         volume_mounts: Some(vec![
             mount("server-cert", SERVER_CERT_PATH),
             mount("ca-cert", CA_CERT_PATH),

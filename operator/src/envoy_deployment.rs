@@ -193,6 +193,7 @@ pub fn generate(
         init_manager_image: spec.init_manager_image(&images.marin3r).to_string(),
         native_sidecar: false,
         extra_volumes: spec.extra_volumes().map_err(invalid)?,
+        run_as: marin3r_sidecar::RunAs::IMAGE_USERS,
     };
 
     let mut envoy = generate::envoy_container(&cfg);

@@ -125,6 +125,17 @@ impl Scc {
         self.constraints().name
     }
 
+    /// The modelled SCC of that name.
+    pub fn from_name(name: &str) -> Option<Scc> {
+        Scc::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether the SCC allows a seccomp profile (restricted-v2, nonroot-v2,
+    /// hostnetwork-v2: `runtime/default`) or refuses any ("seccomp may not be set").
+    pub fn allows_seccomp(self) -> bool {
+        !self.constraints().seccomp_profiles.is_empty()
+    }
+
     fn constraints(self) -> Constraints {
         match self {
             Scc::RestrictedV2 => Constraints {
@@ -904,6 +915,15 @@ mod tests {
 
     fn ns() -> Value {
         example_namespace()
+    }
+
+    #[test]
+    fn each_scc_is_found_by_its_name() {
+        for scc in Scc::ALL {
+            assert_eq!(Scc::from_name(scc.name()), Some(scc));
+        }
+        assert_eq!(Scc::from_name("privileged"), None);
+        assert!(Scc::RestrictedV2.allows_seccomp() && !Scc::Anyuid.allows_seccomp());
     }
 
     #[test]
