@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DeploymentStatus;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscalerBehavior, MetricSpec};
-use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, PodSecurityContext, ResourceRequirements, SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -117,6 +119,21 @@ pub struct EnvoyDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub extra_volumes: Option<Vec<ExtraVolume>>,
+    /// Pod-level securityContext fields set over the generated ones on the Envoy pods
+    /// (`runAsNonRoot: true`, `seccompProfile: RuntimeDefault`). Each field given
+    /// replaces the generated one; the others stay. For a policy that needs something
+    /// else, e.g. `fsGroup` or a fixed `runAsUser` under a custom OpenShift SCC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// Container-level securityContext fields set over the generated ones on every
+    /// container of the pod (Envoy, the init manager, the shutdown manager:
+    /// `runAsNonRoot`, no privilege escalation, `drop: [ALL]`, `readOnlyRootFilesystem`,
+    /// `seccompProfile: RuntimeDefault`, and `runAsUser`: the first UID of the
+    /// namespace's `openshift.io/sa.scc.uid-range` when it has one, else Envoy 101 and
+    /// the managers 65532 with the same `runAsGroup`). Each field given replaces the
+    /// generated one; the others stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 }
 
 /// An extra volume of the Envoy container: `secret` or `configMap`, not both.
@@ -457,6 +474,16 @@ impl EnvoyDeploymentSpec {
     /// `spec.affinity`.
     pub fn affinity(&self) -> Option<&Affinity> {
         self.affinity.as_ref()
+    }
+
+    /// `spec.podSecurityContext`: fields set over the generated pod securityContext.
+    pub fn pod_security_context(&self) -> Option<&PodSecurityContext> {
+        self.pod_security_context.as_ref()
+    }
+
+    /// `spec.securityContext`: fields set over the generated containers' securityContext.
+    pub fn security_context(&self) -> Option<&SecurityContext> {
+        self.security_context.as_ref()
     }
 
     /// `spec.podDisruptionBudget`, default `{}` (no PDB).
