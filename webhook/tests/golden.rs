@@ -383,6 +383,16 @@ async fn every_case_passes_openshift_admission() {
                     .any(|e| e.ends_with("Host ports are not allowed to be used")),
                 "{name}: {errors:?}"
             );
+            // With hostnetwork-v2 usable too, SCC admission moves the Pod there (on its
+            // second pass when only the sidecar's ports need it).
+            let both = [Scc::RestrictedV2, Scc::HostnetworkV2];
+            let seen = scc::admit_any(&input, &ns, &both).unwrap();
+            let injected = apply(&seen, &admit(&seen, &namespace).await);
+            let stored = scc::admit_with_webhook_any(&input, &ns, &both, |_| injected).unwrap();
+            assert_eq!(
+                stored["metadata"]["annotations"]["openshift.io/scc"], "hostnetwork-v2",
+                "{name}"
+            );
             host_port_refusals += 1;
         }
     }
