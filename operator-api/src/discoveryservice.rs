@@ -520,6 +520,10 @@ impl DiscoveryServiceSpec {
     fn check(&self, errors: &mut Errors) {
         errors.image("spec.image", self.image.as_deref());
         errors.resources("spec.resources", self.resources.as_ref());
+        errors.security_contexts(
+            self.pod_security_context.as_ref(),
+            self.security_context.as_ref(),
+        );
         if let Some(pki) = &self.pki_config {
             errors.certificate_lifetime(
                 "spec.pkiConfg.rootCertificateAuthority.duration",

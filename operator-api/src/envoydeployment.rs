@@ -608,6 +608,10 @@ impl EnvoyDeploymentSpec {
         }
         errors.image("spec.image", self.image.as_deref());
         errors.resources("spec.resources", self.resources.as_ref());
+        errors.security_contexts(
+            self.pod_security_context.as_ref(),
+            self.security_context.as_ref(),
+        );
         let mut names: Vec<&str> = Vec::new();
         let mut numbers: Vec<(i32, &str)> = Vec::new();
         for (i, p) in self.ports().iter().enumerate() {
@@ -863,6 +867,37 @@ mod tests {
         assert_eq!(sm.server_port(), Ok(8090));
         assert_eq!(sm.drain_time(), 300);
         assert_eq!(sm.drain_strategy(), DrainStrategy::Gradual);
+    }
+
+    #[test]
+    fn security_context_overrides_the_api_server_would_refuse_are_named() {
+        let spec = |extra: serde_json::Value| {
+            let mut s = serde_json::json!({"envoyConfigRef": "c", "discoveryServiceRef": "d"});
+            for (k, v) in extra.as_object().unwrap() {
+                s[k] = v.clone();
+            }
+            ed(s)
+        };
+        let ok = spec(serde_json::json!({
+            "podSecurityContext": {"fsGroup": 2000, "runAsUser": 0},
+            "securityContext": {"runAsUser": 2147483647, "privileged": true, "allowPrivilegeEscalation": true},
+        }));
+        assert_eq!(ok.validate(), Ok(()));
+        let bad = spec(serde_json::json!({
+            "podSecurityContext": {"fsGroup": -1, "supplementalGroups": [1, 2147483648_i64]},
+            "securityContext": {"runAsUser": -5, "privileged": true,
+                                "capabilities": {"add": ["CAP_SYS_ADMIN"]}},
+        }));
+        let text = bad.validate().unwrap_err().to_string();
+        for want in [
+            "spec.podSecurityContext.fsGroup",
+            "spec.podSecurityContext.supplementalGroups[1]",
+            "spec.securityContext.runAsUser",
+            "spec.securityContext.privileged",
+            "spec.securityContext.capabilities.add",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
     }
 
     #[test]
