@@ -217,7 +217,6 @@ mod tests {
         let renewed = LeaseView {
             holder: true,
             renewed: Some(t0),
-            ..LeaseView::default()
         };
         // A failed renewal, 3 s after the last one: the whole STOP_TIMEOUT.
         assert_eq!(

@@ -160,6 +160,9 @@ impl HaMetrics {
     }
 }
 
+/// A report's (uid, resourceVersion) as last seen, and since when (this replica's clock).
+type Observed = ((String, String), Instant);
+
 /// What the reconcilers read to act as one of several replicas.
 #[derive(Debug)]
 pub struct Ha {
@@ -180,7 +183,7 @@ pub struct Ha {
     seq: std::sync::atomic::AtomicU64,
     /// Per report: the (uid, resourceVersion) last seen and since when (this replica's
     /// clock): what its freshness is judged by.
-    observed: Mutex<HashMap<String, ((String, String), Instant)>>,
+    observed: Mutex<HashMap<String, Observed>>,
 }
 
 impl Ha {
