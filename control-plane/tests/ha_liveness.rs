@@ -191,6 +191,9 @@ async fn every_watch_of_the_discovery_service_is_re_established_after_a_hang() {
     let again = watches(back);
     let missing: Vec<&String> = open.difference(&again).collect();
     assert!(missing.is_empty(), "not watched again: {missing:#?}");
-    eprintln!("{} watches re-established after the hang: {open:#?}", open.len());
+    eprintln!(
+        "{} watches re-established after the hang: {open:#?}",
+        open.len()
+    );
     let _ = stop.send(());
 }

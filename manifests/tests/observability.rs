@@ -259,9 +259,9 @@ fn exported_by_the_code() -> BTreeSet<String> {
         .unwrap()
         .block_on(async {
             let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
-                Ok::<_, std::convert::Infallible>(http::Response::new(
-                    http_body_util::Full::new(bytes::Bytes::new()),
-                ))
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::new(),
+                )))
             });
             let client = marin3r_kube::client::bounded(service, "default");
             let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::all(client);
