@@ -81,7 +81,7 @@ async fn discovery_service(a: DiscoveryServiceArgs) -> Result<ExitCode> {
                     many.join(", ")
                 ),
             };
-            let client = kube::Client::try_default().await.context(
+            let client = marin3r_kube::client::try_default().await.context(
                 "Kubernetes mode (no --config-dir): cannot configure the Kubernetes client",
             )?;
             let mut backend = marin3r_control_plane::kubernetes::KubernetesBackend::new(
@@ -201,7 +201,7 @@ fn read_input(file: &std::path::Path) -> Result<String> {
 /// `POD_NAME` (outside a pod: the kubeconfig's namespace and the host name).
 async fn operator(a: OperatorRunArgs) -> Result<ExitCode> {
     use marin3r_operator as operator;
-    let client = kube::Client::try_default()
+    let client = marin3r_kube::client::try_default()
         .await
         .context("cannot configure the Kubernetes client (in-cluster config or kubeconfig)")?;
     let watch = std::env::var("WATCH_NAMESPACE").ok();

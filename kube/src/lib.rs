@@ -3,6 +3,9 @@
 //! (`marin3r-operator`) — so that a fix to how marin3r talks to the API server lands once
 //! for both:
 //!
+//! - [`client`]: the client both processes use, with a liveness bound on every request
+//!   and watch (a silent API server is detected, the watch re-established, the stale view
+//!   reported);
 //! - [`apply`]: server-side apply under a field manager, status writes on the status
 //!   subresource, reads and deletes that treat 404 as "absent";
 //! - [`conditions`]: `metav1.Condition` handling (a transition time that changes only
@@ -18,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod client;
 pub mod conditions;
 pub mod lease;
 pub mod lenient;
@@ -35,6 +39,12 @@ pub use watch::{WatchBackoff, scoped};
 pub enum Error {
     #[error("Kubernetes API request failed")]
     Kube(#[from] kube::Error),
+    /// The API server sent nothing for `after` (see [`client`]): the request failed.
+    #[error("the API server sent nothing for {} s on {path}; the connection counts as dead", after.as_secs())]
+    Silent {
+        path: String,
+        after: std::time::Duration,
+    },
 }
 
 /// Whether `e` is the API server's answer with HTTP status `code`.

@@ -222,11 +222,11 @@ const COORDINATION: &str = "coordination.k8s.io";
 /// single-replica Role stays without it.
 ///
 /// - `leases`, restricted to the leader Lease `marin3r-<name>-leader`
-///   ([`Names::LeaderLease`]): read, and written with an apply (taking the lock) and
-///   strategic merge patches (renewal, release) by `kube-lease-manager`; listed and
-///   watched with the field selector `metadata.name=<lease>` (the write gate follows
-///   the renewals), which is what lets `resourceNames` restrict a list or a watch.
-/// - `leases` `create`: `kube-lease-manager` creates the Lease when it is missing.
+///   ([`Names::LeaderLease`]): read, and written with merge patches preconditioned on
+///   its resourceVersion (taking the lock, renewal, release: [`crate::lease`]); listed
+///   and watched with the field selector `metadata.name=<lease>` (a release is taken at
+///   once), which is what lets `resourceNames` restrict a list or a watch.
+/// - `leases` `create`: the Lease is created (held) when it is missing.
 ///   Kubernetes cannot restrict `create` by `resourceNames` (the name of a new object
 ///   is not known when it is authorized), hence a separate rule on every Lease.
 /// - `discoveryservicereplicas`: every replica's report is watched (list, watch); a

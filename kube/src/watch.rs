@@ -93,7 +93,11 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 }
 
 /// The watch of `api` every reflector and controller input uses: retried with
-/// [`WatchBackoff`].
+/// [`WatchBackoff`]; the server ends each watch request after
+/// [`crate::client::WATCH_TIMEOUT_SECONDS`] (the watcher resumes from its last
+/// resourceVersion), so that with the client's liveness bound ([`crate::client`]) a
+/// watch that goes silent is detected and re-established within
+/// [`crate::client::SILENCE`].
 pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -101,6 +105,7 @@ pub fn watch<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
+    let config = config.timeout(crate::client::WATCH_TIMEOUT_SECONDS);
     watcher(api, config).backoff(WatchBackoff::default())
 }
 
@@ -259,7 +264,11 @@ impl ReconcileResult {
 /// `controller_runtime_reconcile_total{controller, result}` and
 /// `controller_runtime_reconcile_errors_total{controller}`; `controller` is the kind in
 /// lower case (`envoyconfig`, `discoveryservice`, ...), as controller-runtime names it.
+///
+/// Also registers the API client's liveness series ([`crate::client::register_metrics`]):
+/// every process that runs controllers runs watches.
 pub fn register_reconcile_metrics(registry: &mut prometheus_client::registry::Registry) {
+    crate::client::register_metrics(registry);
     registry.register(
         "controller_runtime_reconcile",
         "Reconciles run, per controller and result (success, error)",

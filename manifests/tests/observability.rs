@@ -252,6 +252,21 @@ fn exported_by_the_code() -> BTreeSet<String> {
     marin3r_operator::certificate::ISSUED.set("DiscoveryServiceCertificate", "ns", "n", 1);
     marin3r_process::register_ready_metric(&mut registry, marin3r_process::Readiness::new());
 
+    // The API client's liveness series exist once a watch went through the client.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::new(),
+                )))
+            });
+            let client = marin3r_kube::client::bounded(service, "default");
+            let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::all(client);
+            let _ = api.watch(&kube::api::WatchParams::default(), "0").await;
+        });
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     let webhook = marin3r_webhook::metrics::Metrics::new();

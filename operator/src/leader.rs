@@ -1,19 +1,19 @@
 //! Leader election of `marin3r operator` (operator-design.md §7 \[R\]): the controllers run
 //! only in the replica that holds the `coordination.k8s.io/v1` Lease [`LEASE_NAME`] in the
 //! operator's namespace. The election itself is the discovery service's,
-//! [`marin3r_kube::lease::elect`] (kube-lease-manager, a holder renewing
-//! [`LEASE_GRACE_SECONDS`] before its [`LEASE_DURATION_SECONDS`] lock expires, i.e. every
-//! 3 s; after a failed request a pause of 1 s doubling to 30 s, then the Lease read again;
-//! the release at shutdown, bounded by [`RELEASE_TIMEOUT`]); this module only starts and
-//! stops the controllers with it.
+//! [`marin3r_kube::lease::elect`] (a holder renewing [`LEASE_GRACE_SECONDS`] before its
+//! [`LEASE_DURATION_SECONDS`] lock expires, i.e. every 3 s; a waiting replica takes the
+//! lock once it has seen no change of it for the duration on its own clock, never by
+//! the holder's `renewTime`; after a failed request a pause of 1 s; the release at
+//! shutdown, bounded by [`RELEASE_TIMEOUT`]); this module only starts and stops the
+//! controllers with it.
 //!
-//! The controllers run while [`Leadership::is_current`] holds: kube-lease-manager reports
-//! this replica as the holder, and the last renewal seen on the Lease (a watch of it) is
-//! younger than the write window ([`LeaseSettings::write_window`], 13 s). So they stop
-//! when the Lease is lost to another replica, when a renewal fails (this replica can no
-//! longer tell whether it holds the lock), and when no renewal has been seen for the
-//! window because renewals hang — before another replica can take the lock over, 15 s
-//! after the last renewal. They start again once the Lease is held and renewed again.
+//! The controllers run while [`Leadership::is_current`] holds: this replica holds the
+//! Lease and sent its last successful renewal less than the write window
+//! ([`LeaseSettings::write_window`], 13 s) ago. So they stop when the Lease is lost to
+//! another replica, and when no renewal has succeeded for the window because renewals
+//! fail or hang — before another replica can take the lock over, 15 s after it last
+//! saw the lock change. They start again once the Lease is held and renewed again.
 //! Told to stop, they get [`STOP_TIMEOUT`] to finish their reconciles in flight, and never
 //! longer than until the lock, as last renewed, expires; then they are dropped.
 //!
@@ -26,11 +26,12 @@
 //! believing they hold it.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use kube::Client;
 use marin3r_kube::lease::{self, Leadership, LeaseSettings, LeaseView};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 pub use marin3r_kube::lease::{LeaseError, RELEASE_TIMEOUT};
 
@@ -47,12 +48,9 @@ pub const LEASE_DURATION_SECONDS: u64 = 15;
 /// stopping the controllers after a failed renewal).
 pub const LEASE_GRACE_SECONDS: u64 = 12;
 
-/// The field manager of `identity`'s Lease writes: one per replica, as
-/// `kube-lease-manager` requires. It takes a free lock with a server-side apply without
-/// `force`, so that when two replicas race for it, the second apply conflicts (409) on
-/// `spec.holderIdentity` owned by the first one's manager, instead of silently
-/// overwriting a lock that replica believes it holds (measured with one shared field
-/// manager: both ran the controllers).
+/// The field manager of `identity`'s Lease writes: one per replica (who wrote the
+/// Lease last is then visible in its managed fields). Two replicas racing for a free
+/// lock conflict (409) on the resourceVersion every write of it is preconditioned on.
 pub fn lease_field_manager(identity: &str) -> String {
     lease::field_manager(FIELD_MANAGER, identity)
 }
@@ -74,11 +72,11 @@ pub fn lease_settings(namespace: &str, identity: &str) -> LeaseSettings {
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long controllers told to stop at `now` may take: [`STOP_TIMEOUT`], and no longer
-/// than until the lock expires, `duration` after the last renewal of it this replica
-/// saw (if any).
-pub fn stop_bound(view: &LeaseView, duration: Duration, now: SystemTime) -> Duration {
+/// than until the lock expires, `duration` after this replica sent its last renewal of
+/// it (if any).
+pub fn stop_bound(view: &LeaseView, duration: Duration, now: Instant) -> Duration {
     let expires_in = view.renewed.map(|renewed| {
-        let age = now.duration_since(renewed).unwrap_or_default();
+        let age = now.saturating_duration_since(renewed);
         duration.saturating_sub(age)
     });
     expires_in.map_or(STOP_TIMEOUT, |left| left.min(STOP_TIMEOUT))
@@ -172,7 +170,7 @@ async fn run_terms<W, Fut>(
         on_change(false);
         if !matches!(term, Term::WorkEnded) {
             let _ = stop.send(());
-            let bound = stop_bound(&leadership.view(), settings.duration(), SystemTime::now());
+            let bound = stop_bound(&leadership.view(), settings.duration(), Instant::now());
             if tokio::time::timeout(bound, &mut running).await.is_err() {
                 tracing::warn!(
                     identity,
@@ -214,12 +212,11 @@ mod tests {
 
     #[test]
     fn the_controllers_stop_before_the_lock_expires() {
-        let t0 = marin3r_testkit::unix_time(1_800_000_000);
+        let t0 = Instant::now();
         let duration = Duration::from_secs(LEASE_DURATION_SECONDS);
         let renewed = LeaseView {
             holder: true,
             renewed: Some(t0),
-            ..LeaseView::default()
         };
         // A failed renewal, 3 s after the last one: the whole STOP_TIMEOUT.
         assert_eq!(

@@ -1,12 +1,12 @@
-//! Leader election of `marin3r operator` against the stateful fake API server (server-side
-//! apply conflicts between field managers, strategic merge patches, the Lease watch):
+//! Leader election of `marin3r operator` against the stateful fake API server
+//! (resourceVersion preconditions, merge patches, the Lease watch):
 //! the controllers run only while this replica holds the Lease and stop before it is
 //! released; they stop when the Lease is lost, when renewals fail and when they hang —
 //! before the Lease expires; a follower neither starts them nor writes the Lease; two
 //! replicas racing for a free Lease never both run them.
 //!
-//! Real time: kube-lease-manager and the write window measure the Lease on the system
-//! clock (`renewTime`), which tokio's paused clock does not move.
+//! Real time: the replicas run as they would in a cluster (the paused-clock tests of the
+//! election are `marin3r-kube`'s, `kube/tests/lease.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -363,7 +363,7 @@ async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
             "spec": {"leaseTransitions": 3}
         }))
         .unwrap();
-    // operator-pod-1's apply taking the lock is held back; operator-pod-2 reads the Lease
+    // operator-pod-1's patch taking the lock is held back; operator-pod-2 reads the Lease
     // free meanwhile and takes it first.
     server.inject(
         Fault::delay(Duration::from_secs(1))
@@ -373,13 +373,13 @@ async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
     );
     let leaders = Arc::default();
     let pod_1 = start(&server, POD_1, &leaders);
-    // Built (a read), then the Lease read free twice before the apply.
+    // The Lease read free, then the patch taking it sent (and held back).
     wait_until("operator-pod-1 read the lease free", TIMEOUT, || {
         let reads = server.requests();
         let reads = reads
             .iter()
             .filter(|r| r.resource == "leases" && r.verb == Some(Verb::Get));
-        reads.count() >= 3
+        reads.count() >= 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -389,18 +389,18 @@ async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
         pod_2_terms.started() == 1
     })
     .await;
-    // operator-pod-1's apply lands on operator-pod-2's lock. It must conflict (the two
-    // field managers); operator-pod-1 then reads the Lease again and waits for the lock to
-    // expire (it never does: it is renewed). A wrong start or overwrite would follow at
-    // once.
+    // operator-pod-1's patch lands on operator-pod-2's lock. It must conflict (it is
+    // preconditioned on the resourceVersion it read); operator-pod-1 then reads the
+    // Lease again and waits until it has seen no change for the lock's duration (it
+    // never does: it is renewed). A wrong start or overwrite would follow at once.
     let applies = || {
         let requests = server.requests();
         let applies = requests
             .iter()
-            .filter(|r| r.resource == "leases" && r.content_type == "application/apply-patch+yaml");
+            .filter(|r| r.resource == "leases" && r.verb == Some(Verb::Patch));
         applies.map(|r| r.code).collect::<Vec<_>>()
     };
-    wait_until("both applies answered", TIMEOUT, || applies().len() >= 2).await;
+    wait_until("both takes answered", TIMEOUT, || applies().len() >= 2).await;
     let read = renewed(&server);
     wait_until("a renewal by operator-pod-2", RENEW_EVERY * 2, || {
         renewed(&server) > read
@@ -418,7 +418,7 @@ async fn two_replicas_racing_for_a_free_lease_never_both_run_the_controllers() {
         "two leaders at once"
     );
     assert_eq!(holder(&server).as_deref(), Some(POD_2));
-    assert_eq!(applies()[..2], [200, 409], "the second apply conflicted");
+    assert_eq!(applies()[..2], [200, 409], "the second take conflicted");
     pod_1.shut_down().await;
     pod_2.shut_down().await;
 }

@@ -1,6 +1,6 @@
 //! The operator stops within 2 s of its shutdown signal when the API server accepts
 //! requests but never answers them: without leader election (the controllers' lists
-//! hang), with leader election while building the Lease manager (its first read and the
+//! hang), with leader election before the Lease was ever read (its first read and the
 //! Lease watch hang), and as the leader whose Lease release then hangs.
 //!
 //! Everything runs on tokio's paused clock (the probe and metrics listeners are bound
@@ -25,7 +25,7 @@ type Log = Arc<Mutex<Vec<String>>>;
 
 /// Never answers, except (with `lease_held`) reads of the leader Lease — the object and
 /// the list the Lease watch starts with — answered with the Lease held by [`IDENTITY`]
-/// and just renewed (the watch itself hangs).
+/// and just renewed, and its renewals (the watch itself, and the release, hang).
 fn api_server(mut api: ApiServer, lease_held: bool) -> Log {
     let log = Log::default();
     let seen = log.clone();
@@ -41,6 +41,12 @@ fn api_server(mut api: ApiServer, lease_held: bool) -> Log {
                 .query()
                 .unwrap_or_default()
                 .contains("watch=true");
+            let body = request
+                .into_body()
+                .collect_bytes()
+                .await
+                .unwrap_or_default();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
             let renewed = MicroTime(k8s_openapi::jiff::Timestamp::now());
             let lease = json!({
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -48,7 +54,14 @@ fn api_server(mut api: ApiServer, lease_held: bool) -> Log {
                 "spec": {"holderIdentity": IDENTITY, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
                          "acquireTime": renewed, "renewTime": renewed}
             });
-            if lease_held && method == "GET" && path == format!("{leases}/{LEASE_NAME}") {
+            // A renewal (it names this replica): answered. A release (it clears the
+            // holder) hangs, like everything else.
+            let renewal = method == "PATCH"
+                && path == format!("{leases}/{LEASE_NAME}")
+                && body["spec"]["holderIdentity"] == IDENTITY;
+            if lease_held
+                && (renewal || (method == "GET" && path == format!("{leases}/{LEASE_NAME}")))
+            {
                 answer.send_response(json_response(200, &lease));
             } else if lease_held && method == "GET" && path == leases && !watching {
                 answer.send_response(json_response(

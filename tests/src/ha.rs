@@ -159,7 +159,10 @@ impl Fleet {
             .ok_or("the pod has no uid")?
             .to_string();
         let o = &self.options;
-        let backend = KubernetesBackend::new(self.api.client(), NS, o.threshold)
+        // The client every process uses: each request and watch bounded
+        // (`marin3r_kube::client`).
+        let client = marin3r_kube::client::bounded(self.api.service(), NS);
+        let backend = KubernetesBackend::new(client, NS, o.threshold)
             .with_evaluate_interval(o.evaluate_interval)
             .with_ha(HaConfig::new(
                 DS,

@@ -488,3 +488,33 @@ async fn an_api_server_outage_of_30_s_keeps_every_replica_serving_and_ready() {
     .await
     .must();
 }
+
+/// Round 4, finding 1: the API server hangs for 20 s (open watches go silent without a
+/// close, as when an API server instance vanishes behind a load balancer; requests are
+/// never answered). Every replica keeps serving and stays ready; afterwards an edit is
+/// served to every Envoy within the liveness bound (before it, none was in 400 s: the
+/// watches and the leader's requests hung for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_hang_of_20_s_is_survived_and_an_edit_afterwards_is_served() {
+    let _serial = SERIAL.lock().await;
+    let (fleet, envoys, port) = serving_fleet(FleetOptions::default(), &[]).await;
+    fleet.api.set_outage(Outage::Hang);
+    let hang = Instant::now();
+    while hang.elapsed() < Duration::from_secs(20) {
+        fleet
+            .all_ready()
+            .await
+            .unwrap_or_else(|e| panic!("during the hang: {e}"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    fleet.api.set_outage(Outage::None);
+    fleet.apply(NODE, good(port, "v2\n")).must();
+    let back = Instant::now();
+    // Silent watches are failed 30 s after their last byte (≤ 10 s from now), requests
+    // sent during the hang 10 s after they were sent.
+    let bound = marin3r_kube::client::SILENCE + marin3r_kube::client::RESPONSE_TIMEOUT;
+    wait_every_envoy_serves(&envoys, "v2\n").await;
+    let served = back.elapsed();
+    assert!(served <= bound, "served {served:?} after the hang");
+    eprintln!("after a 20 s hang: every Envoy served the edit {served:?} later");
+}

@@ -14,7 +14,8 @@
 //!
 //! where `E`, the expected replicas, are the pods with a ready or terminating endpoint
 //! in the discovery service's Service together with the replicas whose report is fresh
-//! (heartbeat at most [`FRESHNESS`] old). A missing, stale or lagging replica **vetoes**;
+//! (seen to change at most [`FRESHNESS`] ago, on the leader's clock: see
+//! `kubernetes::ha::Ha::fleet`). A missing, stale or lagging replica **vetoes**;
 //! a replica without pods of X cannot block. Within a replica, a pod that ACKed a version
 //! on any of its streams counts no NACKs for it (`marin3r_xds::PodCounts::counted_nacks`,
 //! the rule of the single-process test too), so a pod that accepted `v_r[t]` makes
@@ -45,7 +46,8 @@ pub const FRESHNESS: Duration = Duration::from_secs(30);
 /// One replica's last report, as the leader reads it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
-    /// When it was written (the replica's clock).
+    /// When the leader last saw it change, on the leader's clock (never the date the
+    /// replica wrote: clocks disagree).
     pub heartbeat: Option<SystemTime>,
     /// Its digests, by node id.
     pub nodes: BTreeMap<String, NodeDigest>,
@@ -66,8 +68,8 @@ impl Report {
         }
     }
 
-    /// Whether the report is at most [`FRESHNESS`] old at `now` (a heartbeat from the
-    /// future, a clock ahead of ours, counts as fresh).
+    /// Whether the report is at most [`FRESHNESS`] old at `now` (both on the leader's
+    /// clock; a `heartbeat` after `now` counts as seen now).
     pub fn is_fresh(&self, now: SystemTime) -> bool {
         self.heartbeat
             .is_some_and(|h| now.duration_since(h).map_or(true, |age| age <= FRESHNESS))

@@ -15,4 +15,4 @@ pub mod judge;
 pub mod report;
 
 pub use judge::{FRESHNESS, Fleet, FleetView, Judged, NoVerdict, Report, Verdict, Veto};
-pub use report::{COALESCE, HEARTBEAT, Next, Schedule, Served};
+pub use report::{COALESCE, HEARTBEAT, MAX_REPORT_BYTES, Next, Schedule, Served};

@@ -15,6 +15,48 @@ use marin3r_envoyconfig::discoveryservicereplica::{MAX_DIGEST_MESSAGE, NodeDiges
 use marin3r_xds::NodeNacks;
 use tokio::time::Instant;
 
+/// The most a report's digests may weigh (serialized), far below etcd's 1.5 MiB
+/// object limit whatever clients send: only configured nodes are reported
+/// (`kubernetes::ha::digests`), and [`bounded`] enforces it for the rest.
+pub const MAX_REPORT_BYTES: usize = 512 * 1024;
+
+/// `digests` (sorted by node id) within `max_bytes` serialized: as they are when they
+/// fit; else without their messages; else without the nodes that have no pods here
+/// (they cannot block a verdict); else the first ones that fit, the rest dropped with an
+/// error logged (only EnvoyConfigs with absurdly long node ids get there).
+pub fn bounded(mut digests: Vec<NodeDigest>, max_bytes: usize) -> Vec<NodeDigest> {
+    let size = |d: &[NodeDigest]| -> usize {
+        d.iter()
+            .map(|d| serde_json::to_vec(d).map_or(usize::MAX / 2, |v| v.len() + 1))
+            .sum()
+    };
+    if size(&digests) <= max_bytes {
+        return digests;
+    }
+    for d in &mut digests {
+        d.message = None;
+    }
+    if size(&digests) <= max_bytes {
+        return digests;
+    }
+    digests.retain(|d| d.pods > 0);
+    let mut total = 0usize;
+    let before = digests.len();
+    digests.retain(|d| {
+        total = total.saturating_add(size(std::slice::from_ref(d)));
+        total <= max_bytes
+    });
+    if digests.len() < before {
+        tracing::error!(
+            reported = digests.len(),
+            dropped = before - digests.len(),
+            max_bytes,
+            "this replica's report would outgrow its bound: the digests of some nodes with pods are left out"
+        );
+    }
+    digests
+}
+
 /// Decision-relevant changes closer together than this are written together.
 pub const COALESCE: Duration = Duration::from_millis(500);
 /// A report is written at least this often (with exact pod counts).
@@ -161,6 +203,45 @@ mod tests {
         );
         let held = digest("n", None, NodeNacks::default());
         assert_eq!((held.revision, held.versions.len()), (None, 0));
+    }
+
+    #[test]
+    fn a_report_over_its_bound_sheds_messages_then_idle_nodes_then_the_rest() {
+        let with = |id: usize, pods: u64| NodeDigest {
+            node_id: format!("{id:0>1400}"),
+            pods,
+            message: Some("m".repeat(MAX_DIGEST_MESSAGE)),
+            ..NodeDigest::default()
+        };
+        let small = vec![with(1, 1), with(2, 0)];
+        assert_eq!(
+            bounded(small.clone(), MAX_REPORT_BYTES),
+            small,
+            "fits as it is"
+        );
+        // 320 nodes of ~1.7 KiB: over 512 KiB with messages, under without.
+        let many: Vec<NodeDigest> = (0..320).map(|i| with(i, 1)).collect();
+        let shed = bounded(many, MAX_REPORT_BYTES);
+        assert_eq!(shed.len(), 320);
+        assert!(shed.iter().all(|d| d.message.is_none()));
+        // 400 idle nodes and 10 with pods, too many even without messages: the idle
+        // ones go (they cannot block a verdict).
+        let mixed: Vec<NodeDigest> = (0..410).map(|i| with(i, u64::from(i >= 400))).collect();
+        let kept = bounded(mixed, 100 * 1024);
+        assert_eq!(kept.len(), 10);
+        assert!(kept.iter().all(|d| d.pods > 0));
+        // Beyond: what fits.
+        let busy: Vec<NodeDigest> = (0..400).map(|i| with(i, 1)).collect();
+        let kept = bounded(busy, 100 * 1024);
+        let bytes: usize = kept
+            .iter()
+            .map(|d| serde_json::to_vec(d).unwrap().len() + 1)
+            .sum();
+        assert!(
+            bytes <= 100 * 1024 && kept.len() > 40,
+            "{} digests, {bytes} B",
+            kept.len()
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -136,10 +136,18 @@ impl Shared {
 
     /// This replica's digest of every node it serves or has streams for.
     pub fn digests(&self) -> Vec<NodeDigest> {
+        let configs = self.configs.state();
+        let claimed: std::collections::BTreeSet<&str> = configs
+            .iter()
+            .filter_map(|c| c.valid().ok())
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| c.spec.node_id.as_str())
+            .collect();
         ha::digests(
             &self.served.snapshot(),
             &self.xds.stats,
             self.nack_threshold,
+            |node| claimed.contains(node),
         )
     }
 

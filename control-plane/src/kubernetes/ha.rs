@@ -107,6 +107,11 @@ struct VetoLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IgnoredLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FleetLabels {
     node_id: String,
     state: String,
@@ -119,6 +124,7 @@ pub struct HaMetrics {
     report_age: Family<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     vetoes: Family<VetoLabels, Counter>,
     fleet_envoys: Family<FleetLabels, Gauge>,
+    reports_ignored: Family<IgnoredLabels, Gauge>,
 }
 
 impl HaMetrics {
@@ -132,13 +138,18 @@ impl HaMetrics {
         );
         registry.register(
             "marin3r_ha_report_age_seconds",
-            "Age of each replica's last report (DiscoveryServiceReplica heartbeat)",
+            "Time since this replica saw each replica's report change (its own clock; the heartbeat's date is not read)",
             m.report_age.clone(),
         );
         registry.register(
             "marin3r_ha_vetoes",
             "Fleet NACK verdicts blocked by a missing, stale or lagging replica (per evaluation)",
             m.vetoes.clone(),
+        );
+        registry.register(
+            "marin3r_ha_reports_ignored",
+            "DiscoveryServiceReplica reports in the namespace that do not count (another discovery service's, not an endpoint of the Service, not owned by the endpoint's pod), per reason",
+            m.reports_ignored.clone(),
         );
         registry.register(
             "marin3r_fleet_envoys",
@@ -148,6 +159,9 @@ impl HaMetrics {
         m
     }
 }
+
+/// A report's (uid, resourceVersion) as last seen, and since when (this replica's clock).
+type Observed = ((String, String), Instant);
 
 /// What the reconcilers read to act as one of several replicas.
 #[derive(Debug)]
@@ -167,6 +181,9 @@ pub struct Ha {
     vetoed: Mutex<BTreeSet<String>>,
     /// The sequence number of this replica's last report write.
     seq: std::sync::atomic::AtomicU64,
+    /// Per report: the (uid, resourceVersion) last seen and since when (this replica's
+    /// clock): what its freshness is judged by.
+    observed: Mutex<HashMap<String, Observed>>,
 }
 
 impl Ha {
@@ -186,6 +203,7 @@ impl Ha {
             lagging_since: Mutex::default(),
             vetoed: Mutex::default(),
             seq: std::sync::atomic::AtomicU64::new(0),
+            observed: Mutex::default(),
         }
     }
 
@@ -194,32 +212,70 @@ impl Ha {
         self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
     }
 
-    /// The fleet as this replica sees it at `now`: every report in the store, with
-    /// `own` (this replica's live digests) instead of its own object, and the replicas
-    /// with an endpoint.
+    /// The fleet as this replica sees it at `now`: every report in the store that is
+    /// bound to this discovery service ([`fleet::expected::admit`]; the others are
+    /// counted in `marin3r_ha_reports_ignored`), with `own` (this replica's live digests)
+    /// instead of its own object, and the replicas with an endpoint.
+    ///
+    /// A report's age is the time since *this replica saw it change* (its
+    /// resourceVersion), on this replica's monotonic clock — as client-go judges a Lease
+    /// by `observedTime` — never its `heartbeat`, which another clock wrote: a replica
+    /// whose clock runs behind does not look stale, one ahead (or a heartbeat dated
+    /// 2099) does not look fresh for ever. Each [`Report::heartbeat`] is that instant of
+    /// observation on this replica's clock.
     pub fn fleet(&self, own: Vec<NodeDigest>, now: SystemTime) -> Fleet {
-        let mut reports: BTreeMap<String, Report> = self
-            .reports
-            .state()
-            .iter()
-            .filter_map(|r| r.valid().ok())
-            .filter(|r| r.metadata.deletion_timestamp.is_none())
-            .map(|r| {
-                let status = r.status.clone().unwrap_or_default();
-                (
-                    r.name_any(),
-                    Report::new(
-                        status.heartbeat.map(|t| SystemTime::from(t.0)),
-                        status.nodes,
-                    ),
-                )
-            })
-            .collect();
+        let seen_now = Instant::now();
+        let slices = self.endpoints.state();
+        let pods =
+            fleet::expected::endpoint_pods(slices.iter().map(AsRef::as_ref), &self.config.service);
+        let mut ignored: BTreeMap<fleet::expected::Ignored, i64> = BTreeMap::new();
+        let mut observed = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut reports: BTreeMap<String, Report> = BTreeMap::new();
+        for r in self.reports.state().iter().filter_map(|r| r.valid().ok()) {
+            if r.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Err(why) = fleet::expected::admit(r, &self.config.service, &pods) {
+                *ignored.entry(why).or_default() += 1;
+                continue;
+            }
+            let name = r.name_any();
+            let version = (
+                r.metadata.uid.clone().unwrap_or_default(),
+                r.metadata.resource_version.clone().unwrap_or_default(),
+            );
+            let since = match observed.get(&name) {
+                Some((seen, since)) if *seen == version => *since,
+                _ => {
+                    observed.insert(name.clone(), (version, seen_now));
+                    seen_now
+                }
+            };
+            let age = seen_now.saturating_duration_since(since);
+            let status = r.status.clone().unwrap_or_default();
+            reports.insert(
+                name,
+                Report::new(
+                    Some(now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH)),
+                    status.nodes,
+                ),
+            );
+        }
+        observed.retain(|name, _| reports.contains_key(name));
+        drop(observed);
+        for why in fleet::expected::Ignored::ALL {
+            self.metrics
+                .reports_ignored
+                .get_or_create(&IgnoredLabels {
+                    reason: why.as_str().to_string(),
+                })
+                .set(ignored.get(&why).copied().unwrap_or(0));
+        }
         reports.insert(self.config.replica.clone(), Report::new(Some(now), own));
         Fleet {
             reports,
             endpoints: fleet::expected::replicas_with_endpoints(
-                self.endpoints.state().iter().map(AsRef::as_ref),
+                slices.iter().map(AsRef::as_ref),
                 &self.config.service,
             ),
             now: Some(now),
@@ -399,19 +455,29 @@ pub fn serving(fleet: &Fleet, node_id: &str, uid: &str) -> (usize, usize) {
     (serving, expected.len())
 }
 
-/// This replica's digests: one per node it serves or has streams for, sorted by node
-/// id.
+/// This replica's digests, sorted by node id: one per node it serves, and per node
+/// some live EnvoyConfig configures (`claimed`) that it has streams for (held: not
+/// loaded yet, a lagging replica the leader must hear of). A node id nobody configures
+/// is never reported, however many streams clients open with made-up ids: no revision
+/// of it can be judged, and the report stays bounded by the EnvoyConfigs
+/// ([`fleet::report::bounded`] enforces [`fleet::report::MAX_REPORT_BYTES`] on top).
 pub fn digests(
     served: &BTreeMap<String, Served>,
     stats: &marin3r_xds::SharedStats,
     threshold: u64,
+    claimed: impl Fn(&str) -> bool,
 ) -> Vec<NodeDigest> {
     let nodes: BTreeSet<String> = served
         .keys()
         .cloned()
-        .chain(stats.nodes_with_streams())
+        .chain(
+            stats
+                .nodes_with_streams()
+                .into_iter()
+                .filter(|node| claimed(node)),
+        )
         .collect();
-    nodes
+    let digests = nodes
         .into_iter()
         .map(|node_id| {
             let s = served.get(&node_id);
@@ -419,7 +485,8 @@ pub fn digests(
             let nacks = stats.node_nacks(&node_id, &versions, threshold);
             fleet::report::digest(&node_id, s, nacks)
         })
-        .collect()
+        .collect();
+    fleet::report::bounded(digests, fleet::report::MAX_REPORT_BYTES)
 }
 
 /// Writes this replica's report whenever [`Schedule`] says so, until dropped. A write
@@ -623,6 +690,256 @@ mod tests {
             endpoints: (0..revisions.len()).map(|i| format!("ds-{i}")).collect(),
             now: Some(now),
         }
+    }
+
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+    use marin3r_envoyconfig::ResourceType;
+
+    use crate::fleet::FRESHNESS;
+
+    const SERVICE: &str = "marin3r-d";
+
+    /// The Service's EndpointSlice with `pods` (name, uid), all ready.
+    fn endpoints(pods: &[(&str, &str)]) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "marin3r-d-abc", "namespace": "ns",
+                         "labels": {fleet::expected::SERVICE_NAME_LABEL: SERVICE}},
+            "addressType": "IPv4",
+            "endpoints": pods.iter().map(|(name, uid)| json!({
+                "addresses": ["10.0.0.1"], "conditions": {"ready": true},
+                "targetRef": {"kind": "Pod", "name": name, "uid": uid}
+            })).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    /// Node `kuard` served revision `uid-r` (listener `v1`) to `pods` pods, each of which
+    /// NACKed it `nacks` times.
+    fn kuard(revision: &str, pods: u64, nacks: u64) -> serde_json::Value {
+        json!({"nodeID": "kuard", "revision": revision, "versions": {"listener": "v1"},
+               "pods": pods, "minNacks": {"listener": nacks}})
+    }
+
+    /// A report named `name`, of `service`, owned by pod `owner_uid`, dated `heartbeat`,
+    /// at resourceVersion `rv`.
+    fn report(
+        name: &str,
+        service: &str,
+        owner_uid: &str,
+        heartbeat: &str,
+        rv: &str,
+        nodes: serde_json::Value,
+    ) -> Lenient<DiscoveryServiceReplica> {
+        serde_json::from_value(json!({
+            "apiVersion": "marin3r.3scale.net/v1alpha1", "kind": "DiscoveryServiceReplica",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-report-{name}"),
+                         "resourceVersion": rv,
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": owner_uid}]},
+            "spec": {"discoveryService": service},
+            "status": {"heartbeat": heartbeat, "seq": 1, "nodes": nodes},
+        }))
+        .unwrap()
+    }
+
+    /// This replica (`ds-0`), with the reports in `reports` and the endpoints `pods`.
+    fn ha_seeing(
+        pods: &[(&str, &str)],
+    ) -> (
+        Ha,
+        Writer<Lenient<DiscoveryServiceReplica>>,
+        Writer<EndpointSlice>,
+    ) {
+        let (reports, report_writer) = kube::runtime::reflector::store();
+        let (slices, mut slice_writer) = kube::runtime::reflector::store();
+        slice_writer.apply_watcher_event(&watcher::Event::Apply(endpoints(pods)));
+        let ha = Ha::new(
+            HaConfig::new("d", "ns", "ds-0", Some("uid-0".into()), 15),
+            Leadership::always(),
+            reports,
+            slices,
+            HaMetrics::default(),
+        );
+        (ha, report_writer, slice_writer)
+    }
+
+    fn verdict(ha: &Ha) -> fleet::Verdict {
+        let judged = fleet::Judged {
+            uid: "uid-r".into(),
+            epoch: None,
+        };
+        ha.fleet(Vec::new(), SystemTime::now()).verdict(
+            "kuard",
+            &judged,
+            ResourceType::Listener,
+            "v1",
+            3,
+        )
+    }
+
+    fn vetoed(by: &str, why: Veto) -> fleet::Verdict {
+        fleet::Verdict::Vetoed(BTreeMap::from([(by.to_string(), why)]))
+    }
+
+    /// Finding: one replica 40 s behind, and the leader found its reports stale and
+    /// vetoed every taint; a heartbeat dated 2099 stayed fresh for ever. A report is
+    /// fresh for FRESHNESS after this replica *saw it change*, whatever its date.
+    #[tokio::test(start_paused = true)]
+    async fn a_report_is_fresh_from_when_it_was_seen_to_change_never_by_its_date() {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let secs = k8s_openapi::jiff::SignedDuration::from_secs;
+        for heartbeat in [
+            (now - secs(40)).to_string(),
+            (now + secs(40)).to_string(),
+            "2099-01-01T00:00:00Z".to_string(),
+        ] {
+            let (ha, mut reports, _slices) = ha_seeing(&[("ds-0", "uid-0"), ("ds-1", "uid-1")]);
+            let seen = |rv: &str| {
+                report(
+                    "ds-1",
+                    SERVICE,
+                    "uid-1",
+                    &heartbeat,
+                    rv,
+                    json!([kuard("uid-r", 2, 3)]),
+                )
+            };
+            reports.apply_watcher_event(&watcher::Event::Apply(seen("1")));
+            assert_eq!(
+                verdict(&ha),
+                fleet::Verdict::Rejected,
+                "{heartbeat}: just seen"
+            );
+            tokio::time::sleep(FRESHNESS).await;
+            assert_eq!(verdict(&ha), fleet::Verdict::Rejected, "{heartbeat}: 30 s");
+            // No change for longer: stale, however it is dated.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(
+                verdict(&ha),
+                vetoed("ds-1", Veto::Stale),
+                "{heartbeat}: unchanged for 31 s"
+            );
+            let at = SystemTime::now();
+            let fleet = ha.fleet(Vec::new(), at);
+            let age = at
+                .duration_since(fleet.reports["ds-1"].heartbeat.unwrap())
+                .unwrap();
+            assert_eq!(age, FRESHNESS + Duration::from_secs(1), "the age shown");
+            // Written again (the same date: a frozen clock still heartbeats): fresh.
+            reports.apply_watcher_event(&watcher::Event::Apply(seen("2")));
+            assert_eq!(
+                verdict(&ha),
+                fleet::Verdict::Rejected,
+                "{heartbeat}: seen to change"
+            );
+        }
+    }
+
+    /// Finding: a report of another discovery service, or a forged one, claiming a pod of
+    /// the node, counted: it vetoed the taint (for good with a heartbeat dated 2099).
+    /// Only reports bound to this discovery service count; the rest is counted aside.
+    #[tokio::test(start_paused = true)]
+    async fn reports_of_another_discovery_service_or_forged_ones_do_not_veto() {
+        let (ha, mut reports, _slices) = ha_seeing(&[("ds-0", "uid-0"), ("ds-1", "uid-1")]);
+        let mut registry = Registry::default();
+        let ha = Ha {
+            metrics: HaMetrics::register(&mut registry),
+            ..ha
+        };
+        let forever = "2099-01-01T00:00:00Z";
+        for r in [
+            // Ours: every pod rejects.
+            report(
+                "ds-1",
+                SERVICE,
+                "uid-1",
+                forever,
+                "1",
+                json!([kuard("uid-r", 2, 3)]),
+            ),
+            // Another discovery service's replica in the same namespace, lagging.
+            report(
+                "other-0",
+                "marin3r-other",
+                "uid-o",
+                forever,
+                "2",
+                json!([kuard("uid-old", 1, 0)]),
+            ),
+            // Forged: names our Service, is no endpoint of it.
+            report(
+                "forged",
+                SERVICE,
+                "uid-f",
+                forever,
+                "3",
+                json!([kuard("uid-old", 1, 0)]),
+            ),
+        ] {
+            reports.apply_watcher_event(&watcher::Event::Apply(r));
+        }
+        assert_eq!(verdict(&ha), fleet::Verdict::Rejected);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "marin3r_ha_reports_ignored{reason=\"other_discovery_service\"} 1",
+            "marin3r_ha_reports_ignored{reason=\"not_an_endpoint\"} 1",
+            "marin3r_ha_reports_ignored{reason=\"not_owned_by_the_pod\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+
+    /// Finding: every node id with a stream became a digest: 2,000 streams with 800-byte
+    /// made-up node ids made a 1.58 MiB report (etcd refuses > 1.5 MiB). Only configured
+    /// nodes are reported; the report stays far below its bound.
+    #[test]
+    fn made_up_node_ids_do_not_grow_the_report() {
+        let stats = marin3r_xds::SharedStats::new();
+        for i in 0..2_000 {
+            let node = marin3r_xds::NodeInfo {
+                id: format!("{i:x>800}"),
+                pod_name: format!("pod-{i}"),
+            };
+            stats.stream_opened(&node, marin3r_xds::Api::Sotw);
+        }
+        let kuard = marin3r_xds::NodeInfo {
+            id: "kuard".into(),
+            pod_name: "kuard-1".into(),
+        };
+        stats.stream_opened(&kuard, marin3r_xds::Api::Sotw);
+        let held = marin3r_xds::NodeInfo {
+            id: "held".into(),
+            pod_name: "held-1".into(),
+        };
+        stats.stream_opened(&held, marin3r_xds::Api::Sotw);
+        let served = BTreeMap::from([(
+            "kuard".to_string(),
+            Served {
+                uid: "uid-r".into(),
+                name: "kuard-v3-1".into(),
+                version: "1".into(),
+                epoch: None,
+                versions: BTreeMap::from([(ResourceType::Listener, "v1".to_string())]),
+            },
+        )]);
+        let claimed = ["kuard", "held"];
+        let nodes = digests(&served, &stats, 3, |n| claimed.contains(&n));
+        let ids: Vec<&str> = nodes.iter().map(|d| d.node_id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["held", "kuard"],
+            "served and configured-but-held nodes only"
+        );
+        let status = DiscoveryServiceReplicaStatus {
+            heartbeat: None,
+            seq: 1,
+            leader: false,
+            nodes,
+        };
+        let bytes = serde_json::to_vec(&status).unwrap().len();
+        assert!(bytes < 1024, "{bytes} B");
+        const { assert!(fleet::MAX_REPORT_BYTES * 3 <= 1_572_864) };
     }
 
     #[tokio::test(start_paused = true)]

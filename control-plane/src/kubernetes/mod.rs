@@ -155,13 +155,14 @@ impl KubernetesBackend {
     }
 
     /// [`KubernetesBackend::new`] with the in-cluster config, or the current kubeconfig
-    /// context outside a cluster.
+    /// context outside a cluster (the client bounds every request:
+    /// [`marin3r_kube::client`]).
     pub async fn try_default(
         namespace: impl Into<String>,
         nack_threshold: u64,
     ) -> Result<Self, kube::Error> {
         Ok(Self::new(
-            Client::try_default().await?,
+            marin3r_kube::client::try_default().await?,
             namespace,
             nack_threshold,
         ))

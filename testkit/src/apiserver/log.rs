@@ -50,6 +50,21 @@ impl RequestRecord {
     pub fn is_write(&self) -> bool {
         self.verb.is_some_and(Verb::is_write)
     }
+
+    /// For a watch: its path and selectors, which one watcher keeps from one watch
+    /// request to the next (unlike its resourceVersion).
+    pub fn watch_key(&self) -> Option<String> {
+        if self.verb != Some(Verb::Watch) {
+            return None;
+        }
+        let mut selectors: Vec<&str> = self
+            .query
+            .split('&')
+            .filter(|p| p.starts_with("labelSelector=") || p.starts_with("fieldSelector="))
+            .collect();
+        selectors.sort_unstable();
+        Some(format!("{}?{}", self.path, selectors.join("&")))
+    }
 }
 
 /// A position in the request log ([`FakeApiServer::mark`](super::FakeApiServer::mark)).

@@ -96,7 +96,10 @@ impl FakeApiServer {
     }
 
     /// A client of this server (default namespace `default`). Must be called inside a
-    /// tokio runtime (the client spawns its buffer task).
+    /// tokio runtime (the client spawns its buffer task). It has no liveness bound: under
+    /// [`Outage::Hang`] its requests wait for ever. The processes' own client bounds every
+    /// request (`marin3r_kube::client::bounded(server.service(), ns)`): tests of what a
+    /// process does through a hang use that one.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.service(), "default")
     }
