@@ -17,6 +17,7 @@
 
 pub mod kustomize;
 pub mod observability;
+pub mod olm;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
