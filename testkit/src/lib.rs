@@ -13,6 +13,8 @@
 //!   recorded requests).
 //! - [`pod_security`]: the Pod Security Standards `restricted` profile, checked on a
 //!   container (every container marin3r generates must pass it).
+//! - [`scc`]: OpenShift's SecurityContextConstraints admission (restricted-v2, anyuid,
+//!   …) modelled on a Pod as JSON, with the webhook between its two passes.
 //! - [`kube`] (feature `kube`): kube-rs' mock API server pattern (a scripted
 //!   `tower-test` service behind a `kube::Client`).
 //! - [`unix_time`]: fixed points in time for code that takes `now` as an input.
@@ -34,6 +36,7 @@ pub mod kube;
 pub mod pod_security;
 pub mod proxy;
 pub mod rbac;
+pub mod scc;
 #[cfg(target_os = "linux")]
 pub mod sockets;
 pub mod time;

@@ -85,6 +85,34 @@ pub fn volume_violations(pod_spec: &Value) -> Vec<String> {
     out
 }
 
+/// Why a whole PodSpec breaks the `restricted` profile (its baseline part included):
+/// every container's securityContext ([`container_violations`]), the volumes
+/// ([`volume_violations`]), host namespaces and host ports. For pod templates of
+/// Deployments and the like, where no host port is expected.
+pub fn pod_violations(pod_spec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for key in ["hostNetwork", "hostPID", "hostIPC"] {
+        if pod_spec[key] == Value::Bool(true) {
+            out.push(format!("spec.{key} must not be true"));
+        }
+    }
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in pod_spec[list].as_array().into_iter().flatten() {
+            out.extend(container_violations(c, &pod_spec["securityContext"]));
+            for p in c["ports"].as_array().into_iter().flatten() {
+                if p["hostPort"].as_i64().is_some_and(|hp| hp != 0) {
+                    let name = c["name"].as_str().unwrap_or("?");
+                    out.push(format!(
+                        "container {name}: ports.hostPort must be unset or 0"
+                    ));
+                }
+            }
+        }
+    }
+    out.extend(volume_violations(pod_spec));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +172,18 @@ mod tests {
         assert_eq!(container_violations(&bare, &Value::Null).len(), 2);
         let pod = json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}});
         assert!(container_violations(&bare, &pod).is_empty());
+    }
+
+    #[test]
+    fn a_pod_spec_is_checked_whole() {
+        let spec = json!({"containers": [compliant()], "initContainers": [compliant()]});
+        assert_eq!(pod_violations(&spec), Vec::<String>::new());
+        let mut bad = spec.clone();
+        bad["hostNetwork"] = json!(true);
+        bad["initContainers"][0]["securityContext"]["runAsUser"] = json!(0);
+        bad["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 80}]);
+        bad["volumes"] = json!([{"name": "h", "hostPath": {"path": "/"}}]);
+        assert_eq!(pod_violations(&bad).len(), 4, "{:?}", pod_violations(&bad));
     }
 
     #[test]
