@@ -731,3 +731,207 @@ pub fn catalog_files() -> Result<Vec<(String, String)>, Error> {
     }
     Ok(vec![(path, text)])
 }
+
+/// The namespace of the one-file installs.
+const INSTALL_NAMESPACE: &str = SUGGESTED_NAMESPACE;
+/// The OLM v1 installer ServiceAccount (and its ClusterRole and binding).
+const INSTALLER: &str = "marin3r-rs-installer";
+
+/// `manifests/olm/olm-install.yaml`: OLM v0 (OpenShift 4, or `operator-sdk olm install`):
+/// the namespace, the catalog in it (so that the file works on any cluster, whatever the
+/// global catalog namespace is), an OperatorGroup for every namespace (AllNamespaces) and
+/// the Subscription to the `stable` channel.
+pub fn install_v0() -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": INSTALL_NAMESPACE,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        }),
+        json!({
+            "apiVersion": "operators.coreos.com/v1alpha1",
+            "kind": "CatalogSource",
+            "metadata": {"name": PACKAGE, "namespace": INSTALL_NAMESPACE},
+            "spec": {
+                "sourceType": "grpc",
+                "image": catalog_image(),
+                "displayName": "marin3r-rs",
+                "publisher": "marin3r-rs",
+                "grpcPodConfig": {"securityContextConfig": "restricted"},
+                "updateStrategy": {"registryPoll": {"interval": "60m"}},
+            },
+        }),
+        json!({
+            "apiVersion": "operators.coreos.com/v1",
+            "kind": "OperatorGroup",
+            "metadata": {"name": PACKAGE, "namespace": INSTALL_NAMESPACE},
+            "spec": {},
+        }),
+        json!({
+            "apiVersion": "operators.coreos.com/v1alpha1",
+            "kind": "Subscription",
+            "metadata": {"name": PACKAGE, "namespace": INSTALL_NAMESPACE},
+            "spec": {
+                "channel": CHANNEL,
+                "name": PACKAGE,
+                "source": PACKAGE,
+                "sourceNamespace": INSTALL_NAMESPACE,
+                "installPlanApproval": "Automatic",
+            },
+        }),
+    ]
+}
+
+/// `manifests/olm/olmv1-install.yaml`: OLM v1 (operator-controller): the ClusterCatalog,
+/// the namespace, the installer ServiceAccount with the permissions to manage what the
+/// bundle holds, and the ClusterExtension (AllNamespaces: OLM v1 installs registry+v1
+/// bundles watching every namespace).
+pub fn install_v1() -> Vec<Value> {
+    let verbs = json!([
+        "create", "delete", "get", "list", "patch", "update", "watch"
+    ]);
+    let rule = |group: &str, resources: Value| json!({"apiGroups": [group], "resources": resources, "verbs": verbs});
+    let mut rbac_rule = rule(
+        "rbac.authorization.k8s.io",
+        json!([
+            "clusterroles",
+            "clusterrolebindings",
+            "roles",
+            "rolebindings"
+        ]),
+    );
+    // Granting the operator's permissions without holding them all.
+    if let Some(v) = rbac_rule["verbs"].as_array_mut() {
+        v.extend([json!("bind"), json!("escalate")]);
+    }
+    vec![
+        json!({
+            "apiVersion": "olm.operatorframework.io/v1",
+            "kind": "ClusterCatalog",
+            "metadata": {"name": PACKAGE},
+            "spec": {
+                "source": {
+                    "type": "Image",
+                    "image": {"ref": catalog_image(), "pollIntervalMinutes": 60},
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": INSTALL_NAMESPACE,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        }),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": INSTALLER, "namespace": INSTALL_NAMESPACE},
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": INSTALLER},
+            "rules": [
+                {
+                    "apiGroups": ["olm.operatorframework.io"],
+                    "resources": ["clusterextensions/finalizers"],
+                    "verbs": ["update"],
+                    "resourceNames": [PACKAGE],
+                },
+                rule("apiextensions.k8s.io", json!(["customresourcedefinitions"])),
+                rbac_rule,
+                rule("apps", json!(["deployments"])),
+                rule("", json!(["serviceaccounts", "services"])),
+                rule("policy", json!(["poddisruptionbudgets"])),
+                rule("scheduling.k8s.io", json!(["priorityclasses"])),
+                rule(
+                    "admissionregistration.k8s.io",
+                    json!(["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]),
+                ),
+                // The webhook's serving certificate (OLM v1's cert-manager provider).
+                rule("cert-manager.io", json!(["certificates", "issuers"])),
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": INSTALLER},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": INSTALLER,
+            },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": INSTALLER,
+                "namespace": INSTALL_NAMESPACE,
+            }],
+        }),
+        json!({
+            "apiVersion": "olm.operatorframework.io/v1",
+            "kind": "ClusterExtension",
+            "metadata": {"name": PACKAGE},
+            "spec": {
+                "namespace": INSTALL_NAMESPACE,
+                "serviceAccount": {"name": INSTALLER},
+                "source": {
+                    "sourceType": "Catalog",
+                    "catalog": {
+                        "packageName": PACKAGE,
+                        "channels": [CHANNEL],
+                        "selector": {"matchLabels": {"olm.operatorframework.io/metadata.name": PACKAGE}},
+                    },
+                },
+            },
+        }),
+    ]
+}
+
+/// A YAML stream of `docs` with `comment` (`# `-prefixed lines) after the header.
+fn stream_file(path: &str, comment: &str, docs: &[Value]) -> Result<String, Error> {
+    let mut text = OLM_GENERATED_HEADER.to_string();
+    for line in comment.lines() {
+        text.push_str(format!("# {line}").trim_end());
+        text.push('\n');
+    }
+    for doc in docs {
+        let body = serde_saphyr::to_string(doc).map_err(|source| Error::Yaml {
+            name: path.to_string(),
+            source,
+        })?;
+        text.push_str("---\n");
+        text.push_str(&body);
+    }
+    Ok(text)
+}
+
+/// The one-file installs: (path under `manifests/olm/`, content).
+pub fn install_files() -> Result<Vec<(String, String)>, Error> {
+    Ok(vec![
+        (
+            "olm-install.yaml".to_string(),
+            stream_file(
+                "olm-install.yaml",
+                "marin3r-rs through OLM v0 (OpenShift 4, or a cluster with `operator-sdk olm install`),\n\
+                 watching every namespace (docs/olm.md):\n\n  kubectl apply -f manifests/olm/olm-install.yaml\n\n\
+                 Remove upstream MARIN3R's Subscription and ClusterServiceVersion first: both own the same CRDs.",
+                &install_v0(),
+            )?,
+        ),
+        (
+            "olmv1-install.yaml".to_string(),
+            stream_file(
+                "olmv1-install.yaml",
+                "marin3r-rs through OLM v1 (operator-controller), watching every namespace (docs/olm.md).\n\
+                 The webhooks need operator-controller's webhook support (a certificate provider:\n\
+                 cert-manager, or OpenShift's service CA).\n\n  kubectl apply -f manifests/olm/olmv1-install.yaml",
+                &install_v1(),
+            )?,
+        ),
+    ])
+}

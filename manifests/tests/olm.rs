@@ -1310,3 +1310,176 @@ fn the_graph_checker_catches_what_it_checks() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The one-file installs
+
+#[test]
+fn install_files_are_generated() {
+    let dir = olm_dir();
+    let files = olm::install_files().unwrap();
+    for (path, content) in &files {
+        let full = dir.join(path);
+        if std::env::var_os("UPDATE_OLM").is_some() {
+            std::fs::write(&full, content).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&full).unwrap_or_default();
+        assert!(
+            on_disk == *content,
+            "manifests/olm/{path} is stale: UPDATE_OLM=1 cargo test -p marin3r-manifests --test olm"
+        );
+    }
+}
+
+fn install_docs(file: &str) -> Vec<Value> {
+    read_yaml_docs(&olm_dir().join(file))
+}
+
+fn one_of<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "one {kind}");
+    found[0]
+}
+
+fn supported_modes() -> BTreeSet<String> {
+    committed_csv()["spec"]["installModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["supported"] == true)
+        .map(|m| m["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn olm_v0_install_subscribes_to_the_catalog() {
+    let docs = install_docs("olm-install.yaml");
+    let ns = one_of(&docs, "Namespace");
+    let _: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(ns.clone()).unwrap();
+    let ns = ns["metadata"]["name"].as_str().unwrap();
+    let source = one_of(&docs, "CatalogSource");
+    let group = one_of(&docs, "OperatorGroup");
+    let sub = one_of(&docs, "Subscription");
+    assert_eq!(source["spec"]["image"], olm::catalog_image());
+    assert_eq!(source["spec"]["sourceType"], "grpc");
+    for obj in [source, group, sub] {
+        assert_eq!(obj["metadata"]["namespace"], ns, "{}", describe(obj));
+    }
+    assert_eq!(sub["spec"]["source"], source["metadata"]["name"]);
+    assert_eq!(
+        sub["spec"]["sourceNamespace"],
+        source["metadata"]["namespace"]
+    );
+    // The package and channel the catalog serves.
+    let catalog = committed_catalog();
+    let package = catalog
+        .iter()
+        .find(|d| d["schema"] == "olm.package")
+        .unwrap();
+    assert_eq!(sub["spec"]["name"], package["name"]);
+    assert!(
+        catalog
+            .iter()
+            .any(|d| d["schema"] == "olm.channel" && d["name"] == sub["spec"]["channel"]),
+        "channel {}",
+        sub["spec"]["channel"]
+    );
+    // An OperatorGroup without targets: AllNamespaces, which the CSV supports.
+    assert!(group["spec"].get("targetNamespaces").is_none());
+    assert!(group["spec"].get("selector").is_none());
+    assert!(supported_modes().contains("AllNamespaces"));
+}
+
+#[test]
+fn olm_v1_install_can_install_the_bundle() {
+    let docs = install_docs("olmv1-install.yaml");
+    let catalog = one_of(&docs, "ClusterCatalog");
+    let ext = one_of(&docs, "ClusterExtension");
+    assert_eq!(
+        catalog["spec"]["source"]["image"]["ref"],
+        olm::catalog_image()
+    );
+    let spec = &ext["spec"];
+    assert_eq!(spec["source"]["catalog"]["packageName"], olm::PACKAGE);
+    assert_eq!(
+        spec["source"]["catalog"]["selector"]["matchLabels"]["olm.operatorframework.io/metadata.name"],
+        catalog["metadata"]["name"]
+    );
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(one_of(&docs, "Namespace").clone()).unwrap();
+    assert_eq!(spec["namespace"], json!(ns.metadata.name));
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(one_of(&docs, "ServiceAccount").clone()).unwrap();
+    assert_eq!(spec["serviceAccount"]["name"], json!(sa.metadata.name));
+    assert_eq!(json!(sa.metadata.namespace), spec["namespace"]);
+    let role: k8s_openapi::api::rbac::v1::ClusterRole =
+        serde_json::from_value(one_of(&docs, "ClusterRole").clone()).unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding =
+        serde_json::from_value(one_of(&docs, "ClusterRoleBinding").clone()).unwrap();
+    assert_eq!(binding.role_ref.name, role.metadata.name.clone().unwrap());
+    let subject = &binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(
+        (Some(subject.name.clone()), subject.namespace.clone()),
+        (sa.metadata.name.clone(), sa.metadata.namespace.clone())
+    );
+    // The installer may manage every kind the bundle holds and OLM derives from it
+    // (RBAC from the permissions, the webhook Service and configurations), and grant the
+    // operator's permissions (bind, escalate).
+    let grants = |group: &str, resource: &str, verb: &str| {
+        role.rules.as_ref().unwrap().iter().any(|r| {
+            r.api_groups
+                .as_ref()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r.resources
+                    .as_ref()
+                    .is_some_and(|rs| rs.iter().any(|x| x == resource))
+                && r.verbs.iter().any(|v| v == verb)
+                && r.resource_names.is_none()
+        })
+    };
+    let mut needed: Vec<(&str, &str)> = vec![
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("apps", "deployments"),
+        ("", "serviceaccounts"),
+        ("", "services"),
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+        ),
+    ];
+    for (_, obj) in committed_bundle().objects {
+        needed.push(match obj["kind"].as_str().unwrap() {
+            "ClusterServiceVersion" => continue,
+            "CustomResourceDefinition" => ("apiextensions.k8s.io", "customresourcedefinitions"),
+            "PodDisruptionBudget" => ("policy", "poddisruptionbudgets"),
+            "PriorityClass" => ("scheduling.k8s.io", "priorityclasses"),
+            other => panic!("the installer test does not know bundle kind {other}"),
+        });
+    }
+    for (group, resource) in needed {
+        for verb in [
+            "create", "get", "list", "watch", "update", "patch", "delete",
+        ] {
+            assert!(
+                grants(group, resource, verb),
+                "installer: {verb} {group}/{resource}"
+            );
+        }
+    }
+    for verb in ["bind", "escalate"] {
+        assert!(
+            grants("rbac.authorization.k8s.io", "clusterroles", verb),
+            "{verb}"
+        );
+        assert!(grants("rbac.authorization.k8s.io", "roles", verb), "{verb}");
+    }
+    // OLM v1 installs registry+v1 bundles for AllNamespaces.
+    assert!(supported_modes().contains("AllNamespaces"));
+}
