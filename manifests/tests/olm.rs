@@ -8,7 +8,8 @@
 //! - the ClusterServiceVersion validates strictly (no unknown field, types, required
 //!   fields, enums, patterns, bounds) against the `operators.coreos.com`
 //!   ClusterServiceVersion CRD's openAPIV3Schema (operator-framework/api 3048ccd,
-//!   `crds/operators.coreos.com_clusterserviceversions.yaml`, kept in `tests/data/olm/`);
+//!   `crds/operators.coreos.com_clusterserviceversions.yaml`, kept in
+//!   `manifests/tests/data/olm/`);
 //! - a bundle checker written from operator-registry's and operator-framework/api's rules
 //!   (`pkg/lib/bundle/validate.go`, `supported_resources.go`, `pkg/validation/internal/
 //!   {bundle,csv}.go`): one object per file, supported kinds, owned CRDs ⇔ bundled CRDs,

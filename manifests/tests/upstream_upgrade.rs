@@ -1,5 +1,5 @@
 //! Our CRDs are a safe upgrade of upstream MARIN3R v0.13.1's (github 3scale-ops/marin3r
-//! tag v0.13.1, 4b8752a, `config/crd/bases/`, kept in `tests/data/upstream-crds/`): what
+//! tag v0.13.1, 4b8752a, `config/crd/bases/`, kept in `manifests/tests/data/upstream-crds/`): what
 //! OLM v1's CRD upgrade-safety preflight (operator-controller with kubernetes-sigs/crdify,
 //! descriptions not enforced, new enum values allowed, every other change fail-closed)
 //! refuses, and what OLM v0 and `kubectl apply` users would trip over the same way:
