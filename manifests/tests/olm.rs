@@ -1484,3 +1484,22 @@ fn olm_v1_install_can_install_the_bundle() {
     // OLM v1 installs registry+v1 bundles for AllNamespaces.
     assert!(supported_modes().contains("AllNamespaces"));
 }
+
+/// The image names the bundle, catalog and installs use are the ones scripts/olm-images
+/// builds (`image/contents.env`).
+#[test]
+fn olm_image_names_are_the_ones_scripts_olm_images_builds() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../image/contents.env"),
+    )
+    .unwrap();
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("image/contents.env has no {key}"))
+            .trim_matches('"')
+            .to_string()
+    };
+    assert_eq!(value("OLM_BUNDLE_IMAGE_NAME"), olm::BUNDLE_IMAGE_NAME);
+    assert_eq!(value("OLM_CATALOG_IMAGE_NAME"), olm::CATALOG_IMAGE_NAME);
+}
