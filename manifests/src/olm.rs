@@ -331,6 +331,34 @@ fn cluster_scoped(group: &str, resource: &str) -> bool {
     )
 }
 
+/// RBAC rules split into those on namespaced resources (the CSV's `permissions`, granted
+/// in the target namespaces) and those naming a cluster-scoped resource
+/// (`clusterPermissions`).
+fn split_by_scope<'a>(rules: impl Iterator<Item = &'a Value>) -> (Vec<Value>, Vec<Value>) {
+    let mut namespaced = Vec::new();
+    let mut cluster = Vec::new();
+    for rule in rules {
+        let groups: Vec<&str> = rule["apiGroups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let scoped = rule["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(|r| groups.iter().any(|g| cluster_scoped(g, r)));
+        if scoped {
+            cluster.push(rule.clone());
+        } else {
+            namespaced.push(rule.clone());
+        }
+    }
+    (namespaced, cluster)
+}
+
 /// `permissions` and `clusterPermissions` of the install strategy: the operator's
 /// ClusterRole and leader-election Role (split by scope), and the webhook's
 /// ServiceAccount with no rules (OLM creates the ServiceAccounts it names).
@@ -343,27 +371,13 @@ fn permissions(operator: &Value, webhook: &Value) -> Result<(Vec<Value>, Vec<Val
         .ok_or_else(|| invalid(source::WEBHOOK_DEPLOYMENT.0, "no serviceAccountName"))?;
     let cluster_role = one(source::OPERATOR_CLUSTER_ROLE, "ClusterRole")?;
     let lease_role = one(source::OPERATOR_LEASE_ROLE, "Role")?;
-    let mut namespaced = Vec::new();
-    let mut cluster = Vec::new();
-    for rule in cluster_role["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .chain(lease_role["rules"].as_array().into_iter().flatten())
-    {
-        let group = rule["apiGroups"][0].as_str().unwrap_or_default();
-        let scoped = rule["resources"]
+    let (namespaced, cluster) = split_by_scope(
+        cluster_role["rules"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(Value::as_str)
-            .any(|r| cluster_scoped(group, r));
-        if scoped {
-            cluster.push(rule.clone());
-        } else {
-            namespaced.push(rule.clone());
-        }
-    }
+            .chain(lease_role["rules"].as_array().into_iter().flatten()),
+    );
     let mut permissions = vec![json!({"serviceAccountName": operator_sa, "rules": namespaced})];
     if webhook_sa != operator_sa {
         permissions.push(json!({"serviceAccountName": webhook_sa, "rules": []}));
@@ -934,4 +948,22 @@ pub fn install_files() -> Result<Vec<(String, String)>, Error> {
             )?,
         ),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_on_cluster_scoped_resources_are_cluster_permissions() {
+        let rules = [
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+            json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}),
+            json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}),
+            json!({"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]}),
+        ];
+        let (namespaced, cluster) = split_by_scope(rules.iter());
+        assert_eq!(namespaced, vec![rules[0].clone(), rules[2].clone()]);
+        assert_eq!(cluster, vec![rules[1].clone(), rules[3].clone()]);
+    }
 }
