@@ -155,7 +155,8 @@ impl From<OperatorImages> for marin3r_operator::Images {
 pub enum OperatorCommand {
     /// Print, as YAML, the objects the operator's controllers would apply for the
     /// DiscoveryService, EnvoyDeployment and EnvoyConfig manifests of a file (no cluster
-    /// needed); exit 1 listing what cannot be rendered.
+    /// needed; a Namespace in the file gives its OpenShift uid-range, the Envoy pods'
+    /// user); exit 1 listing what cannot be rendered.
     Render(RenderArgs),
 }
 

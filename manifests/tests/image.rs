@@ -95,6 +95,24 @@ fn the_dockerfile_runtime_stage_matches_the_image_definition() {
     }
 }
 
+/// The image's user is numeric and not root: the manifests and the operator set no
+/// `runAsUser` (OpenShift's restricted-v2 assigns one of the namespace's UIDs and refuses
+/// any other), so on Kubernetes the kubelet checks `runAsNonRoot: true` against the
+/// image's USER, which it can only do for a number.
+#[test]
+fn the_image_user_is_numeric_and_not_root() {
+    let user = contents()["IMAGE_USER"].clone();
+    let (uid, gid) = user.split_once(':').unwrap_or((&user, "0"));
+    let uid: u32 = uid
+        .parse()
+        .unwrap_or_else(|_| panic!("USER {user} is not numeric"));
+    let _: u32 = gid
+        .parse()
+        .unwrap_or_else(|_| panic!("USER {user}: group not numeric"));
+    assert_ne!(uid, 0, "USER {user} is root");
+    assert_eq!(one(&runtime_stage(), "USER"), user);
+}
+
 #[test]
 fn the_image_packages_are_the_distroless_cc_set() {
     let c = contents();

@@ -1776,3 +1776,53 @@ fn the_operator_base_grants_exactly_what_its_controllers_use_and_is_hardened() {
         assert!(crds.contains(crd), "{crd}");
     }
 }
+
+/// Every pod template of every kustomization passes OpenShift's default SCC
+/// (`marin3r_testkit::scc`, restricted-v2 in a namespace OpenShift annotated: SCC
+/// mutation, then the final validation that allows no change), and marin3r's own pods
+/// (the marin3r image) also Pod Security `restricted`. marin3r's pods name no user,
+/// group or fsGroup (the image's numeric USER is the user on Kubernetes; restricted-v2
+/// assigns one of the namespace's UIDs and refuses any other) and mount their Secrets
+/// readable by any user.
+#[test]
+fn every_pod_template_passes_openshift_restricted_v2_and_ours_pod_security_restricted() {
+    use marin3r_testkit::scc::{Scc, admit_template, example_namespace};
+    let mut ours = 0;
+    let mut templates = 0;
+    for (dir, objs) in rendered() {
+        for o in objs
+            .iter()
+            .filter(|o| o["spec"]["template"]["spec"].is_object())
+        {
+            let what = format!("manifests/{dir}: {}", describe(o));
+            let template = &o["spec"]["template"];
+            let admitted = admit_template(template, &example_namespace(), Scc::RestrictedV2);
+            assert!(admitted.is_ok(), "{what}: {admitted:?}");
+            templates += 1;
+            let spec = &template["spec"];
+            let marin3r = containers(o)
+                .into_iter()
+                .any(|c| c["image"] == DEFAULT_MARIN3R_IMAGE);
+            if !marin3r {
+                continue;
+            }
+            ours += 1;
+            let violations = marin3r_testkit::pod_security::pod_violations(spec);
+            assert!(violations.is_empty(), "{what}: {violations:?}");
+            let contexts = std::iter::once(&spec["securityContext"])
+                .chain(containers(o).into_iter().map(|c| &c["securityContext"]));
+            for sc in contexts {
+                for field in ["runAsUser", "runAsGroup", "fsGroup"] {
+                    assert!(sc[field].is_null(), "{what}: {field} is set");
+                }
+            }
+            for v in spec["volumes"].as_array().into_iter().flatten() {
+                if let Some(mode) = v["secret"]["defaultMode"].as_i64() {
+                    assert!(mode == 0o444 || mode == 0o644, "{what}: mode {mode:o}");
+                }
+            }
+        }
+    }
+    assert!(ours >= 3, "only {ours} marin3r pod templates");
+    assert!(templates >= 5, "only {templates} pod templates");
+}

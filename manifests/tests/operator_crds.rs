@@ -199,8 +199,12 @@ const EXPECTED: [Expect; 3] = [
     Expect {
         kind: "DiscoveryService",
         diffs: &[
+            // OpenShift (docs/operator.md "Security context"): optional securityContext
+            // fields set over the generated ones, as Envoy Gateway's EnvoyProxy has.
+            "spec.podSecurityContext: not upstream",
             // docs/ha.md §6 [R]: several replicas (default 3, at least 1).
             "spec.replicas: not upstream",
+            "spec.securityContext: not upstream",
             // operator-design.md §8 Q11 [R]: conditions and observedGeneration.
             "status.conditions: not upstream",
             "status.observedGeneration: not upstream",
@@ -241,6 +245,10 @@ const EXPECTED: [Expect; 3] = [
             // Extra Secret/ConfigMap volumes for Envoy (upstream issue #218), the rule of
             // the sidecar annotations (marin3r_sidecar::extra_volumes).
             "spec.extraVolumes: not upstream",
+            // OpenShift (docs/operator.md "Security context"): optional securityContext
+            // fields set over the generated ones, as Envoy Gateway's EnvoyProxy has.
+            "spec.podSecurityContext: not upstream",
+            "spec.securityContext: not upstream",
             "status.conditions: not upstream",
             "status.observedGeneration: not upstream",
         ],

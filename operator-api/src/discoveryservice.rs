@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DeploymentStatus;
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{PodSecurityContext, ResourceRequirements, SecurityContext};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::core::object::{HasSpec, HasStatus};
@@ -117,6 +117,20 @@ mod generated {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1))]
         pub replicas: Option<i32>,
+        /// Pod-level securityContext fields set over the generated ones on the
+        /// discovery service pods (`runAsNonRoot: true`, `seccompProfile:
+        /// RuntimeDefault`, no user: the image's numeric `USER 65532`, or what
+        /// OpenShift's SCC assigns). Each field given replaces the generated one; the
+        /// others stay. For a policy that needs something else, e.g. `fsGroup` or a
+        /// fixed `runAsUser` under a custom OpenShift SCC.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pod_security_context: Option<PodSecurityContext>,
+        /// Container-level securityContext fields set over the generated ones on the
+        /// discovery service container (`runAsNonRoot`, no privilege escalation,
+        /// `drop: [ALL]`, `readOnlyRootFilesystem`, `seccompProfile: RuntimeDefault`).
+        /// Each field given replaces the generated one; the others stay.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub security_context: Option<SecurityContext>,
     }
 }
 
@@ -327,6 +341,16 @@ impl DiscoveryService {
         self.spec.resources.clone().unwrap_or_default()
     }
 
+    /// `spec.podSecurityContext`: fields set over the generated pod securityContext.
+    pub fn pod_security_context(&self) -> Option<&PodSecurityContext> {
+        self.spec.pod_security_context.as_ref()
+    }
+
+    /// `spec.securityContext`: fields set over the generated container securityContext.
+    pub fn security_context(&self) -> Option<&SecurityContext> {
+        self.spec.security_context.as_ref()
+    }
+
     /// The CA certificate: `marin3r-ca-cert-<ds>`, CN `marin3r-ca-<ds>`, default
     /// 26280h.
     pub fn root_certificate_authority(&self) -> Result<CertificateOptions, Error> {
@@ -496,6 +520,10 @@ impl DiscoveryServiceSpec {
     fn check(&self, errors: &mut Errors) {
         errors.image("spec.image", self.image.as_deref());
         errors.resources("spec.resources", self.resources.as_ref());
+        errors.security_contexts(
+            self.pod_security_context.as_ref(),
+            self.security_context.as_ref(),
+        );
         if let Some(pki) = &self.pki_config {
             errors.certificate_lifetime(
                 "spec.pkiConfg.rootCertificateAuthority.duration",

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DeploymentStatus;
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscalerBehavior, MetricSpec};
-use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, PodSecurityContext, ResourceRequirements, SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -117,6 +119,21 @@ pub struct EnvoyDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub extra_volumes: Option<Vec<ExtraVolume>>,
+    /// Pod-level securityContext fields set over the generated ones on the Envoy pods
+    /// (`runAsNonRoot: true`, `seccompProfile: RuntimeDefault`). Each field given
+    /// replaces the generated one; the others stay. For a policy that needs something
+    /// else, e.g. `fsGroup` or a fixed `runAsUser` under a custom OpenShift SCC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// Container-level securityContext fields set over the generated ones on every
+    /// container of the pod (Envoy, the init manager, the shutdown manager:
+    /// `runAsNonRoot`, no privilege escalation, `drop: [ALL]`, `readOnlyRootFilesystem`,
+    /// `seccompProfile: RuntimeDefault`, and `runAsUser`: the first UID of the
+    /// namespace's `openshift.io/sa.scc.uid-range` when it has one, else Envoy 101 and
+    /// the managers 65532 with the same `runAsGroup`). Each field given replaces the
+    /// generated one; the others stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 }
 
 /// An extra volume of the Envoy container: `secret` or `configMap`, not both.
@@ -459,6 +476,16 @@ impl EnvoyDeploymentSpec {
         self.affinity.as_ref()
     }
 
+    /// `spec.podSecurityContext`: fields set over the generated pod securityContext.
+    pub fn pod_security_context(&self) -> Option<&PodSecurityContext> {
+        self.pod_security_context.as_ref()
+    }
+
+    /// `spec.securityContext`: fields set over the generated containers' securityContext.
+    pub fn security_context(&self) -> Option<&SecurityContext> {
+        self.security_context.as_ref()
+    }
+
     /// `spec.podDisruptionBudget`, default `{}` (no PDB).
     pub fn pod_disruption_budget(&self) -> PodDisruptionBudgetSpec {
         self.pod_disruption_budget.clone().unwrap_or_default()
@@ -581,6 +608,10 @@ impl EnvoyDeploymentSpec {
         }
         errors.image("spec.image", self.image.as_deref());
         errors.resources("spec.resources", self.resources.as_ref());
+        errors.security_contexts(
+            self.pod_security_context.as_ref(),
+            self.security_context.as_ref(),
+        );
         let mut names: Vec<&str> = Vec::new();
         let mut numbers: Vec<(i32, &str)> = Vec::new();
         for (i, p) in self.ports().iter().enumerate() {
@@ -836,6 +867,37 @@ mod tests {
         assert_eq!(sm.server_port(), Ok(8090));
         assert_eq!(sm.drain_time(), 300);
         assert_eq!(sm.drain_strategy(), DrainStrategy::Gradual);
+    }
+
+    #[test]
+    fn security_context_overrides_the_api_server_would_refuse_are_named() {
+        let spec = |extra: serde_json::Value| {
+            let mut s = serde_json::json!({"envoyConfigRef": "c", "discoveryServiceRef": "d"});
+            for (k, v) in extra.as_object().unwrap() {
+                s[k] = v.clone();
+            }
+            ed(s)
+        };
+        let ok = spec(serde_json::json!({
+            "podSecurityContext": {"fsGroup": 2000, "runAsUser": 0},
+            "securityContext": {"runAsUser": 2147483647, "privileged": true, "allowPrivilegeEscalation": true},
+        }));
+        assert_eq!(ok.validate(), Ok(()));
+        let bad = spec(serde_json::json!({
+            "podSecurityContext": {"fsGroup": -1, "supplementalGroups": [1, 2147483648_i64]},
+            "securityContext": {"runAsUser": -5, "privileged": true,
+                                "capabilities": {"add": ["CAP_SYS_ADMIN"]}},
+        }));
+        let text = bad.validate().unwrap_err().to_string();
+        for want in [
+            "spec.podSecurityContext.fsGroup",
+            "spec.podSecurityContext.supplementalGroups[1]",
+            "spec.securityContext.runAsUser",
+            "spec.securityContext.privileged",
+            "spec.securityContext.capabilities.add",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
     }
 
     #[test]

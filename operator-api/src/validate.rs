@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{PodSecurityContext, ResourceRequirements, SecurityContext};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use marin3r_sidecar::validate::{Quantity, image, quantity};
@@ -208,6 +208,63 @@ impl Errors {
                 Err(Error::Invalid(errors)) => self.0.extend(errors),
                 Err(other) => self.push(path, Rule::Duration, other.to_string()),
             }
+        }
+    }
+
+    /// The securityContext fields a spec sets over the generated ones
+    /// (`spec.podSecurityContext`, `spec.securityContext`), as the API server checks the
+    /// merged result: user and group IDs in 0–2147483647, and no `privileged: true` or
+    /// added `CAP_SYS_ADMIN` while `allowPrivilegeEscalation` stays false (the generated
+    /// value: set it to true as well).
+    pub(crate) fn security_contexts(
+        &mut self,
+        pod: Option<&PodSecurityContext>,
+        container: Option<&SecurityContext>,
+    ) {
+        let mut id = |path: &str, value: Option<i64>| {
+            if let Some(v) = value
+                && !(0..=i64::from(i32::MAX)).contains(&v)
+            {
+                self.push(
+                    path,
+                    Rule::Range,
+                    format!("{v} must be between 0 and 2147483647, inclusive"),
+                );
+            }
+        };
+        if let Some(p) = pod {
+            id("spec.podSecurityContext.runAsUser", p.run_as_user);
+            id("spec.podSecurityContext.runAsGroup", p.run_as_group);
+            id("spec.podSecurityContext.fsGroup", p.fs_group);
+            for (i, g) in p.supplemental_groups.iter().flatten().enumerate() {
+                id(
+                    &format!("spec.podSecurityContext.supplementalGroups[{i}]"),
+                    Some(*g),
+                );
+            }
+        }
+        let Some(c) = container else {
+            return;
+        };
+        id("spec.securityContext.runAsUser", c.run_as_user);
+        id("spec.securityContext.runAsGroup", c.run_as_group);
+        if c.allow_privilege_escalation == Some(true) {
+            return;
+        }
+        if c.privileged == Some(true) {
+            self.push(
+                "spec.securityContext.privileged",
+                Rule::MutuallyExclusive,
+                "cannot set `allowPrivilegeEscalation` to false and `privileged` to true: the generated securityContext sets allowPrivilegeEscalation false, set it to true as well",
+            );
+        }
+        let adds = c.capabilities.as_ref().and_then(|c| c.add.as_ref());
+        if adds.is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN")) {
+            self.push(
+                "spec.securityContext.capabilities.add",
+                Rule::MutuallyExclusive,
+                "cannot set `allowPrivilegeEscalation` to false and `capabilities.add` CAP_SYS_ADMIN: the generated securityContext sets allowPrivilegeEscalation false, set it to true as well",
+            );
         }
     }
 

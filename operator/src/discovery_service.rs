@@ -41,9 +41,8 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretReference,
-    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, Probe, SecretReference, SecretVolumeSource, Service, ServiceAccount,
+    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -60,8 +59,11 @@ use marin3r_operator_api::{
 use marin3r_wire::http_paths;
 use marin3r_wire::secret_keys::CA_CRT;
 
+use marin3r_sidecar::run_as::restricted_security_context;
+
 use super::Images;
 use super::objects::{DISCOVERY_SERVICE_COMPONENT, labels, metadata};
+use super::security::{overlay, pod_security_context};
 use crate::Error;
 
 /// Where the CA trust bundle (`ca.crt` only) is mounted.
@@ -70,8 +72,9 @@ pub use marin3r_wire::paths::DISCOVERY_SERVICE_CA as CA_CERT_PATH;
 pub use marin3r_wire::paths::DISCOVERY_SERVICE_SERVER_CERT as SERVER_CERT_PATH;
 /// The port sidecars dial by convention (`marin3r-<ds>.<namespace>.svc:18000`).
 pub use marin3r_wire::ports::XDSS as CONVENTIONAL_XDS_PORT;
-/// The user the discovery service runs as (the marin3r image's `nonroot`).
-const UID: i64 = marin3r_sidecar::generate::MARIN3R_UID;
+/// Mode of the Secret volumes: read-only for any user (the pod sets no user and no
+/// `fsGroup`, which OpenShift's restricted-v2 would refuse unless in its range).
+pub const SECRET_MODE: i32 = 0o444;
 /// The pods' termination grace: the discovery service's own shutdown bound with the
 /// default drain flags (5 s + 5 s + 10 s + 2 s = 22 s,
 /// `marin3r_control_plane::shutdown_grace`) plus a margin.
@@ -407,8 +410,9 @@ fn pod_spec(
         name: name.to_string(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.to_string()),
-            // Group-readable: fsGroup 65532 owns the files.
-            default_mode: Some(0o440),
+            // Readable by whatever UID runs the container (the image's 65532, or the
+            // one OpenShift's SCC assigns; no fsGroup), written by no one.
+            default_mode: Some(SECRET_MODE),
             items,
             ..SecretVolumeSource::default()
         }),
@@ -446,8 +450,12 @@ fn pod_spec(
         liveness_probe: Some(probe(http_paths::HEALTHZ, 5, 10, 3)),
         resources: Some(ds.resources()),
         // The securityContext of every container marin3r generates (Pod Security
-        // `restricted`, read-only root).
-        security_context: Some(marin3r_sidecar::generate::restricted_security_context(UID)),
+        // `restricted`, read-only root) without a user: the image's numeric USER, or
+        // the UID OpenShift's SCC assigns; then the DiscoveryService's own fields.
+        security_context: Some(overlay(
+            restricted_security_context(true),
+            ds.security_context(),
+        )),
         volume_mounts: Some(vec![
             mount("server-cert", SERVER_CERT_PATH),
             mount("ca-cert", CA_CERT_PATH),
@@ -463,17 +471,7 @@ fn pod_spec(
         priority_class_name: ds.pod_priority_class().map(str::to_string),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
         topology_spread_constraints: Some(spread(&labels)),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(UID),
-            run_as_group: Some(UID),
-            fs_group: Some(UID),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..SeccompProfile::default()
-            }),
-            ..PodSecurityContext::default()
-        }),
+        security_context: Some(pod_security_context(ds.pod_security_context())),
         containers: vec![container],
         volumes: Some(vec![
             secret_volume("server-cert", server_secret, None),

@@ -12,7 +12,10 @@
 //! `resources`. Differences from upstream, on purpose:
 //! - `shutdownManager.serverPort` is honoured and the shutdown manager is given Envoy's
 //!   admin address, so draining works with any `adminPort` (Q4);
-//! - every container passes Pod Security `restricted` (the injection's securityContext);
+//! - every container passes Pod Security `restricted` and OpenShift's restricted-v2
+//!   (the injection's securityContext; the user is the first UID of the namespace's
+//!   `openshift.io/sa.scc.uid-range` when it has one, else Envoy 101 and the managers
+//!   65532), with `podSecurityContext` / `securityContext` fields set over it;
 //! - the pod does not mount a ServiceAccount token (Envoy never calls the API server);
 //! - with `replicas.dynamic` the Deployment's `replicas` is left out of what is applied,
 //!   so the HPA owns it, and the HPA's `behavior` is applied too (§5.5 [R]).
@@ -23,9 +26,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::autoscaling::v2::{
     CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec,
 };
-use k8s_openapi::api::core::v1::{
-    Container, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretReference,
-};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, Probe, SecretReference};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -38,10 +39,11 @@ use marin3r_operator_api::{
 use marin3r_sidecar::annotations::{
     DrainStrategy, PortSpec, Protocol, Resources, ShutdownManager, SidecarConfig,
 };
-use marin3r_sidecar::generate;
+use marin3r_sidecar::{RunAs, generate};
 
 use super::Images;
 use super::objects::{ENVOY_DEPLOYMENT_COMPONENT, labels, metadata};
+use super::security::{overlay, pod_security_context};
 use crate::Error;
 
 /// Name of the Envoy container.
@@ -68,13 +70,17 @@ pub struct EnvoyDeploymentObjects {
 }
 
 /// Generates every object of `ed` in `namespace`, for its DiscoveryService `ds` and
-/// EnvoyConfig `ec`. Fails only on an EnvoyDeployment or DiscoveryService that does not
-/// validate ([`EnvoyDeployment::validate`]), naming the field.
+/// EnvoyConfig `ec`. `uid_range` is the namespace's `openshift.io/sa.scc.uid-range`
+/// annotation (`None` without one): when it has one, every container runs as its first
+/// UID ([`RunAs::of_uid_range`]), which OpenShift's restricted-v2 admits. Fails only on
+/// an EnvoyDeployment or DiscoveryService that does not validate
+/// ([`EnvoyDeployment::validate`]), naming the field.
 pub fn generate(
     ed: &EnvoyDeployment,
     ds: &DiscoveryService,
     ec: &EnvoyConfig,
     namespace: &str,
+    uid_range: Option<&str>,
     images: &Images,
 ) -> Result<EnvoyDeploymentObjects, Error> {
     let name = ed.metadata.name.clone().unwrap_or_default();
@@ -193,6 +199,7 @@ pub fn generate(
         init_manager_image: spec.init_manager_image(&images.marin3r).to_string(),
         native_sidecar: false,
         extra_volumes: spec.extra_volumes().map_err(invalid)?,
+        run_as: RunAs::of_uid_range(uid_range),
     };
 
     let mut envoy = generate::envoy_container(&cfg);
@@ -203,24 +210,25 @@ pub fn generate(
     if let Some(sm) = &shutdown_manager {
         containers.push(generate::shutdown_manager_container(&cfg, sm));
     }
+    let mut init_manager = generate::init_manager_container(&cfg);
+    // The EnvoyDeployment's own securityContext fields, over every container's.
+    for c in containers.iter_mut().chain([&mut init_manager]) {
+        c.security_context = c
+            .security_context
+            .take()
+            .map(|sc| overlay(sc, spec.security_context()));
+    }
     let grace_period = shutdown_manager
         .as_ref()
         .map_or(DEFAULT_GRACE_PERIOD, |sm| sm.drain_time_seconds);
     let pod = PodSpec {
-        init_containers: Some(vec![generate::init_manager_container(&cfg)]),
+        init_containers: Some(vec![init_manager]),
         containers,
         volumes: Some(generate::volumes(&cfg)),
         affinity: spec.affinity().cloned(),
         termination_grace_period_seconds: Some(grace_period),
         automount_service_account_token: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..SeccompProfile::default()
-            }),
-            ..PodSecurityContext::default()
-        }),
+        security_context: Some(pod_security_context(spec.pod_security_context())),
         ..PodSpec::default()
     };
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::PartialObjectMeta;
@@ -48,6 +49,7 @@ use super::objects::MANAGED_BY_SELECTOR;
 use marin3r_kube::conditions::set_condition;
 use marin3r_kube::watch::Inputs as _;
 use marin3r_kube::{Error, Lenient};
+use marin3r_wire::openshift::UID_RANGE_ANNOTATION;
 
 /// How soon a Deployment waiting for its client certificate is looked at again (the
 /// certificate's status change also wakes it: it is owned).
@@ -57,6 +59,29 @@ pub const CERTIFICATE_RECHECK: Duration = Duration::from_secs(5);
 pub struct Context {
     pub client: Client,
     pub images: Images,
+}
+
+/// The namespace's `openshift.io/sa.scc.uid-range` annotation (OpenShift's UIDs of the
+/// namespace; `None` elsewhere): the Envoy pods run as its first UID. Without the right
+/// to read the Namespace (a narrower Role than `manifests/operator`'s), the pods keep
+/// the images' users, with a warning: on OpenShift they will then be refused.
+async fn namespace_uid_range(client: &Client, namespace: &str) -> Result<Option<String>, Error> {
+    match kube::Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await
+    {
+        Ok(ns) => Ok(ns
+            .and_then(|ns| ns.metadata.annotations)
+            .and_then(|mut a| a.remove(UID_RANGE_ANNOTATION))),
+        Err(e) if marin3r_kube::is_status(&e, 403) => {
+            tracing::warn!(
+                namespace,
+                "cannot read the Namespace (RBAC: get namespaces); the Envoy pods keep the images' users and ignore any OpenShift uid-range"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Reconciles one EnvoyDeployment.
@@ -125,7 +150,8 @@ pub async fn reconcile(
         write(&status).await?;
         return Ok(Action::requeue(RECHECK));
     };
-    let objects = match generate(ed, &ds, &ec, &namespace, &ctx.images) {
+    let uid_range = namespace_uid_range(client, &namespace).await?;
+    let objects = match generate(ed, &ds, &ec, &namespace, uid_range.as_deref(), &ctx.images) {
         Ok(objects) => objects,
         Err(e) => {
             ready(&mut status, false, REASON_INVALID_SPEC, e.to_string());

@@ -24,6 +24,7 @@ pub mod leader;
 pub mod objects;
 pub mod rbac;
 pub mod render;
+pub mod security;
 
 /// Failures of the operator process.
 #[derive(Debug, thiserror::Error)]

@@ -24,6 +24,8 @@ const OPERATOR: &str = marin3r_wire::OPERATOR_GROUP;
 ///   applied; certificates also applied (the DiscoveryService and EnvoyDeployment
 ///   controllers create them); `finalizers` for owner references.
 /// - EnvoyConfigs: an EnvoyDeployment's node id (get), and watched to follow changes.
+/// - Namespaces: an EnvoyDeployment's namespace (get: its OpenShift uid-range, the user
+///   of the Envoy pods).
 /// - Secrets: the certificates (watched label-selected, read, applied).
 /// - Deployments: watched (owned), read (is it there yet?), applied.
 /// - Services: watched (owned), applied. ServiceAccounts, Roles, RoleBindings: applied.
@@ -87,6 +89,12 @@ pub const OPERATOR_RBAC: &[ApiAccess] = &[
         group: marin3r_wire::DOMAIN,
         resource: "envoyconfigs",
         verbs: &["get", "list", "watch"],
+        names: Names::Any,
+    },
+    ApiAccess {
+        group: "",
+        resource: "namespaces",
+        verbs: &["get"],
         names: Names::Any,
     },
     ApiAccess {

@@ -16,7 +16,10 @@
 //!   [`EnvoyDeployment::validate`]); one with errors is reported with each field;
 //! - a field the type does not have (`replicas.statik`) is an error naming its path, as
 //!   the API server's strict field validation reports it (never silently dropped);
-//! - the same object (kind, namespace, name) given twice is refused the second time.
+//! - the same object (kind, namespace, name) given twice is refused the second time;
+//! - a `v1` Namespace in the input gives its `openshift.io/sa.scc.uid-range` annotation
+//!   to the EnvoyDeployments in it, as the controller reads it from the cluster: their
+//!   containers run as its first UID (OpenShift's restricted-v2 admits only those).
 //!
 //! Objects come out in apply order: per DiscoveryService its certificates, account,
 //! Role, RoleBinding, Service, Deployment and PDB (several replicas); per
@@ -31,6 +34,8 @@ use marin3r_operator_api::conditions;
 use marin3r_operator_api::{DiscoveryService, EnvoyDeployment};
 use serde::Serialize;
 use serde_json::Value;
+
+use marin3r_wire::openshift::UID_RANGE_ANNOTATION;
 
 use super::Images;
 use super::{discovery_service, envoy_deployment};
@@ -100,12 +105,15 @@ fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMet
 }
 
 /// Renders what the controllers would apply for the DiscoveryServices, EnvoyDeployments
-/// and EnvoyConfigs among `docs` (other kinds are ignored).
+/// and EnvoyConfigs among `docs`, with the uid-range of the Namespaces among them (other
+/// kinds are ignored).
 pub fn render(docs: &[Value], images: &Images) -> Rendered {
     let mut out = Rendered::default();
     let mut discovery_services: BTreeMap<String, Vec<DiscoveryService>> = BTreeMap::new();
     let mut envoy_deployments: Vec<EnvoyDeployment> = Vec::new();
     let mut envoy_configs: BTreeMap<(String, String), EnvoyConfig> = BTreeMap::new();
+    // Namespace name -> its `openshift.io/sa.scc.uid-range`, as the controller reads it.
+    let mut uid_ranges: BTreeMap<String, String> = BTreeMap::new();
 
     let operator_api = <DiscoveryService as kube::Resource>::api_version(&());
     // (kind, namespace, name) -> the document that defined it first.
@@ -149,6 +157,13 @@ pub fn render(docs: &[Value], images: &Images) -> Rendered {
                 },
                 Err(e) => out.problems.push(format!("{at}: {e}")),
             },
+            (false, "Namespace") if doc["apiVersion"] == "v1" => {
+                let range = &doc["metadata"]["annotations"][UID_RANGE_ANNOTATION];
+                if let (Some(ns), Some(range)) = (doc["metadata"]["name"].as_str(), range.as_str())
+                {
+                    uid_ranges.insert(ns.to_string(), range.to_string());
+                }
+            }
             (_, "EnvoyConfig") => match parse_envoy_config(doc) {
                 Ok(ec) => {
                     let key = (
@@ -225,7 +240,8 @@ pub fn render(docs: &[Value], images: &Images) -> Rendered {
             ));
             continue;
         };
-        match envoy_deployment::generate(ed, ds, ec, &namespace, images) {
+        let uid_range = uid_ranges.get(&namespace).map(String::as_str);
+        match envoy_deployment::generate(ed, ds, ec, &namespace, uid_range, images) {
             Ok(o) => {
                 let objects = [
                     to_value(&o.client_certificate, &mut out.problems),

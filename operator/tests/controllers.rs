@@ -473,7 +473,29 @@ fn ed_context(client: kube::Client) -> Arc<ed_ctl::Context> {
 
 const DS_GET: &str = "/apis/operator.marin3r.3scale.net/v1alpha1/namespaces/default/discoveryservices/discoveryservice";
 const EC_GET: &str = "/apis/marin3r.3scale.net/v1alpha1/namespaces/default/envoyconfigs/envoy";
+const NS_GET: &str = "/api/v1/namespaces/default";
 const CERT: &str = "/apis/operator.marin3r.3scale.net/v1alpha1/namespaces/default/discoveryservicecertificates/envoy-client-cert-envoy";
+
+/// Answers the controller's read of the Namespace: `Ok(uid-range)` a Namespace with
+/// OpenShift's annotation (or without any: `Ok(None)`), `Err(code)` that error.
+async fn expect_namespace(api: &mut ApiServer, answer: Result<Option<&str>, u16>) {
+    match answer {
+        Ok(range) => {
+            let mut ns =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}});
+            if let Some(range) = range {
+                ns["metadata"]["annotations"] = json!({"openshift.io/sa.scc.uid-range": range});
+            }
+            api.expect("GET", NS_GET, 200, |_| ns).await;
+        }
+        Err(code) => {
+            api.expect("GET", NS_GET, code, |_| {
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": code})
+            })
+            .await;
+        }
+    }
+}
 const DEPLOYMENT: &str =
     "/apis/apps/v1/namespaces/default/deployments/marin3r-envoydeployment-envoy";
 const HPA: &str = "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers/marin3r-envoydeployment-envoy";
@@ -492,9 +514,22 @@ async fn ed_pass(
     hpa: bool,
     hpa_exists: bool,
 ) -> (Value, Value) {
+    ed_pass_in(api, ed, Ok(None), deployment_exists, hpa, hpa_exists).await
+}
+
+/// [`ed_pass`] with the Namespace answered as `namespace` says ([`expect_namespace`]).
+async fn ed_pass_in(
+    api: &mut ApiServer,
+    ed: &Value,
+    namespace: Result<Option<&str>, u16>,
+    deployment_exists: bool,
+    hpa: bool,
+    hpa_exists: bool,
+) -> (Value, Value) {
     let ds = discovery_service("discoveryservice", "2026-01-01T00:00:00Z", "uid-ds");
     api.expect("GET", DS_GET, 200, |_| ds.clone()).await;
     api.expect("GET", EC_GET, 200, |_| envoy_config()).await;
+    expect_namespace(api, namespace).await;
     let cert = expect_apply(api, CERT, Some(json!({"ready": true}))).await;
     assert_eq!(
         cert["spec"]["signer"]["caSigned"]["caSecretRef"]["name"],
@@ -576,6 +611,37 @@ async fn the_walkthrough_envoydeployment_creates_envoy_with_the_shutdown_manager
         (Some("True"), Some("DeploymentAvailable"))
     );
     assert_eq!(status["observedGeneration"], 2);
+}
+
+/// The Envoy pods run as the first UID of the Namespace's OpenShift uid-range, with no
+/// group of their own; without the annotation, or without the right to read the
+/// Namespace (a warning), as the images' users.
+#[tokio::test]
+async fn the_envoy_pods_run_as_the_namespace_uid_range_start() {
+    let ed = envoy_deployment(walkthrough_spec());
+    for (answer, uid, gid) in [
+        (
+            Ok(Some("1000680000/10000")),
+            json!(1_000_680_000),
+            Value::Null,
+        ),
+        (Ok(None), json!(101), json!(101)),
+        (Err(403), json!(101), json!(101)),
+    ] {
+        let (client, mut api) = mock_client();
+        let (action, (deployment, _)) = run(
+            ed_ctl::reconcile(lenient(&ed), ed_context(client)),
+            ed_pass_in(&mut api, &ed, answer, false, false, false),
+        )
+        .await;
+        action.unwrap();
+        let envoy = &deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+        assert_eq!(
+            (&envoy["runAsUser"], &envoy["runAsGroup"]),
+            (&uid, &gid),
+            "{answer:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -689,6 +755,7 @@ async fn the_deployment_waits_for_its_client_certificate() {
     let (action, status) = run(ed_ctl::reconcile(lenient(&ed), ed_context(client)), async {
         api.expect("GET", DS_GET, 200, |_| ds.clone()).await;
         api.expect("GET", EC_GET, 200, |_| envoy_config()).await;
+        expect_namespace(&mut api, Ok(None)).await;
         expect_apply(&mut api, CERT, Some(json!({"ready": false}))).await;
         api.expect("GET", DEPLOYMENT, 404, |_| not_found("deployment"))
             .await;

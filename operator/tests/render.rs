@@ -1,7 +1,11 @@
 //! Golden tests of `marin3r operator render` (the operator's generators): every
 //! `operator/tests/fixtures/operator-render/<case>/input.yaml` renders exactly
 //! `expected.yaml` (the objects, a YAML stream) and `problems.txt` (what cannot be
-//! rendered, one per line). Every generated container passes Pod Security `restricted`.
+//! rendered, one per line). Every generated container passes Pod Security `restricted`,
+//! and every rendered pod template OpenShift's SCC admission (`marin3r_testkit::scc`):
+//! restricted-v2 in a namespace the input gives with its uid-range annotations (and for
+//! every discovery service, which sets no user), nonroot-v2 for Envoy pods elsewhere
+//! (their numeric image users).
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p marin3r-control-plane --test operator_render` rewrites
 //! the expected files; review every diff before committing it.
@@ -12,6 +16,7 @@ use std::path::{Path, PathBuf};
 use marin3r_operator::Images;
 use marin3r_operator::render::render;
 use marin3r_testkit::pod_security::{container_violations, volume_violations};
+use marin3r_testkit::scc::{self, Scc};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -61,6 +66,66 @@ fn restricted_breaches(objects: &[Value]) -> (usize, Vec<String>) {
     (checked, out)
 }
 
+/// The annotations of the Namespaces among the input documents, by name.
+fn namespaces(dir: &Path) -> std::collections::BTreeMap<String, Value> {
+    let text = std::fs::read_to_string(dir.join("input.yaml")).unwrap();
+    marin3r_envoyconfig::manifest::documents(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| d["kind"] == "Namespace")
+        .map(|d| {
+            let name = d["metadata"]["name"].as_str().unwrap().to_string();
+            (name, d["metadata"]["annotations"].clone())
+        })
+        .collect()
+}
+
+/// Whether a pod template sets a user, group or fsGroup anywhere.
+fn names_a_user(template: &Value) -> bool {
+    let spec = &template["spec"];
+    let fields = ["runAsUser", "runAsGroup", "fsGroup"];
+    fields.iter().any(|f| !spec["securityContext"][f].is_null())
+        || ["containers", "initContainers"].iter().any(|k| {
+            spec[*k]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| fields.iter().any(|f| !c["securityContext"][f].is_null()))
+        })
+}
+
+/// Why OpenShift's SCC admission refuses the pod template of a rendered Deployment, and
+/// how many templates were admitted under restricted-v2: in a namespace the input gives
+/// (its annotations) and for the discovery service anywhere (an OpenShift namespace's
+/// annotations), restricted-v2; for Envoy pods in a namespace without uid-range and
+/// pods whose spec overrides the user, nonroot-v2 (any numeric non-root user).
+fn scc_refusals(
+    objects: &[Value],
+    namespaces: &std::collections::BTreeMap<String, Value>,
+) -> (usize, Vec<String>) {
+    let mut restricted_v2 = 0;
+    let mut out = Vec::new();
+    for d in objects.iter().filter(|o| o["kind"] == "Deployment") {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let ns = d["metadata"]["namespace"].as_str().unwrap();
+        let component = &d["metadata"]["labels"]["app.kubernetes.io/component"];
+        let (annotations, scc) = match namespaces.get(ns) {
+            Some(a) => (a.clone(), Scc::RestrictedV2),
+            // A discovery service names no user unless its spec overrides one.
+            None if component == "discovery-service" && !names_a_user(&d["spec"]["template"]) => {
+                (scc::example_namespace(), Scc::RestrictedV2)
+            }
+            None => (scc::example_namespace(), Scc::NonrootV2),
+        };
+        match scc::admit_template(&d["spec"]["template"], &annotations, scc) {
+            Ok(_) if scc == Scc::RestrictedV2 => restricted_v2 += 1,
+            Ok(_) => {}
+            Err(e) => out.push(format!("{ns}/{name} under {}: {e:?}", scc.name())),
+        }
+    }
+    (restricted_v2, out)
+}
+
 #[test]
 fn golden_render_cases() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some();
@@ -73,6 +138,7 @@ fn golden_render_cases() {
     assert!(dirs.len() >= 8, "{} cases", dirs.len());
     let mut failures = Vec::new();
     let mut containers = 0;
+    let mut restricted_v2 = 0;
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let (objects, problems) = render_case(dir);
@@ -102,8 +168,17 @@ fn golden_render_cases() {
         if !breaches.is_empty() {
             failures.push(format!("{name}: not Pod Security restricted: {breaches:?}"));
         }
+        let (admitted, refusals) = scc_refusals(&objects, &namespaces(dir));
+        restricted_v2 += admitted;
+        if !refusals.is_empty() {
+            failures.push(format!("{name}: refused by SCC: {refusals:?}"));
+        }
     }
     assert!(containers >= 12, "only {containers} containers checked");
+    assert!(
+        restricted_v2 >= 10,
+        "only {restricted_v2} pods under restricted-v2"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -751,4 +826,113 @@ fn the_same_object_given_twice_is_refused() {
         .filter(|o| o["kind"] == "Deployment")
         .count();
     assert_eq!(deployments, 2, "one per object, not per document");
+}
+
+/// On OpenShift the Envoy pods run as the Namespace's first UID (read by the controller,
+/// given to render as a Namespace document), with no group of their own, and
+/// restricted-v2 admits them; without the Namespace they keep the images' users, which
+/// restricted-v2 refuses in OpenShift's words.
+#[test]
+fn envoy_pods_run_as_the_namespace_uid_range_start() {
+    let dir = fixtures().join("13-openshift-namespace-uid-range");
+    let (objects, problems) = render_case(&dir);
+    assert!(problems.is_empty(), "{problems:?}");
+    let ed = find(&objects, "Deployment", "marin3r-envoydeployment-envoy");
+    let spec = &ed["spec"]["template"]["spec"];
+    let mut seen = 0;
+    for key in ["containers", "initContainers"] {
+        for c in spec[key].as_array().unwrap() {
+            assert_eq!(
+                c["securityContext"]["runAsUser"], 1_000_680_000,
+                "{}",
+                c["name"]
+            );
+            assert!(
+                c["securityContext"]["runAsGroup"].is_null(),
+                "{}",
+                c["name"]
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 3, "envoy, shutdown manager, init manager");
+    let ns = &namespaces(&dir)["team"];
+    scc::admit_template(&ed["spec"]["template"], ns, Scc::RestrictedV2).unwrap();
+
+    // Without the Namespace document: Envoy as 101, refused by restricted-v2.
+    let text = std::fs::read_to_string(dir.join("input.yaml")).unwrap();
+    let docs: Vec<Value> = marin3r_envoyconfig::manifest::documents(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|d| d["kind"] != "Namespace")
+        .collect();
+    let rendered = render(&docs, &images());
+    let ed = find(
+        &rendered.objects,
+        "Deployment",
+        "marin3r-envoydeployment-envoy",
+    );
+    let errors = scc::admit_template(&ed["spec"]["template"], ns, Scc::RestrictedV2).unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e
+                .ends_with("Invalid value: 101: must be in the ranges: [1000680000, 1000689999]")),
+        "{errors:?}"
+    );
+}
+
+/// The discovery service's pod names no user, group or fsGroup and mounts its Secrets
+/// readable by any user (0444): OpenShift assigns the user, the image's numeric USER
+/// is it elsewhere.
+#[test]
+fn the_discovery_service_pod_names_no_user_and_its_secrets_are_world_readable() {
+    let (objects, _) = render_case(&fixtures().join("02-walkthrough-shutdown-manager"));
+    let ds = find(&objects, "Deployment", "marin3r-discoveryservice");
+    let spec = &ds["spec"]["template"]["spec"];
+    for sc in [
+        &spec["securityContext"],
+        &spec["containers"][0]["securityContext"],
+    ] {
+        for field in ["runAsUser", "runAsGroup", "fsGroup"] {
+            assert!(sc[field].is_null(), "{field}: {sc}");
+        }
+        assert_eq!(sc["runAsNonRoot"], true);
+    }
+    for v in spec["volumes"].as_array().unwrap() {
+        assert_eq!(v["secret"]["defaultMode"], 0o444, "{v}");
+    }
+}
+
+/// `podSecurityContext` and `securityContext` set their fields over the generated ones
+/// on the discovery service pod and on every container of the Envoy pod.
+#[test]
+fn security_context_overrides_set_their_fields_and_keep_the_rest() {
+    let (objects, problems) = render_case(&fixtures().join("14-security-context-override"));
+    assert!(problems.is_empty(), "{problems:?}");
+    let ds = &find(&objects, "Deployment", "marin3r-discoveryservice")["spec"]["template"]["spec"];
+    assert_eq!(ds["securityContext"]["fsGroup"], 2000);
+    assert_eq!(ds["securityContext"]["runAsUser"], 1001);
+    assert_eq!(
+        ds["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &ds["containers"][0]["securityContext"];
+    assert_eq!(
+        (c["runAsUser"].clone(), c["runAsGroup"].clone()),
+        (1001.into(), 1001.into())
+    );
+    assert_eq!(c["capabilities"]["drop"][0], "ALL");
+    let ed =
+        &find(&objects, "Deployment", "marin3r-envoydeployment-envoy")["spec"]["template"]["spec"];
+    assert_eq!(ed["securityContext"]["fsGroup"], 2000);
+    assert_eq!(ed["securityContext"]["runAsNonRoot"], true);
+    for key in ["containers", "initContainers"] {
+        for c in ed[key].as_array().unwrap() {
+            let sc = &c["securityContext"];
+            assert_eq!(sc["runAsUser"], 1001, "{}", c["name"]);
+            assert_eq!(sc["runAsGroup"], 1001, "{}", c["name"]);
+            assert_eq!(sc["readOnlyRootFilesystem"], true, "{}", c["name"]);
+        }
+    }
 }

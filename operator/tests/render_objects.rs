@@ -5,8 +5,9 @@
 //! independently of `validate()`: object names (DNS-1035 for Services, DNS-1123 subdomain
 //! otherwise), label values, Service port names and numbers, container names and ports
 //! unique in the pod, probe, HPA and PodDisruptionBudget values, quantities, image
-//! references and certificate lifetimes. An input the rules refuse must be reported, not
-//! rendered.
+//! references and certificate lifetimes; and every pod template must pass Pod Security
+//! `restricted` and OpenShift's SCC admission (restricted-v2 when the input gives the
+//! namespace's uid-range). An input the rules refuse must be reported, not rendered.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -462,16 +463,52 @@ prop_compose! {
     }
 }
 
+/// The `apps` Namespace as OpenShift annotates it: the Envoy pods then run as its first
+/// UID.
+fn openshift_namespace() -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": "apps", "annotations": marin3r_testkit::scc::example_namespace()}})
+}
+
 fn input() -> impl Strategy<Value = Vec<Value>> {
-    (name(55), name(63)).prop_flat_map(|(ds_name, ed_name)| {
+    (name(55), name(63), any::<bool>()).prop_flat_map(|(ds_name, ed_name, openshift)| {
         (ds_spec(), ed_spec(ds_name.clone())).prop_map(move |(ds, ed)| {
-            vec![
+            let mut docs = vec![
                 discovery_service(&ds_name, ds),
                 envoy_config(),
                 envoy_deployment(&ed_name, ed),
-            ]
+            ];
+            if openshift {
+                docs.push(openshift_namespace());
+            }
+            docs
         })
     })
+}
+
+/// Why OpenShift's SCC admission (`marin3r_testkit::scc`) or Pod Security `restricted`
+/// refuses the pod template of a rendered Deployment: with the `apps` Namespace in the
+/// input, restricted-v2 for every pod; without it, restricted-v2 for the discovery
+/// service (it names no user) and nonroot-v2 for the Envoy pods (their images' numeric
+/// users).
+fn pod_refusals(object: &Value, openshift: bool) -> Vec<String> {
+    use marin3r_testkit::scc::{Scc, admit_template, example_namespace};
+    if object["kind"] != "Deployment" {
+        return Vec::new();
+    }
+    let template = &object["spec"]["template"];
+    let discovery_service =
+        object["metadata"]["labels"]["app.kubernetes.io/component"] == "discovery-service";
+    let scc = if openshift || discovery_service {
+        Scc::RestrictedV2
+    } else {
+        Scc::NonrootV2
+    };
+    let mut out = marin3r_testkit::pod_security::pod_violations(&template["spec"]);
+    if let Err(e) = admit_template(template, &example_namespace(), scc) {
+        out.extend(e);
+    }
+    out
 }
 
 /// The property over generated inputs; also counts how many inputs rendered each
@@ -489,7 +526,12 @@ fn every_rendered_object_is_valid_for_the_api_server() {
     let (discovery_services, envoy_deployments) = (Cell::new(0), Cell::new(0));
     let result = runner.run(&input(), |docs| {
         let rendered = render(&docs, &images());
-        let violations: Vec<String> = rendered.objects.iter().flat_map(violations).collect();
+        let openshift = docs.iter().any(|d| d["kind"] == "Namespace");
+        let violations: Vec<String> = rendered
+            .objects
+            .iter()
+            .flat_map(|o| violations(o).into_iter().chain(pod_refusals(o, openshift)))
+            .collect();
         let component = |c: &str| {
             rendered.objects.iter().any(|o| {
                 o["kind"] == "Deployment"

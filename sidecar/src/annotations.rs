@@ -243,6 +243,10 @@ pub struct SidecarConfig {
     /// Secrets and ConfigMaps mounted read-only into the Envoy container
     /// (`envoy-extra-secret-volumes`, then `envoy-extra-configmap-volumes`).
     pub extra_volumes: Vec<ExtraVolume>,
+    /// Who the generated containers run as ([`crate::RunAs`]): decided from the Pod by
+    /// injection ([`crate::RunAs::of_pod`]), from the Namespace by the operator;
+    /// [`crate::RunAs::IMAGE_USERS`] from the annotations alone.
+    pub run_as: crate::RunAs,
 }
 
 /// Collects errors while each annotation is parsed independently.
@@ -686,6 +690,7 @@ where
         init_manager_image,
         native_sidecar,
         extra_volumes,
+        run_as: crate::RunAs::IMAGE_USERS,
     })
 }
 

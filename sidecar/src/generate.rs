@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, Probe, ResourceRequirements,
+    SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -29,37 +29,15 @@ pub const SHUTDOWN_MANAGER_NAME: &str = "envoy-shtdn-mgr";
 pub use marin3r_wire::http_paths::DRAIN as DRAIN_PATH;
 /// Shutdown manager endpoint Envoy's preStop calls: blocks until draining finished.
 pub use marin3r_wire::http_paths::SHUTDOWN as SHUTDOWN_PATH;
-/// User and group the Envoy container runs as: the `envoy` user of Envoy's official
-/// images (their entrypoint, which `command: [envoy]` bypasses, switches to it too).
+/// User and group the Envoy container runs as when the Pod names no user ([`RunAs`]):
+/// the `envoy` user of Envoy's official images (their entrypoint, which
+/// `command: [envoy]` bypasses, switches to it too).
 pub const ENVOY_UID: i64 = 101;
-/// User and group the init and shutdown managers run as: the `nonroot` user of the
-/// marin3r image (`Dockerfile`).
+/// User and group the init and shutdown managers run as when the Pod names no user
+/// ([`RunAs`]): the `nonroot` user of the marin3r image (`Dockerfile`).
 pub const MARIN3R_UID: i64 = 65532;
 
-/// The securityContext of every generated container: Pod Security Standards
-/// `restricted` (non-root with a numeric user, so that the kubelet can verify it without
-/// reading the image; no privilege escalation; every capability dropped; the runtime's
-/// default seccomp profile) and a read-only root filesystem (Envoy and the managers
-/// write only to the mounted bootstrap emptyDir and to `/dev/shm`).
-pub fn restricted_security_context(uid: i64) -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_string()]),
-            ..Default::default()
-        }),
-        privileged: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        run_as_user: Some(uid),
-        run_as_group: Some(uid),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_string(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+pub use crate::run_as::{RunAs, restricted_security_context};
 
 fn http_get(path: &str, port: u16) -> HTTPGetAction {
     HTTPGetAction {
@@ -215,7 +193,7 @@ pub fn envoy_container(cfg: &SidecarConfig) -> Container {
             .as_ref()
             .map(|sm| pre_stop(SHUTDOWN_PATH, sm.port)),
         restart_policy: cfg.native_sidecar.then(|| "Always".to_string()),
-        security_context: Some(restricted_security_context(ENVOY_UID)),
+        security_context: Some(cfg.run_as.security_context(ENVOY_UID)),
         ..Default::default()
     }
 }
@@ -262,7 +240,7 @@ pub fn init_manager_container(cfg: &SidecarConfig) -> Container {
             mount(&cfg.config_volume, CONFIG_MOUNT_PATH, false),
             mount(&cfg.tls_volume, TLS_MOUNT_PATH, true),
         ]),
-        security_context: Some(restricted_security_context(MARIN3R_UID)),
+        security_context: Some(cfg.run_as.security_context(MARIN3R_UID)),
         ..Default::default()
     }
 }
@@ -295,7 +273,7 @@ pub fn shutdown_manager_container(cfg: &SidecarConfig, sm: &ShutdownManager) -> 
         }),
         lifecycle: Some(pre_stop(DRAIN_PATH, sm.port)),
         restart_policy: cfg.native_sidecar.then(|| "Always".to_string()),
-        security_context: Some(restricted_security_context(MARIN3R_UID)),
+        security_context: Some(cfg.run_as.security_context(MARIN3R_UID)),
         ..Default::default()
     }
 }

@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::Error;
+use crate::RunAs;
 use crate::annotations::{
     self, AnnotationError, AnnotationErrors, DOMAIN, Defaults, SIDECAR_STATUS, STATUS_ENABLED,
     STATUS_LABEL, SidecarConfig,
@@ -394,7 +395,7 @@ pub fn plan_pod_as<'a, F: Added>(
             .collect()
     };
     let app_containers = kept_names(&lists[CONTAINERS]);
-    let cfg = match (
+    let mut cfg = match (
         annotations::parse(&annotations, &namespace, &app_containers, defaults),
         status_error,
     ) {
@@ -405,6 +406,18 @@ pub fn plan_pod_as<'a, F: Added>(
             return Err(Error::Annotations(errors));
         }
     };
+
+    // Who the sidecars run as: decided from the Pod's own containers, not from the ones
+    // an earlier injection added (re-injection decides the same).
+    let own_containers: Vec<&Value> = [CONTAINERS, INIT_CONTAINERS]
+        .into_iter()
+        .flat_map(|list| lists[list].kept().map(|(_, c)| c))
+        .collect();
+    cfg.run_as = RunAs::of_pod(
+        root.get("spec").unwrap_or(&Value::Null),
+        &annotations,
+        &own_containers,
+    );
 
     let ephemeral_names: BTreeSet<String> = names(ephemeral).map(str::to_string).collect();
     let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);

@@ -10,6 +10,7 @@ pub mod generate;
 pub mod host_ports;
 pub mod inject;
 pub use marin3r_wire::quote;
+pub mod run_as;
 pub mod validate;
 pub mod workload;
 
@@ -17,6 +18,7 @@ pub use annotations::{AnnotationError, AnnotationErrors, Defaults, SidecarConfig
 pub use inject::{
     Added, Injection, InjectionPatch, Mutation, Plan, SkipReason, mutate_pod, plan_pod, plan_pod_as,
 };
+pub use run_as::RunAs;
 
 /// Errors of the sidecar toolkit.
 #[derive(Debug, thiserror::Error)]

@@ -125,6 +125,17 @@ impl Scc {
         self.constraints().name
     }
 
+    /// The modelled SCC of that name.
+    pub fn from_name(name: &str) -> Option<Scc> {
+        Scc::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether the SCC allows a seccomp profile (restricted-v2, nonroot-v2,
+    /// hostnetwork-v2: `runtime/default`) or refuses any ("seccomp may not be set").
+    pub fn allows_seccomp(self) -> bool {
+        !self.constraints().seccomp_profiles.is_empty()
+    }
+
     fn constraints(self) -> Constraints {
         match self {
             Scc::RestrictedV2 => Constraints {
@@ -780,38 +791,79 @@ fn prefixed(scc: Scc, errors: Vec<String>) -> Vec<String> {
 /// annotated `openshift.io/scc`, or every error (each prefixed `provider "<name>": `).
 /// `namespace_annotations` is the namespace's `metadata.annotations`.
 pub fn admit(pod: &Value, namespace_annotations: &Value, scc: Scc) -> Result<Value, Vec<String>> {
+    admit_any(pod, namespace_annotations, &[scc])
+}
+
+/// The SCCs in the order admission tries them: the one the Pod's `openshift.io/scc`
+/// names first (OpenShift's hint), then the others as given (by priority, most
+/// restrictive first, as the cluster sorts them).
+fn in_hint_order(pod: &Value, sccs: &[Scc]) -> Vec<Scc> {
+    let hint = pod["metadata"]["annotations"][SCC_ANNOTATION].as_str();
+    let mut out: Vec<Scc> = sccs
+        .iter()
+        .copied()
+        .filter(|s| Some(s.name()) == hint)
+        .collect();
+    out.extend(sccs.iter().copied().filter(|s| Some(s.name()) != hint));
+    out
+}
+
+/// [`admit`] when the Pod's service account may use each of `sccs` (most restrictive
+/// first): the first that admits the Pod mutates and names it; every error otherwise.
+pub fn admit_any(
+    pod: &Value,
+    namespace_annotations: &Value,
+    sccs: &[Scc],
+) -> Result<Value, Vec<String>> {
     let ns = Allocation::from_annotations(namespace_annotations).map_err(|e| vec![e])?;
-    let mut out = scc
-        .constraints()
-        .apply(pod, &ns)
-        .map_err(|e| prefixed(scc, e))?;
-    set(
-        &mut out["metadata"]["annotations"],
-        SCC_ANNOTATION,
-        json!(scc.name()),
-    );
-    Ok(out)
+    let mut errors = Vec::new();
+    for scc in in_hint_order(pod, sccs) {
+        match scc.constraints().apply(pod, &ns) {
+            Ok(mut out) => {
+                set(
+                    &mut out["metadata"]["annotations"],
+                    SCC_ANNOTATION,
+                    json!(scc.name()),
+                );
+                return Ok(out);
+            }
+            Err(e) => errors.extend(prefixed(scc, e)),
+        }
+    }
+    Err(errors)
 }
 
 /// SCC's validating phase: `pod` must pass `scc` and the SCC must change nothing.
 pub fn validate(pod: &Value, namespace_annotations: &Value, scc: Scc) -> Result<(), Vec<String>> {
+    validate_any(pod, namespace_annotations, &[scc])
+}
+
+/// [`validate`] with several usable SCCs: one of them must admit the Pod unchanged.
+pub fn validate_any(
+    pod: &Value,
+    namespace_annotations: &Value,
+    sccs: &[Scc],
+) -> Result<(), Vec<String>> {
     let ns = Allocation::from_annotations(namespace_annotations).map_err(|e| vec![e])?;
-    let applied = scc
-        .constraints()
-        .apply(pod, &ns)
-        .map_err(|e| prefixed(scc, e))?;
-    if &applied == pod {
-        return Ok(());
+    let mut errors = Vec::new();
+    for scc in in_hint_order(pod, sccs) {
+        match scc.constraints().apply(pod, &ns) {
+            Ok(applied) if &applied == pod => return Ok(()),
+            Ok(applied) => {
+                let mut changed = Vec::new();
+                diff_paths("", pod, &applied, &mut changed);
+                errors.extend(prefixed(
+                    scc,
+                    vec![format!(
+                        "failures final validation after mutating admission (SCC would change {})",
+                        changed.join(", ")
+                    )],
+                ));
+            }
+            Err(e) => errors.extend(prefixed(scc, e)),
+        }
     }
-    let mut changed = Vec::new();
-    diff_paths("", pod, &applied, &mut changed);
-    Err(prefixed(
-        scc,
-        vec![format!(
-            "failures final validation after mutating admission (SCC would change {})",
-            changed.join(", ")
-        )],
-    ))
+    Err(errors)
 }
 
 /// The JSON paths where `a` and `b` differ.
@@ -849,14 +901,27 @@ pub fn admit_with_webhook(
     scc: Scc,
     webhook: impl FnOnce(&Value) -> Value,
 ) -> Result<Value, Vec<String>> {
-    let first = admit(pod, namespace_annotations, scc)?;
+    admit_with_webhook_any(pod, namespace_annotations, &[scc], webhook)
+}
+
+/// [`admit_with_webhook`] when the Pod's service account may use each of `sccs` (most
+/// restrictive first): the second pass may pick another SCC than the first (a webhook
+/// that adds a host port moves the Pod from restricted-v2 to hostnetwork-v2), tried
+/// after the one the Pod names.
+pub fn admit_with_webhook_any(
+    pod: &Value,
+    namespace_annotations: &Value,
+    sccs: &[Scc],
+    webhook: impl FnOnce(&Value) -> Value,
+) -> Result<Value, Vec<String>> {
+    let first = admit_any(pod, namespace_annotations, sccs)?;
     let patched = webhook(&first);
     let stored = if patched == first {
         first
     } else {
-        admit(&patched, namespace_annotations, scc)?
+        admit_any(&patched, namespace_annotations, sccs)?
     };
-    validate(&stored, namespace_annotations, scc)?;
+    validate_any(&stored, namespace_annotations, sccs)?;
     Ok(stored)
 }
 
@@ -904,6 +969,15 @@ mod tests {
 
     fn ns() -> Value {
         example_namespace()
+    }
+
+    #[test]
+    fn each_scc_is_found_by_its_name() {
+        for scc in Scc::ALL {
+            assert_eq!(Scc::from_name(scc.name()), Some(scc));
+        }
+        assert_eq!(Scc::from_name("privileged"), None);
+        assert!(Scc::RestrictedV2.allows_seccomp() && !Scc::Anyuid.allows_seccomp());
     }
 
     #[test]
@@ -1179,6 +1253,38 @@ mod tests {
                     .contains("spec.containers[1].securityContext.allowPrivilegeEscalation"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn with_several_sccs_the_second_pass_may_pick_a_less_restrictive_one() {
+        let host_port = |pod: &Value| {
+            let mut out = pod.clone();
+            out["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 80}]);
+            out
+        };
+        let both = [Scc::RestrictedV2, Scc::HostnetworkV2];
+        // The hint comes first: an unchanged Pod keeps the SCC it names.
+        let plain = admit_with_webhook_any(&app_pod(), &ns(), &both, Value::clone).unwrap();
+        assert_eq!(
+            plain["metadata"]["annotations"][SCC_ANNOTATION],
+            "restricted-v2"
+        );
+        let moved = admit_with_webhook_any(&app_pod(), &ns(), &both, host_port).unwrap();
+        assert_eq!(
+            moved["metadata"]["annotations"][SCC_ANNOTATION],
+            "hostnetwork-v2"
+        );
+        let errors =
+            admit_with_webhook_any(&app_pod(), &ns(), &[Scc::RestrictedV2], host_port).unwrap_err();
+        assert!(
+            errors[0].ends_with("Host ports are not allowed to be used"),
+            "{errors:?}"
+        );
+        // Every refusing SCC's errors are reported.
+        let mut root = app_pod();
+        root["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true);
+        let errors = admit_any(&root, &ns(), &both).unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
     }
 
     #[test]

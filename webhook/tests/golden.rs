@@ -5,6 +5,13 @@
 //! Every injected result then goes through the handler again and must come back unchanged
 //! (idempotency).
 //!
+//! A case with an `scc.yaml` (`scc: <name>`, `namespaceAnnotations: {…}`) is a Pod as
+//! OpenShift's SCC admission hands it to the webhook: its input must be what that SCC
+//! makes of a Pod, and the injected Pod must pass the SCC's second pass and final
+//! validation (`marin3r_testkit::scc`). Besides, every allowed case goes through the
+//! whole OpenShift admission (SCC, webhook, SCC again) under each modelled SCC that
+//! admits its input ([`every_case_passes_openshift_admission`]).
+//!
 //! `UPDATE_GOLDEN=1 cargo test -p marin3r-webhook --test golden` rewrites the expected
 //! files; review every diff before committing it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -20,6 +27,7 @@ mod common;
 use marin3r_sidecar::Defaults;
 use marin3r_testkit::admission::{Review, UID};
 use marin3r_testkit::pod_security::{container_violations, volume_violations};
+use marin3r_testkit::scc::{self, Scc};
 use marin3r_webhook::MUTATE_PATH;
 
 fn fixtures() -> PathBuf {
@@ -124,7 +132,30 @@ async fn run_case(dir: &Path) -> Result<(), String> {
         ));
     }
 
-    let breaches = generated_container_breaches(&injected);
+    let scc_file = dir.join("scc.yaml");
+    let admitted_by = if scc_file.exists() {
+        let file = read_yaml(&scc_file);
+        let scc = Scc::from_name(file["scc"].as_str().unwrap()).unwrap();
+        let ns = &file["namespaceAnnotations"];
+        // The input is what the SCC makes of a Pod: a second pass changes nothing.
+        let again = scc::admit(&input, ns, scc).map_err(|e| format!("{name}: {e:?}"))?;
+        if again != input {
+            return Err(format!(
+                "{name}: input.yaml is not what {} makes of it",
+                scc.name()
+            ));
+        }
+        let stored = scc::admit_with_webhook(&input, ns, scc, |seen| {
+            assert_eq!(seen, &input);
+            injected.clone()
+        })
+        .map_err(|e| format!("{name}: refused by SCC after injection: {e:?}"))?;
+        CHECKED_SCC.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((scc, stored))
+    } else {
+        None
+    };
+    let breaches = restricted_breaches(&injected, admitted_by.as_ref().map(|(scc, _)| *scc));
     if !breaches.is_empty() {
         return Err(format!("{name}: not Pod Security restricted: {breaches:?}"));
     }
@@ -136,6 +167,21 @@ async fn run_case(dir: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// [`generated_container_breaches`], but for a Pod an SCC without seccomp (anyuid, the
+/// legacy restricted) admitted: there the Pod as a whole cannot carry a seccomp profile
+/// (the SCC refuses any), so Pod Security `restricted` cannot hold for it (OpenShift
+/// labels such namespaces for a lower level); every other rule still must.
+fn restricted_breaches(pod: &Value, admitted_by: Option<Scc>) -> Vec<String> {
+    let no_seccomp = admitted_by.is_some_and(|scc| !scc.allows_seccomp());
+    generated_container_breaches(pod)
+        .into_iter()
+        .filter(|b| !(no_seccomp && b.contains("seccompProfile")))
+        .collect()
+}
+
+/// Cases run through the SCC model by their `scc.yaml`.
+static CHECKED_SCC: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Generated containers checked by [`generated_container_breaches`] (so that the check
 /// cannot pass by finding none).
@@ -200,12 +246,7 @@ static CHECKED_VOLUMES: std::sync::atomic::AtomicUsize = std::sync::atomic::Atom
 
 #[tokio::test]
 async fn golden_injection_cases() {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs();
     assert!(
         dirs.len() >= 25,
         "expected at least 25 golden cases, found {}",
@@ -226,10 +267,150 @@ async fn golden_injection_cases() {
         "the restricted check saw too few injected volumes"
     );
     assert!(
+        CHECKED_SCC.load(std::sync::atomic::Ordering::Relaxed) >= 3,
+        "too few cases went through the SCC model"
+    );
+    assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",
         failures.len(),
         dirs.len(),
         failures.join("\n\n")
     );
+}
+
+fn case_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Whether a Pod uses the host's ports or network (which restricted-v2 refuses).
+fn uses_host(pod: &Value) -> bool {
+    let spec = &pod["spec"];
+    spec["hostNetwork"] == true
+        || ["containers", "initContainers"].iter().any(|k| {
+            spec[*k].as_array().into_iter().flatten().any(|c| {
+                c["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p["hostPort"].as_i64().is_some_and(|h| h > 0))
+            })
+        })
+}
+
+/// Every case the webhook allows, as it would go on OpenShift under each modelled SCC
+/// that admits its input: SCC admission, the webhook (the real handler) on the Pod SCC
+/// mutated, SCC again and its final validation; then Pod Security `restricted` on the
+/// generated containers (but seccomp under an SCC that refuses one), and idempotency
+/// where SCC leaves the generated containers as they are. A Pod with a host port needs a
+/// hostPort-capable SCC (hostnetwork-v2): restricted-v2 must refuse it, in OpenShift's
+/// words.
+#[tokio::test]
+async fn every_case_passes_openshift_admission() {
+    let ns = scc::example_namespace();
+    let mut failures = Vec::new();
+    let mut admitted: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut host_port_refusals = 0;
+    for dir in case_dirs() {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        if !dir.join("expected.yaml").exists() || dir.join("scc.yaml").exists() {
+            continue; // denied cases; cases already admitted by their own SCC
+        }
+        let input = read_yaml(&dir.join("input.yaml"));
+        let namespace = std::fs::read_to_string(dir.join("namespace"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "default".into());
+        let vanilla = read_yaml(&dir.join("expected.yaml"));
+        let host = uses_host(&vanilla);
+        let sccs: &[Scc] = if host {
+            &[Scc::HostnetworkV2]
+        } else {
+            &[
+                Scc::RestrictedV2,
+                Scc::Restricted,
+                Scc::NonrootV2,
+                Scc::Anyuid,
+            ]
+        };
+        for &scc in sccs {
+            let Ok(seen) = scc::admit(&input, &ns, scc) else {
+                continue; // the app itself is not admissible under this SCC
+            };
+            let response = admit(&seen, &namespace).await;
+            if response["allowed"] != true {
+                failures.push(format!("{name} under {}: denied: {response}", scc.name()));
+                continue;
+            }
+            let injected = apply(&seen, &response);
+            let stored = match scc::admit_with_webhook(&input, &ns, scc, |_| injected.clone()) {
+                Ok(stored) => stored,
+                Err(e) => {
+                    failures.push(format!("{name} under {}: {e:?}", scc.name()));
+                    continue;
+                }
+            };
+            let breaches = restricted_breaches(&stored, Some(scc));
+            if !breaches.is_empty() {
+                failures.push(format!("{name} under {}: {breaches:?}", scc.name()));
+            }
+            if matches!(scc, Scc::RestrictedV2 | Scc::HostnetworkV2 | Scc::NonrootV2) {
+                let again = admit(&stored, &namespace).await;
+                if again["allowed"] != true || again.get("patch").is_some() {
+                    failures.push(format!("{name} under {}: second pass: {again}", scc.name()));
+                }
+            }
+            *admitted.entry(scc.name()).or_default() += 1;
+        }
+        if host {
+            // Refused before the webhook (an app's own host port) or after it.
+            let errors = match scc::admit(&input, &ns, Scc::RestrictedV2) {
+                Err(errors) => errors,
+                Ok(seen) => {
+                    let injected = apply(&seen, &admit(&seen, &namespace).await);
+                    scc::admit_with_webhook(&input, &ns, Scc::RestrictedV2, |_| injected)
+                        .unwrap_err()
+                }
+            };
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.ends_with("Host ports are not allowed to be used")),
+                "{name}: {errors:?}"
+            );
+            // With hostnetwork-v2 usable too, SCC admission moves the Pod there (on its
+            // second pass when only the sidecar's ports need it).
+            let both = [Scc::RestrictedV2, Scc::HostnetworkV2];
+            let seen = scc::admit_any(&input, &ns, &both).unwrap();
+            let injected = apply(&seen, &admit(&seen, &namespace).await);
+            let stored = scc::admit_with_webhook_any(&input, &ns, &both, |_| injected).unwrap();
+            assert_eq!(
+                stored["metadata"]["annotations"]["openshift.io/scc"], "hostnetwork-v2",
+                "{name}"
+            );
+            host_port_refusals += 1;
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    for scc in [
+        Scc::RestrictedV2,
+        Scc::Restricted,
+        Scc::NonrootV2,
+        Scc::Anyuid,
+    ] {
+        let n = admitted.get(scc.name()).copied().unwrap_or_default();
+        assert!(n >= 20, "only {n} cases were admitted under {}", scc.name());
+    }
+    assert!(admitted.get("hostnetwork-v2").copied().unwrap_or_default() >= 2);
+    assert!(host_port_refusals >= 2);
 }

@@ -166,6 +166,36 @@ pub mod paths {
     pub const DISCOVERY_SERVICE_CA: &str = "/etc/marin3r/tls/ca";
 }
 
+/// OpenShift's SecurityContextConstraints annotations marin3r reads (design.md §1.3,
+/// docs/operator.md): who admitted a Pod, and the UIDs of a Namespace.
+pub mod openshift {
+    /// On a Pod: the SCC that admitted it (SCC admission runs before mutating webhooks).
+    pub const SCC_ANNOTATION: &str = "openshift.io/scc";
+    /// On a Namespace: its UIDs, `<start>/<size>` (`1000680000/10000`); restricted-v2
+    /// admits only a `runAsUser` in that range and fills in its start.
+    pub const UID_RANGE_ANNOTATION: &str = "openshift.io/sa.scc.uid-range";
+    /// On a Pod: the pod seccomp profile SCC admission writes next to the field.
+    pub const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
+    /// On a Pod: a container's seccomp profile (then the container name).
+    pub const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str =
+        "container.seccomp.security.alpha.kubernetes.io/";
+
+    /// The first UID of a uid-range annotation value (`<start>/<size>` or
+    /// `<start>-<end>`, as OpenShift writes and parses it), if it is one and not 0.
+    pub fn uid_range_start(value: &str) -> Option<i64> {
+        let value = value.trim();
+        let (start, rest) = value.split_once('/').or_else(|| value.split_once('-'))?;
+        let start: i64 = start.trim().parse().ok()?;
+        let rest: i64 = rest.trim().parse().ok()?;
+        let valid = if value.contains('/') {
+            rest >= 1
+        } else {
+            rest >= start
+        };
+        (start > 0 && valid).then_some(start)
+    }
+}
+
 /// Default images.
 pub mod images {
     /// Envoy (`--default-envoy-image`, EnvoyDeployments without `spec.image`).
@@ -203,6 +233,16 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_uid_range_gives_its_first_uid() {
+        use openshift::uid_range_start;
+        assert_eq!(uid_range_start("1000680000/10000"), Some(1_000_680_000));
+        assert_eq!(uid_range_start(" 2000-2999 "), Some(2000));
+        for bad in ["", "1000680000", "x/10", "10/0", "0/10000", "5-4", "-1/10"] {
+            assert_eq!(uid_range_start(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn keys_are_under_their_group() {

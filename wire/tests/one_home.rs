@@ -108,6 +108,11 @@ const LITERALS: &[(Match, &str)] = &[
         Match::Text("\"default\""),
         "marin3r_wire::namespace_or_default (DEFAULT_NAMESPACE)",
     ),
+    (Match::Text("\"openshift.io/"), "marin3r_wire::openshift"),
+    (
+        Match::Text("seccomp.security.alpha.kubernetes.io"),
+        "marin3r_wire::openshift",
+    ),
     (Match::Text("fn error_chain("), "marin3r_wire::error_chain"),
     (
         Match::Text("fn dns1123"),
