@@ -1094,15 +1094,35 @@ fn csv_pods_pass_pod_security_restricted() {
         .as_array()
         .unwrap()
     {
-        let pod = &d["spec"]["template"]["spec"];
-        let mut problems = marin3r_testkit::pod_security::volume_violations(pod);
-        for c in kustomize::containers(&json!({"kind": "Deployment", "spec": d["spec"]})) {
-            problems.extend(marin3r_testkit::pod_security::container_violations(
-                c,
-                &pod["securityContext"],
-            ));
-        }
+        let problems =
+            marin3r_testkit::pod_security::pod_violations(&d["spec"]["template"]["spec"]);
         assert!(problems.is_empty(), "{}: {problems:?}", d["name"]);
+    }
+}
+
+/// Every pod template of the CSV is admitted by OpenShift's default SCC `restricted-v2`
+/// in a namespace OpenShift annotated (what OLM's install on OpenShift needs), and the
+/// admitted Pod still passes Pod Security `restricted`.
+#[test]
+fn csv_pods_pass_openshift_restricted_v2() {
+    use marin3r_testkit::scc::{self, Scc};
+    let csv = committed_csv();
+    for d in csv["spec"]["install"]["spec"]["deployments"]
+        .as_array()
+        .unwrap()
+    {
+        let admitted = scc::admit_template(
+            &d["spec"]["template"],
+            &scc::example_namespace(),
+            Scc::RestrictedV2,
+        )
+        .unwrap_or_else(|e| panic!("{}: restricted-v2 refuses it: {e:?}", d["name"]));
+        let problems = marin3r_testkit::pod_security::pod_violations(&admitted["spec"]);
+        assert!(
+            problems.is_empty(),
+            "{} as admitted: {problems:?}",
+            d["name"]
+        );
     }
 }
 
