@@ -42,10 +42,6 @@ pub const PACKAGE: &str = "marin3r-rs";
 pub const CHANNEL: &str = "stable";
 /// The version of the bundle: the workspace's.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The bundle image (`scripts/olm-images` builds it from `manifests/olm/bundle/`).
-pub const BUNDLE_IMAGE_NAME: &str = "quay.io/marin3r-rs/marin3r-bundle";
-/// The catalog image (its `configs/` is `manifests/olm/catalog/`).
-pub const CATALOG_IMAGE_NAME: &str = "quay.io/marin3r-rs/marin3r-catalog";
 /// Where OLM (v0, and v1's registry+v1 certificate providers) mounts a webhook
 /// Deployment's serving certificate as `tls.crt`/`tls.key`.
 pub const OLM_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
@@ -136,14 +132,16 @@ pub fn csv_name() -> String {
     format!("{PACKAGE}.v{VERSION}")
 }
 
-/// The bundle image reference of this version.
+/// The bundle image reference of this version (`scripts/olm-images` builds it from
+/// `manifests/olm/bundle/`).
 pub fn bundle_image() -> String {
-    format!("{BUNDLE_IMAGE_NAME}:v{VERSION}")
+    marin3r_wire::images::OLM_BUNDLE.to_string()
 }
 
-/// The catalog image reference of this version.
+/// The catalog image reference of this version (its `configs/` is
+/// `manifests/olm/catalog/`).
 pub fn catalog_image() -> String {
-    format!("{CATALOG_IMAGE_NAME}:v{VERSION}")
+    marin3r_wire::images::OLM_CATALOG.to_string()
 }
 
 /// The CRDs the bundle owns: marin3r's and the operator's.

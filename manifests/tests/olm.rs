@@ -1505,8 +1505,8 @@ fn olm_v1_install_can_install_the_bundle() {
     assert!(supported_modes().contains("AllNamespaces"));
 }
 
-/// The image names the bundle, catalog and installs use are the ones scripts/olm-images
-/// builds (`image/contents.env`).
+/// The images the bundle, catalog and installs name (`marin3r_wire::images`) are the ones
+/// scripts/olm-images builds (`image/contents.env`), tagged with this version.
 #[test]
 fn olm_image_names_are_the_ones_scripts_olm_images_builds() {
     let text = std::fs::read_to_string(
@@ -1520,6 +1520,13 @@ fn olm_image_names_are_the_ones_scripts_olm_images_builds() {
             .trim_matches('"')
             .to_string()
     };
-    assert_eq!(value("OLM_BUNDLE_IMAGE_NAME"), olm::BUNDLE_IMAGE_NAME);
-    assert_eq!(value("OLM_CATALOG_IMAGE_NAME"), olm::CATALOG_IMAGE_NAME);
+    let tag = format!(":v{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        format!("{}{tag}", value("OLM_BUNDLE_IMAGE_NAME")),
+        olm::bundle_image()
+    );
+    assert_eq!(
+        format!("{}{tag}", value("OLM_CATALOG_IMAGE_NAME")),
+        olm::catalog_image()
+    );
 }
