@@ -2,8 +2,10 @@
 //! kustomization under `manifests/` that runs the marin3r image (and the init and
 //! shutdown managers `marin3r inject` adds to the examples) passes a subcommand, flags
 //! (`--flag`, `--flag=value`, `--flag value`) and `MARIN3R_*` environment variables that
-//! `marin3r <subcommand> --help` lists. The rest of the manifests' checks are in
-//! `manifests/tests/install.rs`. Needs `kubectl` (kustomize v5) on PATH.
+//! `marin3r <subcommand> --help` lists; so does every container of the OLM bundle's
+//! ClusterServiceVersion. The rest of the manifests' checks are in
+//! `manifests/tests/install.rs` and `manifests/tests/olm.rs`. Needs `kubectl` (kustomize
+//! v5) on PATH.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,6 +19,7 @@ use serde_json::Value;
 /// Environment variables read outside clap (`std::env`), per subcommand.
 const OTHER_ENV: &[(&str, &str)] = &[
     ("discovery-service", "WATCH_NAMESPACE"),
+    ("operator", "WATCH_NAMESPACE"),
     ("init-manager", "POD_NAME"),
     ("init-manager", "POD_NAMESPACE"),
     ("init-manager", "HOST_NAME"),
@@ -211,6 +214,40 @@ fn manifest_containers_use_existing_subcommands_flags_and_env() {
             .map(String::from)
         ),
         "the manifests run these subcommands"
+    );
+}
+
+/// The OLM bundle's Deployments (`manifests/olm/bundle/`, from `marin3r_manifests::olm`)
+/// run the operator and the webhook with flags and environment they have, among them
+/// OLM's certificate directory and `WATCH_NAMESPACE` from `olm.targetNamespaces`.
+#[test]
+fn csv_containers_use_existing_subcommands_flags_and_env() {
+    let subcommands = subcommands();
+    let mut help = BTreeMap::new();
+    let csv = marin3r_manifests::olm::csv().unwrap();
+    let mut errors = Vec::new();
+    let mut checked = BTreeSet::new();
+    for d in csv["spec"]["install"]["spec"]["deployments"]
+        .as_array()
+        .unwrap()
+    {
+        let obj = serde_json::json!({"kind": "Deployment", "spec": d["spec"]});
+        for c in containers(&obj) {
+            assert!(
+                runs_marin3r(c, &subcommands),
+                "{}: {}",
+                d["name"],
+                c["name"]
+            );
+            let what = format!("the CSV's Deployment {}", d["name"]);
+            errors.extend(check_container(&what, c, &subcommands, &mut help));
+            checked.insert(c["args"][0].as_str().unwrap_or_default().to_string());
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    assert_eq!(
+        checked,
+        BTreeSet::from(["operator", "webhook"].map(String::from))
     );
 }
 

@@ -17,6 +17,7 @@
 
 pub mod kustomize;
 pub mod observability;
+pub mod olm;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
@@ -60,12 +61,118 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         EnvoyConfigRevision::crd(),
         DiscoveryServiceReplica::crd(),
     ]
+    .into_iter()
+    .map(upstream_shape)
+    .collect()
 }
 
 /// The CustomResourceDefinitions of the operator (`operator.marin3r.3scale.net`):
 /// DiscoveryService, DiscoveryServiceCertificate and EnvoyDeployment.
 pub fn operator_crds() -> Vec<CustomResourceDefinition> {
     marin3r_operator_api::crds()
+        .into_iter()
+        .map(upstream_shape)
+        .collect()
+}
+
+/// The generated schema in the shape of upstream MARIN3R's (kubebuilder) CRDs, so that
+/// ours are a safe upgrade of upstream v0.13's (OLM v1's CRD upgrade-safety preflight,
+/// `manifests/tests/upstream_upgrade.rs`, docs/olm.md):
+///
+/// - no `nullable: true` (which the schema generator sets on every `Option` field):
+///   upstream's fields are not nullable, and making one nullable is a change the
+///   preflight refuses. The API server drops a `null` sent for a non-nullable field
+///   without a default, which reads as an absent field, as `None`: the same objects;
+/// - the root `apiVersion`, `kind` and `metadata` properties upstream's schemas have
+///   (removing an existing field is refused), and no root `title`;
+/// - int-or-string fields as controller-gen writes them (`anyOf: [integer, string]`
+///   beside `x-kubernetes-int-or-string`), Kubernetes quantities with Kubernetes' own
+///   quantity `pattern`: the values the API server accepts for them in a Pod or an HPA.
+fn upstream_shape(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    if let Some(versions) = value["spec"]["versions"].as_array_mut() {
+        for version in versions {
+            let root = &mut version["schema"]["openAPIV3Schema"];
+            kubebuilder_shape(root);
+            if let Some(root) = root.as_object_mut() {
+                root.remove("title");
+                let properties = root
+                    .entry("properties")
+                    .or_insert_with(|| serde_json::json!({}));
+                if let Some(properties) = properties.as_object_mut() {
+                    for (name, schema) in [
+                        ("apiVersion", root_api_version as fn() -> serde_json::Value),
+                        ("kind", root_kind),
+                        ("metadata", root_metadata),
+                    ] {
+                        properties.entry(name).or_insert_with(schema);
+                    }
+                }
+            }
+        }
+    }
+    serde_json::from_value(value).unwrap_or(crd)
+}
+
+fn root_api_version() -> serde_json::Value {
+    serde_json::json!({
+        "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+        "type": "string",
+    })
+}
+
+fn root_kind() -> serde_json::Value {
+    serde_json::json!({
+        "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+        "type": "string",
+    })
+}
+
+fn root_metadata() -> serde_json::Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// Kubernetes' quantity format (apimachinery `resource.Quantity`, as controller-gen
+/// writes it into CRDs).
+const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// How k8s-openapi describes a `Quantity` (the schema carries no other mark of it).
+const QUANTITY_DESCRIPTION: &str = "Quantity is a fixed-point representation of a number.";
+
+/// The rules of [`upstream_shape`] on a schema and every sub-schema (properties, items,
+/// additionalProperties, allOf/anyOf/oneOf, not).
+fn kubebuilder_shape(schema: &mut serde_json::Value) {
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    map.remove("nullable");
+    if map.get("x-kubernetes-int-or-string") == Some(&serde_json::Value::Bool(true)) {
+        map.entry("anyOf")
+            .or_insert_with(|| serde_json::json!([{"type": "integer"}, {"type": "string"}]));
+        let quantity = map
+            .get("description")
+            .and_then(|d| d.as_str())
+            .is_some_and(|d| d.starts_with(QUANTITY_DESCRIPTION));
+        if quantity {
+            map.entry("pattern")
+                .or_insert_with(|| serde_json::json!(QUANTITY_PATTERN));
+        }
+    }
+    if let Some(props) = map.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.values_mut().for_each(kubebuilder_shape);
+    }
+    for key in ["items", "additionalProperties", "not"] {
+        if let Some(child) = map.get_mut(key) {
+            kubebuilder_shape(child);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(list) = map.get_mut(key).and_then(|l| l.as_array_mut()) {
+            list.iter_mut().for_each(kubebuilder_shape);
+        }
+    }
 }
 
 /// Each CRD as a YAML file: (file name under `manifests/crds/`, content).

@@ -145,7 +145,12 @@ fn every_manifest_and_default_names_the_image_scripts_image_builds() {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "yaml") {
                 let text = std::fs::read_to_string(&path).unwrap();
-                for line in text.lines().filter(|l| l.contains(&c["IMAGE_NAME"])) {
+                // `NAME:tag` or `NAME@digest` (not `NAME-bundle`, the OLM images).
+                let named = |l: &&str| {
+                    l.contains(&format!("{}:", c["IMAGE_NAME"]))
+                        || l.contains(&format!("{}@", c["IMAGE_NAME"]))
+                };
+                for line in text.lines().filter(named) {
                     seen += 1;
                     assert!(
                         line.contains(&built),

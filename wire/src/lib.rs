@@ -203,6 +203,12 @@ pub mod images {
     /// The marin3r image: discovery service, init manager, shutdown manager
     /// (`--marin3r-image`).
     pub const MARIN3R: &str = "quay.io/marin3r-rs/marin3r:v0.1.0";
+    /// The OLM bundle image of this version (`scripts/olm-images`, the catalog's
+    /// `olm.bundle`).
+    pub const OLM_BUNDLE: &str = "quay.io/marin3r-rs/marin3r-bundle:v0.1.0";
+    /// The OLM catalog image of this version (the CatalogSource and ClusterCatalog of
+    /// `manifests/olm/`).
+    pub const OLM_CATALOG: &str = "quay.io/marin3r-rs/marin3r-catalog:v0.1.0";
 }
 
 /// Largest `node.id`, `node.cluster` and `node.metadata.pod_name` the discovery service
