@@ -377,7 +377,7 @@ fn cargo_commands(text: &str) -> Vec<CargoCommand> {
         }
         let rest = &text[at + "cargo ".len()..];
         let end = rest
-            .find(|c: char| matches!(c, '`' | '"' | '\'' | ';' | '|' | '&' | ')' | '\n'))
+            .find(['`', '"', '\'', ';', '|', '&', ')', '\n'])
             .unwrap_or(rest.len());
         let words: Vec<&str> = rest[..end].split_whitespace().collect();
         if !words.first().is_some_and(|w| SUBCOMMANDS.contains(w)) {
