@@ -52,6 +52,11 @@ pub enum CertsError {
         source: io::Error,
     },
 
+    /// A file could not be read through the one file reader (missing, not a regular
+    /// file, over its size limit): the error names the file and the rule.
+    #[error(transparent)]
+    File(#[from] marin3r_fsread::Error),
+
     /// A file or directory could not be written.
     #[error("writing {}", path.display())]
     Write {

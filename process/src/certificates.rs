@@ -56,8 +56,11 @@ struct Served {
 
 impl Served {
     fn read(&self) -> Option<i64> {
-        let now = std::fs::read_to_string(&self.path)
-            .map_err(|e| e.to_string())
+        // The one bounded, non-blocking reader: a FIFO or `/dev/zero` in place of the
+        // certificate never stalls or bloats a scrape.
+        let now = marin3r_certs::read_pem(&self.path)
+            .map_err(|e| marin3r_wire::error_chain(&e))
+            .and_then(|pem| String::from_utf8(pem).map_err(|_| "not UTF-8 text".to_string()))
             .and_then(|pem| not_after(&pem));
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         match now {

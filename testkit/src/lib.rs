@@ -20,6 +20,8 @@
 //!   discovery-service replicas behind one address).
 //! - [`sockets`] (Linux): the options of a server's side of a test connection (did the
 //!   server set `TCP_NODELAY` on the socket it accepted?).
+//! - [`special_files`]: every kind of entry that is not a usable regular file (FIFO,
+//!   `/dev/zero`, socket, dangling symlink, directory, huge sparse file), made on demand.
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -34,6 +36,7 @@ pub mod kube;
 pub mod pod_security;
 pub mod proxy;
 pub mod rbac;
+pub mod special_files;
 #[cfg(target_os = "linux")]
 pub mod sockets;
 pub mod time;
