@@ -136,6 +136,99 @@ pub async fn serve_http(
     while connections.join_next().await.is_some() {}
 }
 
+/// An accepted stream that holds its slot of a listener's connection limit until it is
+/// dropped (for listeners served by another library, like the webhook's axum-server:
+/// their acceptor takes a slot with [`ConnectionSlots::take`] and hands this on).
+#[derive(Debug)]
+pub struct Held<S> {
+    stream: S,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<S> Held<S> {
+    /// The stream.
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+}
+
+/// The slots of a listener's connection limit.
+#[derive(Debug, Clone)]
+pub struct ConnectionSlots {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+impl ConnectionSlots {
+    /// `max` connections at once.
+    pub fn new(max: usize) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// `stream` holding a slot, or an error (the caller closes it) when none is free.
+    pub fn take<S>(&self, stream: S) -> std::io::Result<Held<S>> {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => Ok(Held {
+                stream,
+                _slot: slot,
+            }),
+            Err(_) => Err(std::io::Error::other(format!(
+                "connection limit ({}) reached; connection closed",
+                self.max
+            ))),
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Held<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Held<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
 /// One connection of [`serve_http`]; holds its `slot` until it is closed.
 async fn serve_connection(
     stream: TcpStream,
@@ -228,6 +321,31 @@ mod tests {
             .next()
             .unwrap_or_default()
             .to_string()
+    }
+
+    /// The idle bound of a plain-HTTP connection: once its answer is sent, a kept-alive
+    /// connection that sends no next request is closed after the header read timeout
+    /// (it runs from the moment the server waits for the next request), so an idle
+    /// client holds a slot for at most that long.
+    #[tokio::test]
+    async fn kept_alive_connections_are_closed_once_idle_for_the_header_timeout() {
+        let limits = HttpLimits {
+            header_read: Duration::from_millis(300),
+            ..HttpLimits::DEFAULT
+        };
+        let (addr, _stop, _server) = start(limits).await;
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answered = Instant::now();
+        let rest = tokio::time::timeout(LONG, read_until_closed(&mut conn))
+            .await
+            .expect("the idle kept-alive connection was not closed");
+        let text = String::from_utf8_lossy(&rest);
+        assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+        assert!(!text.contains("connection: close"), "kept alive: {text}");
+        assert!(answered.elapsed() >= limits.header_read);
     }
 
     #[tokio::test]

@@ -627,3 +627,37 @@ async fn graceful_shutdown_finishes_the_request_in_flight() {
         .unwrap()
         .unwrap();
 }
+
+/// The admission listener holds at most `MAX_CONNECTIONS` connections: one more is
+/// closed before its TLS handshake completes (no bytes of its are buffered), the others
+/// are untouched, and once one leaves a new client is served.
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_and_a_freed_slot_serves_again() {
+    let (_dir, server, tls) = serve(PATIENT).await;
+    let mut held = Vec::new();
+    for _ in 0..marin3r_webhook::MAX_CONNECTIONS {
+        held.push(connect(server.https, &tls).await.unwrap());
+    }
+    assert!(
+        connect(server.https, &tls).await.is_err(),
+        "a connection past the cap completed its handshake"
+    );
+    drop(held.pop());
+    let body = pod_review("cap", labelled_pod()).to_string();
+    let deadline = Instant::now() + GIVE_UP;
+    loop {
+        match admit(server.https, &tls, body.as_bytes()).await {
+            Ok((200, _)) => break,
+            other => assert!(Instant::now() < deadline, "never served again: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The connections held all along still work.
+    let mut first = held.remove(0);
+    first
+        .write_all(post_head(MUTATE_PATH, body.len()).as_bytes())
+        .await
+        .unwrap();
+    first.write_all(body.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut first).await.unwrap().0, 200);
+}
