@@ -17,9 +17,11 @@ use std::time::Duration;
 
 use hyper::body::{Body, Bytes, Frame, SizeHint};
 
-/// Connections held at once; one more is closed as soon as it is accepted. Sized for
-/// the 10,000 Envoys of the benchmark on one replica, with room for reconnect storms.
-pub const MAX_CONNECTIONS: usize = 16_384;
+/// Connections held at once; one more is closed as soon as it is accepted (before its
+/// TLS handshake). Sized for the 10,000 Envoys of the manifests' sizing on one replica
+/// plus 20 % for reconnect storms, and for the 512 Mi memory limit: at ~40 KiB per
+/// Envoy (connection and ADS stream, docs/install.md "Sizing"), 12,000 take ~470 MiB.
+pub const MAX_CONNECTIONS: usize = 12_000;
 /// Streams a client may open at once on one connection (HTTP/2
 /// `SETTINGS_MAX_CONCURRENT_STREAMS`; more are refused with `REFUSED_STREAM`). An Envoy
 /// opens one ADS stream per connection; `marin3r status` one CSDS call.
