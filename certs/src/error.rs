@@ -77,6 +77,15 @@ pub enum CertsError {
         source: rustls_pki_types::pem::Error,
     },
 
+    /// A serving directory holds none of the certificate and key layouts looked for.
+    #[error("no serving certificate and key in {}: looked for {layouts}", dir.display())]
+    NoServingFiles {
+        /// The directory.
+        dir: PathBuf,
+        /// The layouts looked for, in order.
+        layouts: String,
+    },
+
     /// A certificate file holds no certificate.
     #[error("no certificate found in {}", path.display())]
     NoCertificate {

@@ -299,8 +299,7 @@ fn small_runtime() -> Result<tokio::runtime::Runtime> {
 async fn webhook(a: WebhookArgs) -> Result<ExitCode> {
     let config = marin3r_webhook::Config {
         webhook_addr: SocketAddr::new(a.webhook_bind_address, a.webhook_port),
-        tls_cert: a.tls_dir.join(&a.tls_cert_name),
-        tls_key: a.tls_dir.join(&a.tls_key_name),
+        tls: a.serving_files(),
         health_addr: a.health_probe_bind_address,
         metrics_addr: a.metrics_bind_address,
         defaults: a.defaults.into(),

@@ -270,8 +270,7 @@ async fn while_running(on_servers: tokio::runtime::Handle) {
         .unwrap();
     let webhook_config = marin3r_webhook::Config {
         webhook_addr: listeners.https.local_addr().unwrap(),
-        tls_cert: f.certs.server_cert.clone(),
-        tls_key: f.certs.server_key.clone(),
+        tls: marin3r_certs::ServingFiles::pair(&f.certs.server_cert, &f.certs.server_key),
         health_addr: listeners.probes.local_addr().unwrap(),
         metrics_addr: listeners.metrics.local_addr().unwrap(),
         defaults: marin3r_sidecar::Defaults::default(),

@@ -14,7 +14,6 @@ pub mod validation;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,9 +142,10 @@ pub enum Error {
 pub struct Config {
     /// HTTPS listener (`--webhook-port`, all interfaces).
     pub webhook_addr: SocketAddr,
-    /// Certificate and key files (`--tls-dir` + `--tls-cert-name` / `--tls-key-name`).
-    pub tls_cert: PathBuf,
-    pub tls_key: PathBuf,
+    /// The serving certificate and key: `--tls-dir` alone (either layout of
+    /// [`marin3r_wire::olm::SERVING_LAYOUTS`], chosen again at every reload), or with
+    /// `--tls-cert-name` / `--tls-key-name` (those two files).
+    pub tls: marin3r_certs::ServingFiles,
     /// Plain-HTTP probes (`--health-probe-bind-address`).
     pub health_addr: SocketAddr,
     /// Prometheus metrics (`--metrics-bind-address`).
@@ -217,11 +217,10 @@ pub async fn serve_with_timeouts(
     timeouts: Timeouts,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"http/1.1"])
-        .map_err(Error::Tls)?;
+    let tls = marin3r_certs::serving_config(&config.tls, &[b"http/1.1"]).map_err(Error::Tls)?;
     let readiness = Readiness::new();
     let metrics = Arc::new(metrics::Metrics::serving(
-        config.tls_cert.clone(),
+        config.tls.clone(),
         readiness.clone(),
     ));
     let state = Arc::new(AppState::new(config.defaults.clone(), metrics.clone()));

@@ -1,6 +1,6 @@
 //! What one client can make the ADS/CSDS listener hold, bounded (docs/reliability.md):
-//! connections, streams per connection, bytes of requests held while they are received,
-//! per connection and overall, and idle time.
+//! connections, streams (per connection and overall), bytes of requests held while they
+//! are received (per connection and overall), and idle time.
 //!
 //! - [`ConnectionLimits`]: the numbers, in [`crate::AdsConfig::limits`].
 //! - [`Framing`]: a sans-I/O reader of the gRPC message framing of a request body: how
@@ -24,8 +24,13 @@ use hyper::body::{Body, Bytes, Frame, SizeHint};
 pub const MAX_CONNECTIONS: usize = 12_000;
 /// Streams a client may open at once on one connection (HTTP/2
 /// `SETTINGS_MAX_CONCURRENT_STREAMS`; more are refused with `REFUSED_STREAM`). An Envoy
-/// opens one ADS stream per connection; `marin3r status` one CSDS call.
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
+/// opens one ADS stream per connection; gRPC clients that multiplex (tests, tools) get
+/// grpc-go's usual 100.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+/// Streams open at once over all connections; one more ends at once with
+/// `RESOURCE_EXHAUSTED`. Like [`MAX_CONNECTIONS`]: at ~40 KiB per ADS stream, 12,000
+/// take ~470 MiB, within the 512 Mi memory limit.
+pub const MAX_STREAMS: usize = 12_000;
 /// The HTTP/2 flow-control window of a stream: at most this much of a stream's data is
 /// buffered before the server reads it.
 pub const STREAM_WINDOW_BYTES: u32 = 256 * 1024;
@@ -52,6 +57,8 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// [`MAX_STREAMS_PER_CONNECTION`].
     pub max_streams_per_connection: u32,
+    /// [`MAX_STREAMS`].
+    pub max_streams: usize,
     /// [`STREAM_WINDOW_BYTES`].
     pub stream_window: u32,
     /// [`CONNECTION_WINDOW_BYTES`].
@@ -69,6 +76,7 @@ impl Default for ConnectionLimits {
         Self {
             max_connections: MAX_CONNECTIONS,
             max_streams_per_connection: MAX_STREAMS_PER_CONNECTION,
+            max_streams: MAX_STREAMS,
             stream_window: STREAM_WINDOW_BYTES,
             connection_window: CONNECTION_WINDOW_BYTES,
             connection_request_bytes: CONNECTION_REQUEST_BYTES,

@@ -175,6 +175,7 @@ pub async fn serve_ads(
         limits,
         slots: Arc::new(tokio::sync::Semaphore::new(limits.max_connections)),
         requests: Arc::new(Budget::new(limits.total_request_bytes, "server")),
+        streams: Arc::new(tokio::sync::Semaphore::new(limits.max_streams)),
         preface_timeout: config.preface_timeout,
         max_age: config.max_connection_age,
         close_grace: config.shutdown_grace,
@@ -256,6 +257,8 @@ struct Connections {
     slots: Arc<tokio::sync::Semaphore>,
     /// Bytes of requests being received, all connections together.
     requests: Arc<Budget>,
+    /// One per stream open, all connections together ([`ConnectionLimits::max_streams`]).
+    streams: Arc<tokio::sync::Semaphore>,
     preface_timeout: Duration,
     max_age: Duration,
     close_grace: Duration,
@@ -317,6 +320,7 @@ impl Connections {
             close_by_age,
             limits: self.limits,
             requests: self.requests.clone(),
+            streams: self.streams.clone(),
         };
         self.tasks.spawn(async move {
             conn.serve(tcp).await;
@@ -352,6 +356,8 @@ struct Connection {
     limits: ConnectionLimits,
     /// The server's budget of bytes of requests being received.
     requests: Arc<Budget>,
+    /// The server's stream slots.
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Connection {
@@ -392,20 +398,36 @@ impl Connection {
         let server_budget = self.requests.clone();
         let (streams, mut open_streams) = watch::channel(0usize);
         let streams = Arc::new(streams);
+        let slots = self.streams.clone();
+        let max_streams = limits.max_streams;
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
             // Counted until its response ends (the connection's idle time starts when
-            // none is left).
+            // none is left), holding one of the server's stream slots.
             let open = OpenStream::new(streams.clone());
+            let slot = slots.clone().try_acquire_owned();
             let mut request = request
                 .map(|body| Bounded::new(body, connection_budget.clone(), server_budget.clone()));
             // The ADS streams of this connection follow its close.
             request.extensions_mut().insert(handle.clone());
-            let answer = routes.clone().oneshot(request);
+            let routes = routes.clone();
             async move {
-                let response = answer.await?;
-                Ok::<_, std::convert::Infallible>(
-                    response.map(|body| Tracked { body, _open: open }),
-                )
+                let Ok(slot) = slot else {
+                    let refused = tonic::Status::resource_exhausted(format!(
+                        "the server holds its limit of {max_streams} streams; retry later"
+                    ))
+                    .into_http::<tonic::body::Body>();
+                    return Ok(refused.map(|body| Tracked {
+                        body,
+                        _open: open,
+                        _slot: None,
+                    }));
+                };
+                let response = routes.oneshot(request).await?;
+                Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
+                    body,
+                    _open: open,
+                    _slot: Some(slot),
+                }))
             }
         });
         let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
@@ -489,6 +511,8 @@ impl Drop for OpenStream {
 struct Tracked<B> {
     body: B,
     _open: OpenStream,
+    /// Its slot of [`ConnectionLimits::max_streams`] (none for a refused stream).
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {

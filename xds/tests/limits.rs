@@ -2,7 +2,8 @@
 //! sockets (mTLS on 127.0.0.1): one test per bound, each failing without it.
 //!
 //! - streams per connection: the server announces its limit, and a stream opened past
-//!   it is refused (`RST_STREAM` `REFUSED_STREAM`) while the others go on;
+//!   it is refused (`RST_STREAM` `REFUSED_STREAM`) while the others go on; streams over
+//!   all connections: one past the limit ends `RESOURCE_EXHAUSTED`;
 //! - bytes of unfinished requests, per connection and overall: a stream that would hold
 //!   more ends with `RESOURCE_EXHAUSTED`, the others keep what they hold and complete
 //!   their request later; a connection that leaves gives its bytes back;
@@ -124,6 +125,36 @@ async fn unfinished_request_bytes_are_bounded_overall_and_given_back() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(status) => panic!("never given back: {status:?}"),
+        }
+    }
+}
+
+/// Streams over all connections: past `max_streams` a new stream ends at once with
+/// `RESOURCE_EXHAUSTED`; once one ends, a new one is served.
+#[tokio::test]
+async fn streams_past_the_server_limit_end_resource_exhausted_until_one_ends() {
+    let pki = pki();
+    let server = Server::start(&pki, small(|l| l.max_streams = 2)).await;
+    let request = request_of(1000);
+    let partial = || request.slice(..500);
+    let mut first = h2(server.addr, &pki).await;
+    let mut second = h2(server.addr, &pki).await;
+    let held = first.call(partial()).await;
+    let _also_held = second.call(partial()).await;
+    let (code, message) = outcome(second.call(partial()).await)
+        .await
+        .expect_err("a third stream is refused");
+    assert_eq!(code, 8, "RESOURCE_EXHAUSTED: {message}");
+    assert!(message.contains("2 streams"), "{message}");
+    drop(held);
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        match outcome(second.call(request.clone()).await).await {
+            Ok(_) => break,
+            Err(status) => {
+                assert!(tokio::time::Instant::now() < deadline, "{status:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
 }

@@ -132,8 +132,7 @@ pub async fn start(dir: &Path, timeouts: Timeouts) -> Running {
     let localhost = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
     let config = Config {
         webhook_addr: localhost,
-        tls_cert: dir.join("tls.crt"),
-        tls_key: dir.join("tls.key"),
+        tls: marin3r_certs::ServingFiles::pair(dir.join("tls.crt"), dir.join("tls.key")),
         health_addr: localhost,
         metrics_addr: localhost,
         defaults: Defaults::default(),

@@ -362,7 +362,7 @@ pub async fn outcome(call: Call) -> Result<usize, (i32, String)> {
             (
                 c.to_str().unwrap().parse::<i32>().unwrap(),
                 h.get("grpc-message")
-                    .map(|m| m.to_str().unwrap().to_string())
+                    .map(|m| m.to_str().unwrap().replace("%20", " "))
                     .unwrap_or_default(),
             )
         })
