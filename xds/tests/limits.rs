@@ -221,6 +221,14 @@ async fn rapid_reset_floods_leave_the_server_serving() {
             burst.clear();
         }
     }
+    // h2 counts streams reset before they were served: past 20, a GOAWAY
+    // (ENHANCE_YOUR_CALM) and the connection ends.
+    let goaway = raw.until(|f| f.0 == GOAWAY).await.expect("a GOAWAY");
+    assert_eq!(
+        goaway.3[4..8],
+        11u32.to_be_bytes(),
+        "ENHANCE_YOUR_CALM: {goaway:?}"
+    );
     still_serves(server.addr, &pki).await;
 }
 
