@@ -202,6 +202,8 @@ pub struct Bounded<B> {
     framing: Framing,
     charged: u64,
     budgets: [Arc<Budget>; 2],
+    /// Refused: the body has ended.
+    refused: bool,
 }
 
 impl<B> Bounded<B> {
@@ -212,6 +214,7 @@ impl<B> Bounded<B> {
             framing: Framing::default(),
             charged: 0,
             budgets: [connection, total],
+            refused: false,
         }
     }
 
@@ -229,6 +232,11 @@ impl<B> Bounded<B> {
         for (i, budget) in self.budgets.iter().enumerate() {
             if !budget.try_take(more) {
                 self.budgets[..i].iter().for_each(|b| b.give(more));
+                // The stream ends: what it held is given back now, not when its
+                // decoder is dropped, so the streams still within the budget go on.
+                let charged = std::mem::take(&mut self.charged);
+                self.budgets.iter().for_each(|b| b.give(charged));
+                self.refused = true;
                 return Err(tonic::Status::resource_exhausted(format!(
                     "the {} holds its limit of {} bytes of requests being received; retry later",
                     budget.what, budget.limit
@@ -260,6 +268,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
         let this = self.get_mut();
+        if this.refused {
+            return Poll::Ready(None);
+        }
         let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(frame)) => frame,
             Some(Err(e)) => return Poll::Ready(Some(Err(tonic::Status::from_error(e.into())))),
@@ -274,7 +285,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.refused || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -341,7 +352,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_body_over_its_budget_fails_resource_exhausted_and_gives_back_on_drop() {
+    async fn a_body_over_its_budget_fails_resource_exhausted_and_gives_back_at_once() {
         use http_body_util::BodyExt as _;
         let conn = Arc::new(Budget::new(1000, "connection"));
         let total = Arc::new(Budget::new(1500, "server"));
@@ -356,7 +367,9 @@ mod tests {
         let status = body.frame().await.unwrap().unwrap_err();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(status.message().contains("connection"), "{status:?}");
-        assert_eq!((conn.used(), total.used()), (800, 800));
+        // Refused: what it held is given back at once, and it has ended.
+        assert_eq!((conn.used(), total.used()), (0, 0));
+        assert!(body.frame().await.is_none());
         drop(body);
         assert_eq!((conn.used(), total.used()), (0, 0));
     }

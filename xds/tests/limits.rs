@@ -139,8 +139,18 @@ async fn streams_past_the_server_limit_end_resource_exhausted_until_one_ends() {
     let partial = || request.slice(..500);
     let mut first = h2(server.addr, &pki).await;
     let mut second = h2(server.addr, &pki).await;
-    let held = first.call(partial()).await;
-    let _also_held = second.call(partial()).await;
+    // Each admitted (its response headers came) before the next is opened.
+    let admitted = |call: Call| async move {
+        let response = tokio::time::timeout(LONG, call.response)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!response.headers().contains_key("grpc-status"));
+        (call.requests, response)
+    };
+    let held = admitted(first.call(partial()).await).await;
+    let _also_held = admitted(second.call(partial()).await).await;
     let (code, message) = outcome(second.call(partial()).await)
         .await
         .expect_err("a third stream is refused");
