@@ -36,9 +36,9 @@ pub mod kube;
 pub mod pod_security;
 pub mod proxy;
 pub mod rbac;
-pub mod special_files;
 #[cfg(target_os = "linux")]
 pub mod sockets;
+pub mod special_files;
 pub mod time;
 pub mod tls;
 pub mod wait;
