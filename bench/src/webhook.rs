@@ -38,8 +38,7 @@ impl WebhookServer {
         let health = probes.local_addr()?;
         let config = marin3r_webhook::Config {
             webhook_addr: addr,
-            tls_cert: cert.to_path_buf(),
-            tls_key: key.to_path_buf(),
+            tls: marin3r_certs::ServingFiles::pair(cert, key),
             health_addr: health,
             metrics_addr: metrics.local_addr()?,
             defaults: Defaults::default(),

@@ -7,7 +7,7 @@ use marin3r_wire::secret_keys::{CA_CRT, TLS_CRT};
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 
-use crate::{CertsError, ReloadingCertResolver, ReloadingClientVerifier};
+use crate::{CertsError, ReloadingCertResolver, ReloadingClientVerifier, ServingFiles};
 
 /// A TLS 1.2 + 1.3 server configuration (ring provider, no client authentication) serving
 /// `cert_path`/`key_path`, re-read when they change, and offering the `alpn` protocols
@@ -21,12 +21,20 @@ pub fn server_config(
     key_path: impl AsRef<Path>,
     alpn: &[&[u8]],
 ) -> Result<Arc<ServerConfig>, CertsError> {
+    serving_config(
+        &ServingFiles::pair(cert_path.as_ref(), key_path.as_ref()),
+        alpn,
+    )
+}
+
+/// [`server_config`] serving `files` (two files, or a directory whose layout is chosen
+/// again at every reload: [`ServingFiles`]).
+pub fn serving_config(
+    files: &ServingFiles,
+    alpn: &[&[u8]],
+) -> Result<Arc<ServerConfig>, CertsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let resolver = ReloadingCertResolver::with_provider(
-        cert_path.as_ref(),
-        key_path.as_ref(),
-        Arc::clone(&provider),
-    )?;
+    let resolver = ReloadingCertResolver::serving(files.clone(), Arc::clone(&provider))?;
     let mut config = builder(provider)?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));

@@ -52,6 +52,11 @@ pub enum CertsError {
         source: io::Error,
     },
 
+    /// A file could not be read through the one file reader (missing, not a regular
+    /// file, over its size limit): the error names the file and the rule.
+    #[error(transparent)]
+    File(#[from] marin3r_fsread::Error),
+
     /// A file or directory could not be written.
     #[error("writing {}", path.display())]
     Write {
@@ -70,6 +75,15 @@ pub enum CertsError {
         /// The PEM error (it names markers, never the encoded content).
         #[source]
         source: rustls_pki_types::pem::Error,
+    },
+
+    /// A serving directory holds none of the certificate and key layouts looked for.
+    #[error("no serving certificate and key in {}: looked for {layouts}", dir.display())]
+    NoServingFiles {
+        /// The directory.
+        dir: PathBuf,
+        /// The layouts looked for, in order.
+        layouts: String,
     },
 
     /// A certificate file holds no certificate.

@@ -48,8 +48,8 @@ mod pem;
 mod reload;
 
 pub use certificate::{CertKeyPem, KeyType};
-pub use config::{ca_file_in_dir, mtls_server_config, server_config};
+pub use config::{ca_file_in_dir, mtls_server_config, server_config, serving_config};
 pub use error::CertsError;
 pub use issue::{Bundle, CA_COMMON_NAME, DEFAULT_CLIENT_CN, DEFAULT_VALIDITY, IssueOptions, issue};
-pub use pem::{load_certs, load_private_key};
-pub use reload::{ReloadingCertResolver, ReloadingClientVerifier};
+pub use pem::{MAX_PEM_BYTES, load_certs, load_private_key, read_pem};
+pub use reload::{ReloadingCertResolver, ReloadingClientVerifier, ServingFiles};

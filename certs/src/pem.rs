@@ -1,6 +1,5 @@
 //! Reading PEM files.
 
-use std::fs;
 use std::path::Path;
 
 use rustls_pki_types::pem::PemObject as _;
@@ -41,9 +40,20 @@ pub fn load_private_key(path: impl AsRef<Path>) -> Result<PrivateKeyDer<'static>
     })
 }
 
+/// Largest PEM file read (certificate chain, key or CA bundle): a Kubernetes Secret
+/// holds at most 1 MiB, and the largest public CA bundles are a quarter of that.
+pub const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// Reads a PEM file through the one bounded, regular-file-only, non-blocking reader
+/// ([`marin3r_fsread::read_regular_file`], at most [`MAX_PEM_BYTES`]): a FIFO, a device
+/// or a huge file put in place of a certificate is refused at once, never read.
+pub fn read_pem(path: impl AsRef<Path>) -> Result<Vec<u8>, CertsError> {
+    Ok(marin3r_fsread::read_regular_file(
+        path.as_ref(),
+        MAX_PEM_BYTES,
+    )?)
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, CertsError> {
-    fs::read(path).map_err(|source| CertsError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
+    read_pem(path)
 }

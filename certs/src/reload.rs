@@ -29,24 +29,100 @@ struct FileStamp {
     mtime_nsec: i64,
 }
 
-/// Stamps of `paths`, following symlinks.
-fn stamps(paths: &[PathBuf]) -> Result<Vec<FileStamp>, CertsError> {
+/// Stamps of `paths`, following symlinks; with `missing_ok`, a missing file is `None`
+/// (its appearing is a change), otherwise an error.
+fn stamps(paths: &[PathBuf], missing_ok: bool) -> Result<Vec<Option<FileStamp>>, CertsError> {
     paths
         .iter()
         .map(|path| {
-            let meta = fs::metadata(path).map_err(|source| CertsError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            Ok(FileStamp {
+            let meta = match fs::metadata(path) {
+                Ok(meta) => meta,
+                Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(None);
+                }
+                Err(source) => {
+                    return Err(CertsError::Read {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            };
+            Ok(Some(FileStamp {
                 dev: meta.dev(),
                 ino: meta.ino(),
                 len: meta.len(),
                 mtime: meta.mtime(),
                 mtime_nsec: meta.mtime_nsec(),
-            })
+            }))
         })
         .collect()
+}
+
+/// Where a server's certificate and key are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServingFiles {
+    /// These two files.
+    Pair { cert: PathBuf, key: PathBuf },
+    /// In `dir`, the first `(certificate, key)` of `layouts` whose two files exist
+    /// (symlinks followed), chosen again at every reload: a Secret volume whose `..data`
+    /// swap brings the other layout is followed.
+    Dir {
+        dir: PathBuf,
+        layouts: Vec<(String, String)>,
+    },
+}
+
+impl ServingFiles {
+    /// The two files `cert` and `key`.
+    pub fn pair(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self::Pair {
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+
+    /// `dir` holding either layout of [`marin3r_wire::olm::SERVING_LAYOUTS`]: OLM v0's
+    /// `apiserver.crt`/`apiserver.key`, or a `kubernetes.io/tls` Secret's
+    /// `tls.crt`/`tls.key`.
+    pub fn dir(dir: impl Into<PathBuf>) -> Self {
+        Self::Dir {
+            dir: dir.into(),
+            layouts: marin3r_wire::olm::SERVING_LAYOUTS
+                .iter()
+                .map(|(c, k)| ((*c).to_string(), (*k).to_string()))
+                .collect(),
+        }
+    }
+
+    /// The certificate and key files to read now.
+    pub fn current(&self) -> Result<(PathBuf, PathBuf), CertsError> {
+        match self {
+            Self::Pair { cert, key } => Ok((cert.clone(), key.clone())),
+            Self::Dir { dir, layouts } => layouts
+                .iter()
+                .map(|(c, k)| (dir.join(c), dir.join(k)))
+                .find(|(c, k)| c.exists() && k.exists())
+                .ok_or_else(|| CertsError::NoServingFiles {
+                    dir: dir.clone(),
+                    layouts: layouts
+                        .iter()
+                        .map(|(c, k)| format!("{c} and {k}"))
+                        .collect::<Vec<_>>()
+                        .join(", or "),
+                }),
+        }
+    }
+
+    /// Every file whose change may change what is served.
+    fn watched(&self) -> Vec<PathBuf> {
+        match self {
+            Self::Pair { cert, key } => vec![cert.clone(), key.clone()],
+            Self::Dir { dir, layouts } => layouts
+                .iter()
+                .flat_map(|(c, k)| [dir.join(c), dir.join(k)])
+                .collect(),
+        }
+    }
 }
 
 /// Logs subject, serial and expiry of the first certificate of `certs` (public data only),
@@ -86,12 +162,15 @@ struct Reloading<T> {
     what: &'static str,
     /// The files `load` reads, watched for changes.
     paths: Vec<PathBuf>,
+    /// Whether a missing file is a state of its own (a layout not there) rather than an
+    /// error.
+    missing_ok: bool,
     load: Loader<T>,
     state: Mutex<State<T>>,
 }
 
 struct State<T> {
-    stamps: Vec<FileStamp>,
+    stamps: Vec<Option<FileStamp>>,
     value: T,
     /// The last failure that was logged, so a persisting one is logged once.
     last_warning: Option<String>,
@@ -99,13 +178,19 @@ struct State<T> {
 
 impl<T: Clone> Reloading<T> {
     /// Loads the value; failing here is an error (there is nothing to fall back to).
-    fn new(what: &'static str, paths: Vec<PathBuf>, load: Loader<T>) -> Result<Self, CertsError> {
+    fn new(
+        what: &'static str,
+        paths: Vec<PathBuf>,
+        missing_ok: bool,
+        load: Loader<T>,
+    ) -> Result<Self, CertsError> {
         // Stamp before reading: if the files change in between, the next check reloads.
-        let stamps = stamps(&paths)?;
+        let stamps = stamps(&paths, missing_ok)?;
         let value = load()?;
         Ok(Self {
             what,
             paths,
+            missing_ok,
             load,
             state: Mutex::new(State {
                 stamps,
@@ -117,7 +202,7 @@ impl<T: Clone> Reloading<T> {
 
     /// The current value, reloaded first if the files changed.
     fn get(&self) -> T {
-        let stamps = stamps(&self.paths);
+        let stamps = stamps(&self.paths, self.missing_ok);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let result = match stamps {
             Ok(stamps) if stamps == state.stamps => return state.value.clone(),
@@ -191,10 +276,19 @@ impl ReloadingCertResolver {
         key_path: impl Into<PathBuf>,
         provider: Arc<CryptoProvider>,
     ) -> Result<Self, CertsError> {
-        let (cert, key) = (cert_path.into(), key_path.into());
-        let paths = vec![cert.clone(), key.clone()];
-        let load = move || load_certified_key(&cert, &key, &provider);
-        let inner = Reloading::new("server certificate", paths, Box::new(load))?;
+        Self::serving(ServingFiles::pair(cert_path, key_path), provider)
+    }
+
+    /// Serves `files` (see [`ServingFiles`]: a directory's layout is chosen again at every
+    /// reload), with the given crypto provider loading the key.
+    pub fn serving(files: ServingFiles, provider: Arc<CryptoProvider>) -> Result<Self, CertsError> {
+        let paths = files.watched();
+        let missing_ok = matches!(files, ServingFiles::Dir { .. });
+        let load = move || {
+            let (cert, key) = files.current()?;
+            load_certified_key(&cert, &key, &provider)
+        };
+        let inner = Reloading::new("server certificate", paths, missing_ok, Box::new(load))?;
         Ok(Self { inner })
     }
 
@@ -261,7 +355,7 @@ impl ReloadingClientVerifier {
         let ca = ca_path.into();
         let paths = vec![ca.clone()];
         let load = move || build_client_verifier(&ca, &provider);
-        let inner = Reloading::new("client CA", paths, Box::new(load))?;
+        let inner = Reloading::new("client CA", paths, false, Box::new(load))?;
         Ok(Self { inner })
     }
 }

@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use marin3r_wire::{paths, ports, secret_keys};
+use marin3r_wire::{olm, paths, ports, secret_keys};
 
 use crate::logging::LogFormat;
 
@@ -222,18 +222,19 @@ pub struct WebhookArgs {
     #[arg(long, env = "MARIN3R_WEBHOOK_BIND_ADDRESS", default_value = "0.0.0.0")]
     pub webhook_bind_address: IpAddr,
     /// Directory holding the serving certificate and key (re-read when they change).
-    #[arg(
-        long,
-        env = "MARIN3R_TLS_DIR",
-        default_value = "/apiserver.local.config/certificates"
-    )]
+    /// Alone, it may hold either OLM v0's `apiserver.crt`/`apiserver.key` or a
+    /// `kubernetes.io/tls` Secret's `tls.crt`/`tls.key` (looked for in that order, again
+    /// at every reload).
+    #[arg(long, env = "MARIN3R_TLS_DIR", default_value = olm::APISERVER_CERT_DIR)]
     pub tls_dir: PathBuf,
-    /// Certificate file name inside --tls-dir.
-    #[arg(long, env = "MARIN3R_TLS_CERT_NAME", default_value = secret_keys::TLS_CRT)]
-    pub tls_cert_name: String,
-    /// Key file name inside --tls-dir.
-    #[arg(long, env = "MARIN3R_TLS_KEY_NAME", default_value = secret_keys::TLS_KEY)]
-    pub tls_key_name: String,
+    /// Certificate file name inside --tls-dir (given: only this layout is read; the key
+    /// defaults to `tls.key`).
+    #[arg(long, env = "MARIN3R_TLS_CERT_NAME")]
+    pub tls_cert_name: Option<String>,
+    /// Key file name inside --tls-dir (given: only this layout is read; the certificate
+    /// defaults to `tls.crt`).
+    #[arg(long, env = "MARIN3R_TLS_KEY_NAME")]
+    pub tls_key_name: Option<String>,
     /// Plain-HTTP address of /healthz and /readyz.
     #[arg(long, env = "MARIN3R_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081", value_parser = bind_address)]
     pub health_probe_bind_address: SocketAddr,
@@ -534,6 +535,22 @@ pub struct CertsArgs {
     pub key_type: marin3r_certs::KeyType,
 }
 
+impl WebhookArgs {
+    /// The serving files: `--tls-dir` with either layout, or the names given.
+    pub fn serving_files(&self) -> marin3r_certs::ServingFiles {
+        if self.tls_cert_name.is_none() && self.tls_key_name.is_none() {
+            return marin3r_certs::ServingFiles::dir(&self.tls_dir);
+        }
+        let name = |given: &Option<String>, default: &str| {
+            self.tls_dir.join(given.as_deref().unwrap_or(default))
+        };
+        marin3r_certs::ServingFiles::pair(
+            name(&self.tls_cert_name, secret_keys::TLS_CRT),
+            name(&self.tls_key_name, secret_keys::TLS_KEY),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,6 +609,29 @@ mod tests {
             (Duration::from_millis(1500), Duration::ZERO, Duration::ZERO)
         );
         assert!(parse(&["--max-connection-age", "-1m"]).is_err());
+    }
+
+    #[test]
+    fn webhook_tls_dir_alone_serves_either_layout_and_given_names_win() {
+        use clap::Parser as _;
+        use marin3r_certs::ServingFiles;
+        let files = |args: &[&str]| {
+            let args = [&["marin3r", "webhook"], args].concat();
+            let Command::Webhook(a) = Cli::try_parse_from(args).unwrap().command else {
+                panic!("not the webhook");
+            };
+            a.serving_files()
+        };
+        assert_eq!(files(&[]), ServingFiles::dir(olm::APISERVER_CERT_DIR));
+        assert_eq!(files(&["--tls-dir", "/certs"]), ServingFiles::dir("/certs"));
+        assert_eq!(
+            files(&["--tls-dir", "/certs", "--tls-cert-name", "a.pem"]),
+            ServingFiles::pair("/certs/a.pem", "/certs/tls.key")
+        );
+        assert_eq!(
+            files(&["--tls-dir=/c", "--tls-cert-name=x", "--tls-key-name=y"]),
+            ServingFiles::pair("/c/x", "/c/y")
+        );
     }
 
     #[test]

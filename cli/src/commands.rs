@@ -1,6 +1,5 @@
 //! Subcommand wiring: build each library's config from the parsed flags and call it.
 
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -184,16 +183,22 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(outcome.code))
 }
 
+/// Largest input file (`-f FILE`, or `-f -` for standard input) read.
+const MAX_INPUT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads `-f FILE` through the one file reader (a regular file, bounded, never blocking),
+/// or standard input for `-` (bounded too).
 fn read_input(file: &std::path::Path) -> Result<String> {
-    if file.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read standard input")?;
-        Ok(s)
+    let bytes = if file.as_os_str() == "-" {
+        marin3r_fsread::read_bounded(
+            std::io::stdin(),
+            MAX_INPUT_BYTES,
+            std::path::Path::new("standard input"),
+        )?
     } else {
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))
-    }
+        marin3r_fsread::read_regular_file(file, MAX_INPUT_BYTES)?
+    };
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", file.display()))
 }
 
 /// `marin3r operator`: the controllers, over `WATCH_NAMESPACE` (unset or empty: every
@@ -302,8 +307,7 @@ fn small_runtime() -> Result<tokio::runtime::Runtime> {
 async fn webhook(a: WebhookArgs) -> Result<ExitCode> {
     let config = marin3r_webhook::Config {
         webhook_addr: SocketAddr::new(a.webhook_bind_address, a.webhook_port),
-        tls_cert: a.tls_dir.join(&a.tls_cert_name),
-        tls_key: a.tls_dir.join(&a.tls_key_name),
+        tls: a.serving_files(),
         health_addr: a.health_probe_bind_address,
         metrics_addr: a.metrics_bind_address,
         defaults: a.defaults.into(),

@@ -36,6 +36,11 @@ pub const HTTP_MAX_CONNECTIONS: usize = 64;
 /// closed.
 pub const HTTP_MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// How long a plain-HTTP answer may wait for the client to take it (a write that makes
+/// no progress); then the connection is closed. A client that stops reading a large
+/// answer (`/metrics`) would otherwise hold its connection slot for ever.
+pub const HTTP_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Bounds of a plain-HTTP listener against slow, stuck or too many clients (slowloris).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
@@ -45,6 +50,8 @@ pub struct HttpLimits {
     pub max_connections: usize,
     /// Bytes of request line and headers ([`HTTP_MAX_HEADER_BYTES`]).
     pub max_header_bytes: usize,
+    /// A write waiting for the client ([`HTTP_WRITE_STALL_TIMEOUT`]).
+    pub write_stall: Duration,
 }
 
 impl HttpLimits {
@@ -53,6 +60,7 @@ impl HttpLimits {
         header_read: HTTP_HEADER_READ_TIMEOUT,
         max_connections: HTTP_MAX_CONNECTIONS,
         max_header_bytes: HTTP_MAX_HEADER_BYTES,
+        write_stall: HTTP_WRITE_STALL_TIMEOUT,
     };
 }
 
@@ -136,6 +144,181 @@ pub async fn serve_http(
     while connections.join_next().await.is_some() {}
 }
 
+/// An accepted stream that holds its slot of a listener's connection limit until it is
+/// dropped (for listeners served by another library, like the webhook's axum-server:
+/// their acceptor takes a slot with [`ConnectionSlots::take`] and hands this on).
+#[derive(Debug)]
+pub struct Held<S> {
+    stream: S,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<S> Held<S> {
+    /// The stream.
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+}
+
+/// The slots of a listener's connection limit.
+#[derive(Debug, Clone)]
+pub struct ConnectionSlots {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+impl ConnectionSlots {
+    /// `max` connections at once.
+    pub fn new(max: usize) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// `stream` holding a slot, or an error (the caller closes it) when none is free.
+    pub fn take<S>(&self, stream: S) -> std::io::Result<Held<S>> {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => Ok(Held {
+                stream,
+                _slot: slot,
+            }),
+            Err(_) => Err(std::io::Error::other(format!(
+                "connection limit ({}) reached; connection closed",
+                self.max
+            ))),
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Held<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Held<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// A stream whose writes fail once one has waited for the peer longer than `timeout`
+/// (the client stopped reading): the connection then ends.
+struct WriteStall<S> {
+    inner: S,
+    timeout: Duration,
+    /// Since when a write has been waiting, as a timer.
+    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteStall<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            waiting: None,
+        }
+    }
+
+    /// `polled` as it is, unless it is pending past the timeout: then an error.
+    fn bound<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.waiting = None;
+            return polled;
+        }
+        let timeout = self.timeout;
+        let timer = self
+            .waiting
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match timer.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took no data for the write stall timeout",
+            ))),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteStall<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteStall<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.bound(cx, polled)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
+        this.bound(cx, polled)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.bound(cx, polled)
+    }
+}
+
 /// One connection of [`serve_http`]; holds its `slot` until it is closed.
 async fn serve_connection(
     stream: TcpStream,
@@ -151,6 +334,7 @@ async fn serve_connection(
         .header_read_timeout(limits.header_read)
         // hyper's smallest buffer.
         .max_buf_size(limits.max_header_bytes.max(MIN_BUF_SIZE));
+    let stream = WriteStall::new(stream, limits.write_stall);
     let conn = http1.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
@@ -230,6 +414,31 @@ mod tests {
             .to_string()
     }
 
+    /// The idle bound of a plain-HTTP connection: once its answer is sent, a kept-alive
+    /// connection that sends no next request is closed after the header read timeout
+    /// (it runs from the moment the server waits for the next request), so an idle
+    /// client holds a slot for at most that long.
+    #[tokio::test]
+    async fn kept_alive_connections_are_closed_once_idle_for_the_header_timeout() {
+        let limits = HttpLimits {
+            header_read: Duration::from_millis(300),
+            ..HttpLimits::DEFAULT
+        };
+        let (addr, _stop, _server) = start(limits).await;
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answered = Instant::now();
+        let rest = tokio::time::timeout(LONG, read_until_closed(&mut conn))
+            .await
+            .expect("the idle kept-alive connection was not closed");
+        let text = String::from_utf8_lossy(&rest);
+        assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+        assert!(!text.contains("connection: close"), "kept alive: {text}");
+        assert!(answered.elapsed() >= limits.header_read);
+    }
+
     #[tokio::test]
     async fn accepted_streams_have_tcp_nodelay() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -276,6 +485,39 @@ mod tests {
         // The server goes on serving.
         let mut conn = TcpStream::connect(addr).await.unwrap();
         assert_eq!(healthz(&mut conn).await, "HTTP/1.1 200 OK");
+    }
+
+    /// A client that asks for a large answer and never reads it holds its connection
+    /// only until the write stall timeout: with one slot, the next client is served
+    /// afterwards.
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_closed_after_the_write_stall_timeout() {
+        let limits = HttpLimits {
+            max_connections: 1,
+            write_stall: Duration::from_millis(300),
+            ..HttpLimits::DEFAULT
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let big = "x".repeat(32 * 1024 * 1024);
+        let router = Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/big", get(move || std::future::ready(big.clone())));
+        let server = tokio::spawn(serve_http(listener, router, limits, std::future::pending()));
+        let mut stuck = TcpStream::connect(addr).await.unwrap();
+        stuck
+            .write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let stalled = Instant::now();
+        marin3r_testkit::wait_until_async("served after the stalled one", LONG, || async {
+            let mut conn = TcpStream::connect(addr).await.unwrap();
+            healthz(&mut conn).await == "HTTP/1.1 200 OK"
+        })
+        .await;
+        assert!(stalled.elapsed() >= limits.write_stall);
+        drop(stuck);
+        server.abort();
     }
 
     /// Below the limit a request is served while other connections are held; at the limit

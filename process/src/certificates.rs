@@ -46,25 +46,52 @@ pub fn not_after(pem: &str) -> Result<i64, String> {
     marin3r_certs::lifecycle::validity(pem).map(|(_, end)| unix_seconds(end))
 }
 
+/// Where a served certificate is read from.
+#[derive(Debug)]
+enum Source {
+    File(PathBuf),
+    /// The certificate of a serving directory's current layout.
+    Serving(marin3r_certs::ServingFiles),
+}
+
+impl Source {
+    fn path(&self) -> Result<PathBuf, String> {
+        match self {
+            Self::File(path) => Ok(path.clone()),
+            Self::Serving(files) => files
+                .current()
+                .map(|(cert, _)| cert)
+                .map_err(|e| marin3r_wire::error_chain(&e)),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Served {
     certificate: &'static str,
-    path: PathBuf,
+    source: Source,
     /// The last notAfter read (kept while the file does not parse).
     last: Mutex<Option<i64>>,
 }
 
 impl Served {
     fn read(&self) -> Option<i64> {
-        let now = std::fs::read_to_string(&self.path)
-            .map_err(|e| e.to_string())
+        // The one bounded, non-blocking reader: a FIFO or `/dev/zero` in place of the
+        // certificate never stalls or bloats a scrape.
+        let now = self
+            .source
+            .path()
+            .and_then(|path| {
+                marin3r_certs::read_pem(path).map_err(|e| marin3r_wire::error_chain(&e))
+            })
+            .and_then(|pem| String::from_utf8(pem).map_err(|_| "not UTF-8 text".to_string()))
             .and_then(|pem| not_after(&pem));
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         match now {
             Ok(t) => *last = Some(t),
             Err(error) => tracing::debug!(
                 certificate = self.certificate,
-                path = %self.path.display(),
+                source = ?self.source,
                 error,
                 "cannot read the certificate's expiry; showing the last one read"
             ),
@@ -83,11 +110,24 @@ pub struct CertificateExpiry {
 impl CertificateExpiry {
     /// `(certificate label, PEM file)` pairs; each file's first certificate counts.
     pub fn served(files: impl IntoIterator<Item = (&'static str, PathBuf)>) -> Self {
-        let served = files
+        Self::from_sources(
+            files
+                .into_iter()
+                .map(|(certificate, path)| (certificate, Source::File(path))),
+        )
+    }
+
+    /// The certificate of `files` (for a serving directory, the layout it serves now).
+    pub fn serving(certificate: &'static str, files: marin3r_certs::ServingFiles) -> Self {
+        Self::from_sources([(certificate, Source::Serving(files))])
+    }
+
+    fn from_sources(sources: impl IntoIterator<Item = (&'static str, Source)>) -> Self {
+        let served = sources
             .into_iter()
-            .map(|(certificate, path)| Served {
+            .map(|(certificate, source)| Served {
                 certificate,
-                path,
+                source,
                 last: Mutex::new(None),
             })
             .collect();

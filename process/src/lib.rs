@@ -34,8 +34,8 @@ mod signal;
 use std::net::SocketAddr;
 
 pub use accept::{
-    HTTP_HEADER_READ_TIMEOUT, HTTP_MAX_CONNECTIONS, HTTP_MAX_HEADER_BYTES, HttpLimits, accept,
-    serve_http, set_nodelay,
+    ConnectionSlots, HTTP_HEADER_READ_TIMEOUT, HTTP_MAX_CONNECTIONS, HTTP_MAX_HEADER_BYTES,
+    HTTP_WRITE_STALL_TIMEOUT, Held, HttpLimits, accept, serve_http, set_nodelay,
 };
 pub use certificates::{
     CERTIFICATE_EXPIRY_METRIC, CertificateExpiry, IssuedCertificates, not_after, unix_seconds,

@@ -24,6 +24,8 @@
 //!   server set `TCP_NODELAY` on the socket it accepted?).
 //! - [`envoy`]: where the tests find Envoy 1.40 (`ENVOY_BIN`, else `.venv`); never
 //!   optional.
+//! - [`special_files`]: every kind of entry that is not a usable regular file (FIFO,
+//!   `/dev/zero`, socket, dangling symlink, directory, huge sparse file), made on demand.
 //! - [`free_port`].
 //!
 //! It depends on no marin3r crate, so every crate can take it as a dev-dependency.
@@ -42,6 +44,7 @@ pub mod rbac;
 pub mod scc;
 #[cfg(target_os = "linux")]
 pub mod sockets;
+pub mod special_files;
 pub mod time;
 pub mod tls;
 pub mod wait;

@@ -59,8 +59,7 @@ async fn every_listener_sets_tcp_nodelay_on_accepted_sockets() {
     };
     let webhook_config = marin3r_webhook::Config {
         webhook_addr: webhook_listeners.https.local_addr().unwrap(),
-        tls_cert: certs.server_cert.clone(),
-        tls_key: certs.server_key.clone(),
+        tls: marin3r_certs::ServingFiles::pair(&certs.server_cert, &certs.server_key),
         health_addr: webhook_listeners.probes.local_addr().unwrap(),
         metrics_addr: webhook_listeners.metrics.local_addr().unwrap(),
         defaults: marin3r_sidecar::Defaults::default(),

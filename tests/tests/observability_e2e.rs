@@ -197,8 +197,10 @@ impl Webhook {
         let any = localhost(0);
         let config = marin3r_webhook::Config {
             webhook_addr: any,
-            tls_cert: dir.path().join("tls.crt"),
-            tls_key: dir.path().join("tls.key"),
+            tls: marin3r_certs::ServingFiles::pair(
+                dir.path().join("tls.crt"),
+                dir.path().join("tls.key"),
+            ),
             health_addr: any,
             metrics_addr: any,
             defaults: marin3r_sidecar::Defaults::default(),

@@ -14,7 +14,6 @@ pub mod validation;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +36,13 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request may take from its headers to the answer: reading the body and
 /// handling it. The API server gives a webhook at most 30 s (`timeoutSeconds`).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many admission connections are held at once; one more is closed as soon as it
+/// is accepted, before its TLS handshake. Each may buffer one AdmissionReview of at most
+/// [`MAX_BODY_BYTES`] (3 MiB), so all of them at most 96 MiB: within the webhook's
+/// 128 Mi memory limit. An idle kept-alive connection is closed after
+/// [`HEADER_READ_TIMEOUT`], so the API server's connection pool does not hold slots.
+pub const MAX_CONNECTIONS: usize = 32;
 
 /// Bounds on slow or stuck clients (slowloris), see docs/reliability.md. Every one of
 /// them is reached with a client that trickles bytes, not only with an idle one.
@@ -86,17 +92,35 @@ impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for TcpAcceptor {
     }
 }
 
-/// The admission listener's acceptor: [`tcp_acceptor`], then the TLS handshake bounded by
-/// `handshake`.
+/// The admission listener's acceptor: [`tcp_acceptor`], a slot of `slots` (none free:
+/// the connection is closed at once), then the TLS handshake bounded by `handshake`.
 pub fn https_acceptor(
     tls: Arc<rustls::ServerConfig>,
     handshake: Duration,
-) -> axum_server::tls_rustls::RustlsAcceptor<TcpAcceptor> {
+    slots: marin3r_process::ConnectionSlots,
+) -> axum_server::tls_rustls::RustlsAcceptor<Capped> {
     axum_server::tls_rustls::RustlsAcceptor::new(
         axum_server::tls_rustls::RustlsConfig::from_config(tls),
     )
     .handshake_timeout(handshake)
-    .acceptor(tcp_acceptor())
+    .acceptor(Capped { slots })
+}
+
+/// [`tcp_acceptor`] holding a slot of the listener's connection limit ([`MAX_CONNECTIONS`]).
+#[derive(Debug, Clone)]
+pub struct Capped {
+    slots: marin3r_process::ConnectionSlots,
+}
+
+impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for Capped {
+    type Stream = marin3r_process::Held<tokio::net::TcpStream>;
+    type Service = S;
+    type Future = std::future::Ready<std::io::Result<(Self::Stream, S)>>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        marin3r_process::set_nodelay(&stream);
+        std::future::ready(self.slots.take(stream).map(|held| (held, service)))
+    }
 }
 
 /// How much longer than [`Timeouts::graceful_shutdown`] the process may take to stop:
@@ -118,9 +142,10 @@ pub enum Error {
 pub struct Config {
     /// HTTPS listener (`--webhook-port`, all interfaces).
     pub webhook_addr: SocketAddr,
-    /// Certificate and key files (`--tls-dir` + `--tls-cert-name` / `--tls-key-name`).
-    pub tls_cert: PathBuf,
-    pub tls_key: PathBuf,
+    /// The serving certificate and key: `--tls-dir` alone (either layout of
+    /// [`marin3r_wire::olm::SERVING_LAYOUTS`], chosen again at every reload), or with
+    /// `--tls-cert-name` / `--tls-key-name` (those two files).
+    pub tls: marin3r_certs::ServingFiles,
     /// Plain-HTTP probes (`--health-probe-bind-address`).
     pub health_addr: SocketAddr,
     /// Prometheus metrics (`--metrics-bind-address`).
@@ -192,11 +217,10 @@ pub async fn serve_with_timeouts(
     timeouts: Timeouts,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let tls = marin3r_certs::server_config(&config.tls_cert, &config.tls_key, &[b"http/1.1"])
-        .map_err(Error::Tls)?;
+    let tls = marin3r_certs::serving_config(&config.tls, &[b"http/1.1"]).map_err(Error::Tls)?;
     let readiness = Readiness::new();
     let metrics = Arc::new(metrics::Metrics::serving(
-        config.tls_cert.clone(),
+        config.tls.clone(),
         readiness.clone(),
     ));
     let state = Arc::new(AppState::new(config.defaults.clone(), metrics.clone()));
@@ -234,7 +258,11 @@ async fn serve_https(
     let mut server = axum_server::from_tcp(listener)
         .map_err(serve_error)?
         .acceptor(UntilStopping {
-            inner: https_acceptor(tls, timeouts.handshake),
+            inner: https_acceptor(
+                tls,
+                timeouts.handshake,
+                marin3r_process::ConnectionSlots::new(MAX_CONNECTIONS),
+            ),
             stopping: stopping.clone(),
         })
         .handle(handle.clone())
@@ -340,7 +368,11 @@ mod tests {
             &[b"http/1.1"],
         )
         .unwrap();
-        let acceptor = super::https_acceptor(tls, std::time::Duration::from_secs(10));
+        let acceptor = super::https_acceptor(
+            tls,
+            std::time::Duration::from_secs(10),
+            marin3r_process::ConnectionSlots::new(1),
+        );
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -357,7 +389,7 @@ mod tests {
         });
         let (stream, _) = listener.accept().await.unwrap();
         let (tls_stream, ()) = acceptor.accept(stream, ()).await.unwrap();
-        assert!(tls_stream.get_ref().0.nodelay().unwrap());
+        assert!(tls_stream.get_ref().0.get_ref().nodelay().unwrap());
         drop(client.await.unwrap());
     }
 }

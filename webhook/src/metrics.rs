@@ -70,16 +70,18 @@ impl Metrics {
     /// [`new`](Self::new), and the process's series: `marin3r_ready` (of `readiness`)
     /// and `marin3r_certificate_expiration_timestamp_seconds
     /// {certificate="webhook-serving"}`, the expiry of the serving certificate in
-    /// `tls_cert`, read at each scrape.
-    pub fn serving(tls_cert: std::path::PathBuf, readiness: marin3r_process::Readiness) -> Self {
-        Self::build(Some((tls_cert, readiness)))
+    /// `tls` (the layout served now), read at each scrape.
+    pub fn serving(
+        tls: marin3r_certs::ServingFiles,
+        readiness: marin3r_process::Readiness,
+    ) -> Self {
+        Self::build(Some((tls, readiness)))
     }
 
-    fn build(serving: Option<(std::path::PathBuf, marin3r_process::Readiness)>) -> Self {
+    fn build(serving: Option<(marin3r_certs::ServingFiles, marin3r_process::Readiness)>) -> Self {
         let mut root = Registry::default();
-        if let Some((path, readiness)) = serving {
-            marin3r_process::CertificateExpiry::served([("webhook-serving", path)])
-                .register(&mut root);
+        if let Some((tls, readiness)) = serving {
+            marin3r_process::CertificateExpiry::serving("webhook-serving", tls).register(&mut root);
             marin3r_process::register_ready_metric(&mut root, readiness);
         }
         let registry = root.sub_registry_with_prefix("marin3r_webhook");
@@ -250,7 +252,8 @@ mod tests {
         .unwrap();
         let path = dir.path().join("tls.crt");
         std::fs::write(&path, &bundle.server.cert_pem).unwrap();
-        let text = Metrics::serving(path, marin3r_process::Readiness::new())
+        let files = marin3r_certs::ServingFiles::pair(&path, dir.path().join("tls.key"));
+        let text = Metrics::serving(files, marin3r_process::Readiness::new())
             .encode()
             .unwrap();
         assert!(

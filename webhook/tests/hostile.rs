@@ -627,3 +627,101 @@ async fn graceful_shutdown_finishes_the_request_in_flight() {
         .unwrap()
         .unwrap();
 }
+
+/// The admission listener holds at most `MAX_CONNECTIONS` connections: one more is
+/// closed before its TLS handshake completes (no bytes of its are buffered), the others
+/// are untouched, and once one leaves a new client is served.
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_and_a_freed_slot_serves_again() {
+    let (_dir, server, tls) = serve(PATIENT).await;
+    let mut held = Vec::new();
+    for _ in 0..marin3r_webhook::MAX_CONNECTIONS {
+        held.push(connect(server.https, &tls).await.unwrap());
+    }
+    assert!(
+        connect(server.https, &tls).await.is_err(),
+        "a connection past the cap completed its handshake"
+    );
+    drop(held.pop());
+    let body = pod_review("cap", labelled_pod()).to_string();
+    let deadline = Instant::now() + GIVE_UP;
+    loop {
+        match admit(server.https, &tls, body.as_bytes()).await {
+            Ok((200, _)) => break,
+            other => assert!(Instant::now() < deadline, "never served again: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The connections held all along still work.
+    let mut first = held.remove(0);
+    first
+        .write_all(post_head(MUTATE_PATH, body.len()).as_bytes())
+        .await
+        .unwrap();
+    first.write_all(body.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut first).await.unwrap().0, 200);
+}
+
+/// `--tls-dir` alone, the OLM way: the webhook serves OLM v0's `apiserver.crt` /
+/// `apiserver.key`, then follows a Secret volume update (the kubelet's `..data` swap)
+/// that brings a `kubernetes.io/tls` layout with a new certificate; admission goes on
+/// all along.
+#[tokio::test]
+async fn tls_dir_alone_serves_the_olm_layout_and_follows_a_swap_to_the_other() {
+    use marin3r_wire::olm::{APISERVER_CRT, APISERVER_KEY};
+    use marin3r_wire::secret_keys::{TLS_CRT, TLS_KEY};
+    let dir = tempfile::tempdir().unwrap();
+    let (olm, renewed) = (bundle(), bundle());
+    let swap = |generation: usize, files: [(&str, &str); 2]| {
+        let data = dir.path().join(format!("..gen_{generation}"));
+        std::fs::create_dir_all(&data).unwrap();
+        for (name, content) in files {
+            std::fs::write(data.join(name), content).unwrap();
+        }
+        let tmp = dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(data.file_name().unwrap(), &tmp).unwrap();
+        std::fs::rename(&tmp, dir.path().join("..data")).unwrap();
+        for (name, _) in files {
+            let link = dir.path().join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
+            }
+        }
+    };
+    swap(
+        1,
+        [
+            (APISERVER_CRT, &olm.server.cert_pem),
+            (APISERVER_KEY, &olm.server.key_pem),
+        ],
+    );
+    let server = common::start_serving(marin3r_certs::ServingFiles::dir(dir.path()), PATIENT).await;
+    let tls = connector_with(&[&olm, &renewed], true);
+    let leaf = |b: &Bundle| cert_der(&b.server.cert_pem);
+    let served = || async {
+        let s = connect(server.https, &tls).await.unwrap();
+        s.get_ref().1.peer_certificates().unwrap()[0]
+            .clone()
+            .into_owned()
+    };
+    assert_eq!(served().await, leaf(&olm));
+    let body = pod_review("olm", labelled_pod()).to_string();
+    assert_eq!(
+        admit(server.https, &tls, body.as_bytes()).await.unwrap().0,
+        200
+    );
+
+    // The next Secret version holds tls.crt/tls.key only: apiserver.* now dangle.
+    swap(
+        2,
+        [
+            (TLS_CRT, &renewed.server.cert_pem),
+            (TLS_KEY, &renewed.server.key_pem),
+        ],
+    );
+    assert_eq!(served().await, leaf(&renewed));
+    assert_eq!(
+        admit(server.https, &tls, body.as_bytes()).await.unwrap().0,
+        200
+    );
+}

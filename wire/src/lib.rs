@@ -73,6 +73,27 @@ pub mod secret_keys {
     pub const CA_CRT: &str = "ca.crt";
 }
 
+/// Where OLM v0 mounts a webhook's serving certificate (one Secret, mounted twice):
+/// `apiserver.crt`/`apiserver.key` in [`APISERVER_CERT_DIR`], and `tls.crt`/`tls.key` in
+/// [`WEBHOOK_CERT_DIR`] (controller-runtime's default directory).
+pub mod olm {
+    /// The certificate file name in [`APISERVER_CERT_DIR`].
+    pub const APISERVER_CRT: &str = "apiserver.crt";
+    /// The key file name in [`APISERVER_CERT_DIR`].
+    pub const APISERVER_KEY: &str = "apiserver.key";
+    /// OLM v0's mount of `apiserver.crt`/`apiserver.key` (and upstream MARIN3R's
+    /// `--tls-dir` default).
+    pub const APISERVER_CERT_DIR: &str = "/apiserver.local.config/certificates";
+    /// OLM v0's mount of `tls.crt`/`tls.key` (controller-runtime's default).
+    pub const WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+    /// The `(certificate, key)` file names a webhook serving directory may hold, in the
+    /// order they are looked for: OLM v0's, then a `kubernetes.io/tls` Secret's.
+    pub const SERVING_LAYOUTS: [(&str, &str); 2] = [
+        (APISERVER_CRT, APISERVER_KEY),
+        (super::secret_keys::TLS_CRT, super::secret_keys::TLS_KEY),
+    ];
+}
+
 /// Default names of objects that two components must agree on.
 pub mod object_names {
     /// The Secret of the sidecars' client certificate: the `client-certificate`

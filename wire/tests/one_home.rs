@@ -38,6 +38,22 @@ const LITERALS: &[(Match, &str)] = &[
         "marin3r_wire::secret_keys::CA_CRT",
     ),
     (
+        Match::Text("\"apiserver.crt\""),
+        "marin3r_wire::olm::APISERVER_CRT",
+    ),
+    (
+        Match::Text("\"apiserver.key\""),
+        "marin3r_wire::olm::APISERVER_KEY",
+    ),
+    (
+        Match::Text("\"/apiserver.local.config/certificates\""),
+        "marin3r_wire::olm::APISERVER_CERT_DIR",
+    ),
+    (
+        Match::Text("\"/tmp/k8s-webhook-server/serving-certs\""),
+        "marin3r_wire::olm::WEBHOOK_CERT_DIR",
+    ),
+    (
         Match::Text("\"marin3r.3scale.net\""),
         "marin3r_wire::DOMAIN",
     ),

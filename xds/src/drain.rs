@@ -34,6 +34,9 @@ pub const SHUTTING_DOWN: &str = "discovery service shutting down";
 /// The message of the `UNAVAILABLE` status a stream ends with when its connection
 /// reached its max age (same handling by Envoy as [`SHUTTING_DOWN`]).
 pub const MAX_AGE_REACHED: &str = "connection max age reached; reconnect";
+/// The status message of a connection closed for being idle (it has no stream, so no
+/// client sees it; for logs and symmetry).
+pub const IDLE: &str = "connection idle; reconnect";
 
 /// The jitter of the connection max age: each connection lives `max_age` ± this
 /// percentage (Istio's default spread; gRPC's `MAX_CONNECTION_AGE` jitter is the same).
@@ -46,6 +49,9 @@ pub enum CloseReason {
     Shutdown,
     /// The connection reached its [`jittered_age`].
     MaxAge,
+    /// The connection had no stream for the idle timeout
+    /// ([`crate::limits::IDLE_TIMEOUT`]).
+    Idle,
 }
 
 impl CloseReason {
@@ -54,6 +60,7 @@ impl CloseReason {
         match self {
             Self::Shutdown => SHUTTING_DOWN,
             Self::MaxAge => MAX_AGE_REACHED,
+            Self::Idle => IDLE,
         }
     }
 
@@ -62,6 +69,7 @@ impl CloseReason {
         match self {
             Self::Shutdown => "shutdown",
             Self::MaxAge => "max age",
+            Self::Idle => "idle",
         }
     }
 }

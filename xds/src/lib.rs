@@ -22,6 +22,7 @@ pub mod delta;
 pub mod drain;
 pub mod events;
 pub mod grpc;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod server;

@@ -26,6 +26,7 @@ use crate::AdsConfig;
 use crate::connection::Registry;
 use crate::drain::{self, CloseReason, DrainPlan};
 pub use crate::grpc::{AdsServer, CsdsServer};
+use crate::limits::{Bounded, Budget, ConnectionLimits};
 pub use crate::service::AdsService;
 
 /// TLS handshakes that take longer are dropped (slow or stuck clients).
@@ -168,8 +169,13 @@ pub async fn serve_ads(
     set_health(&health, false).await;
     let health_task = tokio::spawn(follow_readiness(health, ready));
     let (plan_tx, plan) = watch::channel(None);
+    let limits = config.limits;
     let mut server = Connections {
         acceptor: tokio_rustls::TlsAcceptor::from(tls),
+        limits,
+        slots: Arc::new(tokio::sync::Semaphore::new(limits.max_connections)),
+        requests: Arc::new(Budget::new(limits.total_request_bytes, "server")),
+        streams: Arc::new(tokio::sync::Semaphore::new(limits.max_streams)),
         preface_timeout: config.preface_timeout,
         max_age: config.max_connection_age,
         close_grace: config.shutdown_grace,
@@ -246,6 +252,13 @@ pub async fn serve_ads(
 /// The accept loop's state: what each connection needs, and the connection tasks.
 struct Connections {
     acceptor: tokio_rustls::TlsAcceptor,
+    limits: ConnectionLimits,
+    /// One per connection held ([`ConnectionLimits::max_connections`]).
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Bytes of requests being received, all connections together.
+    requests: Arc<Budget>,
+    /// One per stream open, all connections together ([`ConnectionLimits::max_streams`]).
+    streams: Arc<tokio::sync::Semaphore>,
     preface_timeout: Duration,
     max_age: Duration,
     close_grace: Duration,
@@ -276,12 +289,20 @@ impl Connections {
                 }
                 () = &mut until => return,
             };
-            self.spawn(tcp, peer);
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                tracing::debug!(
+                    %peer,
+                    max_connections = self.limits.max_connections,
+                    "connection limit reached; connection closed"
+                );
+                continue;
+            };
+            self.spawn(tcp, peer, slot);
         }
     }
 
-    /// Serves one accepted connection in a task of its own.
-    fn spawn(&mut self, tcp: TcpStream, peer: SocketAddr) {
+    /// Serves one accepted connection in a task of its own, holding its `slot`.
+    fn spawn(&mut self, tcp: TcpStream, peer: SocketAddr, slot: tokio::sync::OwnedSemaphorePermit) {
         let id = self.next_id;
         self.next_id += 1;
         // Decided at accept time, from a seed of its own.
@@ -297,8 +318,14 @@ impl Connections {
             registry: self.registry.clone(),
             plan: self.plan.clone(),
             close_by_age,
+            limits: self.limits,
+            requests: self.requests.clone(),
+            streams: self.streams.clone(),
         };
-        self.tasks.spawn(conn.serve(tcp));
+        self.tasks.spawn(async move {
+            conn.serve(tcp).await;
+            drop(slot);
+        });
     }
 }
 
@@ -326,6 +353,11 @@ struct Connection {
     plan: watch::Receiver<Option<Arc<DrainPlan>>>,
     /// When it reaches its max age (`None`: never).
     close_by_age: Option<Instant>,
+    limits: ConnectionLimits,
+    /// The server's budget of bytes of requests being received.
+    requests: Arc<Budget>,
+    /// The server's stream slots.
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl Connection {
@@ -360,19 +392,45 @@ impl Connection {
         let registered = self.registry.register(self.id);
         let handle = registered.handle().clone();
         let routes = self.routes.clone();
-        let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+        let limits = self.limits;
+        let connection_budget =
+            Arc::new(Budget::new(limits.connection_request_bytes, "connection"));
+        let server_budget = self.requests.clone();
+        let (streams, mut open_streams) = watch::channel(0usize);
+        let streams = Arc::new(streams);
+        let slots = self.streams.clone();
+        let max_streams = limits.max_streams;
+        let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+            // Counted until its response ends (the connection's idle time starts when
+            // none is left), holding one of the server's stream slots.
+            let open = OpenStream::new(streams.clone());
+            let slot = slots.clone().try_acquire_owned();
+            let mut request = request
+                .map(|body| Bounded::new(body, connection_budget.clone(), server_budget.clone()));
             // The ADS streams of this connection follow its close.
             request.extensions_mut().insert(handle.clone());
-            routes.clone().oneshot(request)
+            let routes = routes.clone();
+            async move {
+                let Ok(slot) = slot else {
+                    let refused = tonic::Status::resource_exhausted(format!(
+                        "the server holds its limit of {max_streams} streams; retry later"
+                    ))
+                    .into_http::<tonic::body::Body>();
+                    return Ok(refused.map(|body| Tracked {
+                        body,
+                        _open: open,
+                        _slot: None,
+                    }));
+                };
+                let response = routes.oneshot(request).await?;
+                Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
+                    body,
+                    _open: open,
+                    _slot: Some(slot),
+                }))
+            }
         });
-        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        http2
-            .timer(TokioTimer::new())
-            .keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            // As tonic's server: no limit (an Envoy has one ADS stream per connection).
-            .max_concurrent_streams(None);
-        let conn = http2.serve_connection(TokioIo::new(io), service);
+        let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
         let mut conn = std::pin::pin!(conn);
 
         let reason = tokio::select! {
@@ -381,6 +439,7 @@ impl Connection {
                 return;
             }
             () = sleep_until_opt(self.close_by_age) => CloseReason::MaxAge,
+            () = idle(&mut open_streams, limits.idle_timeout) => CloseReason::Idle,
             () = drain_turn(&mut self.plan, self.id) => CloseReason::Shutdown,
         };
         tracing::debug!(%peer, reason = reason.as_str(), "closing the connection");
@@ -394,6 +453,103 @@ impl Connection {
             Err(_) => {
                 tracing::info!(%peer, grace = ?self.close_grace, reason = reason.as_str(), "connection still open after its close and the grace period; dropped")
             }
+        }
+    }
+}
+
+/// The HTTP/2 server of one connection, with the listener's bounds: keepalive PINGs,
+/// streams per connection, flow-control windows (fixed: no adaptive window), frame and
+/// header list sizes (CONTINUATION floods end at the header list limit), and h2's
+/// rapid-reset bounds (streams reset by the client before they are served, and by the
+/// server for protocol errors, each capped; past them the connection gets a GOAWAY).
+fn http2_builder(limits: &ConnectionLimits) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .initial_stream_window_size(limits.stream_window)
+        .initial_connection_window_size(limits.connection_window)
+        .adaptive_window(false)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
+        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS);
+    http2
+}
+
+/// HTTP/2 `SETTINGS_MAX_FRAME_SIZE` (the protocol's smallest).
+const MAX_FRAME_BYTES: u32 = 16 * 1024;
+/// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`: a request's headers, CONTINUATION frames
+/// included (gRPC metadata of an Envoy is a few hundred bytes).
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// Streams the client reset before the server accepted them, at once (HTTP/2 rapid
+/// reset, CVE-2023-44487; hyper's default).
+const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// Streams the server reset for the client's protocol errors before it closes the
+/// connection (h2's default).
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+
+/// One open stream of a connection, counted in its watch while alive.
+struct OpenStream(Arc<watch::Sender<usize>>);
+
+impl OpenStream {
+    fn new(count: Arc<watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// A response body that keeps its stream counted ([`OpenStream`]) until it is dropped.
+struct Tracked<B> {
+    body: B,
+    _open: OpenStream,
+    /// Its slot of [`ConnectionLimits::max_streams`] (none for a refused stream).
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Completes once the connection has had no open stream for `timeout` (never when it
+/// is zero).
+async fn idle(open: &mut watch::Receiver<usize>, timeout: Duration) {
+    if timeout.is_zero() {
+        return std::future::pending().await;
+    }
+    loop {
+        if open.wait_for(|n| *n == 0).await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(timeout) => return,
+            changed = open.changed() => if changed.is_err() {
+                return std::future::pending().await;
+            },
         }
     }
 }

@@ -60,6 +60,10 @@ pub struct AdsConfig {
     /// `--max-connection-age`), so the streams rebalance over the replicas after a
     /// rollout; zero disables it.
     pub max_connection_age: Duration,
+    /// What one client can make the listener hold: connections, streams per connection,
+    /// bytes of requests being received (per connection and overall), idle time
+    /// ([`crate::limits`]).
+    pub limits: crate::limits::ConnectionLimits,
 }
 
 impl Default for AdsConfig {
@@ -74,6 +78,7 @@ impl Default for AdsConfig {
             drain_time: Duration::from_secs(5),
             drain_delay: Duration::from_secs(5),
             max_connection_age: Duration::from_secs(30 * 60),
+            limits: crate::limits::ConnectionLimits::default(),
         }
     }
 }

@@ -95,67 +95,19 @@ fn fingerprint(m: &std::fs::Metadata) -> Fingerprint {
 
 /// Why a folder entry named like a manifest cannot be read as one, from its `stat`
 /// (symlinks followed), or `None` for a regular file: only regular files are ever
-/// read. Asked before opening (a FIFO would block the open, a device never ends) and
-/// again on the opened file (it may have been swapped in between).
+/// read. Asked before opening and again on the opened file by the one file reader
+/// ([`marin3r_fsread::read_regular_file`]; it may have been swapped in between).
 fn not_a_regular_file(meta: &std::fs::Metadata) -> Option<String> {
-    use std::os::unix::fs::FileTypeExt as _;
-    let t = meta.file_type();
-    let what = if t.is_file() {
-        return None;
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a named pipe (FIFO)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "a special file"
-    };
-    Some(format!(
-        "not a regular file ({what}): only regular files are read"
-    ))
-}
-
-/// Why a file of `len` bytes is not read, if it is over `limit`.
-fn too_large(len: u64, limit: u64) -> Result<(), String> {
-    if len > limit {
-        return Err(format!(
-            "the file is {len} bytes or more, more than the {limit}-byte limit"
-        ));
-    }
-    Ok(())
+    marin3r_fsread::special_kind(meta)
+        .map(|kind| format!("not a regular file ({kind}): only regular files are read"))
 }
 
 /// Reads the regular file at `path` (symlinks followed), at most `limit` bytes, or why
-/// not: the one way local mode reads a file it does not control (manifests, state files).
-/// It is opened without blocking (`O_NONBLOCK`: a FIFO never blocks the open), checked
-/// to be a regular file once open ([`not_a_regular_file`]: no FIFO, socket or device,
-/// e.g. `/dev/zero`, is ever read), and read up to `limit` + 1 bytes (a file that grows
-/// past the limit, or says it is smaller than it is, is refused, never read whole).
+/// not (without the path, which the caller reports): local mode's files (manifests,
+/// state files) go through the one bounded, regular-file-only, non-blocking reader of
+/// every process, [`marin3r_fsread::read_regular_file`].
 pub(super) fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let cannot = |e: std::io::Error| format!("cannot read the file: {e}");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(cannot)?;
-    let opened = file.metadata().map_err(cannot)?;
-    if let Some(problem) = not_a_regular_file(&opened) {
-        return Err(problem);
-    }
-    too_large(opened.len(), limit)?;
-    let mut bytes = Vec::with_capacity(usize::try_from(opened.len()).unwrap_or_default());
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    too_large(bytes.len() as u64, limit)?;
-    Ok(bytes)
+    marin3r_fsread::read_regular_file(path, limit).map_err(|e| e.reason())
 }
 
 /// Whether the folder entry at `path` is gone (only then is what it defined deleted): an
@@ -753,17 +705,14 @@ fn bytes_hash(bytes: &[u8]) -> u64 {
 /// used: only a regular file of at most [`MAX_FILE_BYTES`] (the API server's object size
 /// limit) is read ([`read_regular_file`]).
 fn read_manifest(path: &Path, meta: &std::fs::Metadata) -> Result<Vec<u8>, String> {
-    let limit = |e: String| format!("{e} (the API server's object size limit)");
     if let Some(problem) = not_a_regular_file(meta) {
         return Err(problem);
     }
-    too_large(meta.len(), MAX_FILE_BYTES).map_err(limit)?;
-    read_regular_file(path, MAX_FILE_BYTES).map_err(|e| {
-        if e.starts_with("the file is") {
-            limit(e)
-        } else {
-            e
+    marin3r_fsread::read_regular_file(path, MAX_FILE_BYTES).map_err(|e| match e {
+        marin3r_fsread::Error::TooLarge { .. } => {
+            format!("{} (the API server's object size limit)", e.reason())
         }
+        e => e.reason(),
     })
 }
 

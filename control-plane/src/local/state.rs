@@ -188,27 +188,33 @@ mod tests {
         assert_eq!(visible, ["default_kuard.json"]);
     }
 
+    /// The class "special files" through the state reader: each kind named like a state
+    /// file is reported at once (a FIFO never blocks the load, `/dev/zero` and a huge
+    /// sparse file are never read) and the good state files still load.
     #[test]
-    fn a_fifo_in_the_state_dir_never_blocks_the_load() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("default_fifo.json");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        if !made.is_ok_and(|s| s.success()) {
-            return; // no mkfifo here
+    fn special_files_in_the_state_dir_never_block_the_load() {
+        use marin3r_testkit::special_files::Special;
+        for kind in Special::ALL {
+            let dir = tempfile::tempdir().unwrap();
+            kind.make(&dir.path().join("default_special.json"));
+            let path = path_of(dir.path(), &("default".to_string(), "kuard".to_string()));
+            write_atomic(&path, &state(1)).unwrap();
+            let (done, loaded) = std::sync::mpsc::channel();
+            let state_dir = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                let _ = done.send(load(&state_dir).unwrap());
+            });
+            // A liveness guard, not a timing assertion: without the rule the open blocks.
+            let (states, errors) = loaded
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{kind:?}: the load blocked"));
+            assert_eq!(states.len(), 1, "{kind:?}");
+            assert_eq!(errors.len(), 1, "{kind:?}: {errors:?}");
+            assert!(
+                errors[0].contains(kind.expected_error()),
+                "{kind:?}: {errors:?}"
+            );
         }
-        let path = path_of(dir.path(), &("default".to_string(), "kuard".to_string()));
-        write_atomic(&path, &state(1)).unwrap();
-        let (done, loaded) = std::sync::mpsc::channel();
-        let state_dir = dir.path().to_path_buf();
-        std::thread::spawn(move || {
-            let _ = done.send(load(&state_dir).unwrap());
-        });
-        // A liveness guard, not a timing assertion: without the rule the open blocks.
-        let (states, errors) = loaded
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the load finished");
-        assert_eq!(states.len(), 1);
-        assert!(errors[0].contains("named pipe (FIFO)"), "{errors:?}");
     }
 
     #[test]

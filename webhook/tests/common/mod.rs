@@ -129,11 +129,16 @@ impl Drop for Running {
 
 /// Starts the webhook with the certificate `dir/tls.crt` and key `dir/tls.key`.
 pub async fn start(dir: &Path, timeouts: Timeouts) -> Running {
+    let files = marin3r_certs::ServingFiles::pair(dir.join("tls.crt"), dir.join("tls.key"));
+    start_serving(files, timeouts).await
+}
+
+/// Starts the webhook serving `files`.
+pub async fn start_serving(files: marin3r_certs::ServingFiles, timeouts: Timeouts) -> Running {
     let localhost = "127.0.0.1:0".parse::<SocketAddr>().unwrap();
     let config = Config {
         webhook_addr: localhost,
-        tls_cert: dir.join("tls.crt"),
-        tls_key: dir.join("tls.key"),
+        tls: files,
         health_addr: localhost,
         metrics_addr: localhost,
         defaults: Defaults::default(),
