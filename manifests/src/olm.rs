@@ -14,7 +14,7 @@
 //! generator changes (and nothing else):
 //!
 //! - OLM issues the webhook's serving certificate and mounts it into the webhook
-//!   Deployment (`tls.crt`/`tls.key` under [`OLM_WEBHOOK_CERT_DIR`]), creates the Service
+//!   Deployment (`tls.crt`/`tls.key` under [`marin3r_wire::olm::WEBHOOK_CERT_DIR`]), creates the Service
 //!   `<deployment>-service` and sets each webhook's `namespaceSelector` from the
 //!   OperatorGroup: the webhook's own `tls` Secret volume and `--tls-dir` give way, the
 //!   Service and the webhook configurations become `webhookdefinitions` (same names,
@@ -42,9 +42,6 @@ pub const PACKAGE: &str = "marin3r-rs";
 pub const CHANNEL: &str = "stable";
 /// The version of the bundle: the workspace's.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Where OLM (v0, and v1's registry+v1 certificate providers) mounts a webhook
-/// Deployment's serving certificate as `tls.crt`/`tls.key`.
-pub const OLM_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 /// The suggested install namespace (the kustomize install's).
 pub const SUGGESTED_NAMESPACE: &str = "marin3r-system";
 /// The oldest Kubernetes the bundle installs on (docs/install.md).
@@ -271,7 +268,7 @@ fn webhook_deployment() -> Result<Value, Error> {
             let Some(s) = arg.as_str() else { continue };
             if let Some(d) = s.strip_prefix("--tls-dir=") {
                 dir = Some(d.to_string());
-                *arg = json!(format!("--tls-dir={OLM_WEBHOOK_CERT_DIR}"));
+                *arg = json!(format!("--tls-dir={}", marin3r_wire::olm::WEBHOOK_CERT_DIR));
             } else if s.starts_with("--tls-cert-name=") {
                 *arg = json!(format!(
                     "--tls-cert-name={}",

@@ -957,7 +957,7 @@ fn csv_follows_the_kustomize_install() {
         .unwrap();
     for a in c["args"].as_array_mut().unwrap() {
         if a.as_str().unwrap().starts_with("--tls-dir=") {
-            *a = json!(format!("--tls-dir={}", olm::OLM_WEBHOOK_CERT_DIR));
+            *a = json!(format!("--tls-dir={}", marin3r_wire::olm::WEBHOOK_CERT_DIR));
         }
     }
     let mount = c["volumeMounts"]
