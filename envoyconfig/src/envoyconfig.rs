@@ -224,8 +224,11 @@ pub struct EnvoySecretResource {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvoyConfigStatus {
-    /// InSync, Rollback or RollbackFailed.
+    /// InSync, Rollback or RollbackFailed. A plain string in the schema, as upstream's
+    /// (an enum there would make our CRD an unsafe upgrade of upstream's, docs/olm.md);
+    /// only the discovery service writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub cache_state: Option<CacheState>,
     /// The version being served.
     #[serde(default, skip_serializing_if = "Option::is_none")]

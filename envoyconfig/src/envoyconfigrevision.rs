@@ -73,8 +73,12 @@ pub struct EnvoyConfigRevisionSpec {
     /// Envoy API version; only `v3` exists (the default).
     #[serde(rename = "envoyAPI", default, skip_serializing_if = "Option::is_none")]
     pub envoy_api: Option<EnvoyApi>,
-    /// Format of the strings in the deprecated `envoyResources` (`json` if unset).
+    /// Format of the strings in the deprecated `envoyResources` (`json` if unset). The
+    /// schema also admits upstream's `b64json` (its CRD listed it; dropping a value is an
+    /// unsafe upgrade, docs/olm.md), which no EnvoyConfig can produce: a revision carrying
+    /// it does not decode and the discovery service skips it, naming the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "revision_serialization_schema")]
     pub serialization: Option<Serialization>,
     /// The resources, one entry each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +87,19 @@ pub struct EnvoyConfigRevisionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envoy_resources: Option<EnvoyResources>,
 }
+
+/// `spec.serialization` of a revision: [`Serialization`]'s values plus upstream's
+/// `b64json`.
+fn revision_serialization_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": [Serialization::Json.to_string(), UPSTREAM_B64JSON, Serialization::Yaml.to_string()]
+    })
+}
+
+/// The `serialization` value upstream's EnvoyConfigRevision CRD listed beside `json` and
+/// `yaml`.
+const UPSTREAM_B64JSON: &str = "b64json";
 
 impl EnvoyConfigRevisionSpec {
     /// The revision of `spec` with config version `version`.
@@ -300,6 +317,21 @@ mod tests {
         let versions = status.provides_versions.unwrap().to_versions();
         assert_eq!(versions[&ResourceType::ScopedRoute], "2");
         assert_eq!(serde_json::to_value(&ecr).unwrap(), doc);
+    }
+
+    #[test]
+    fn the_schema_admits_upstream_b64json_which_does_not_decode() {
+        let crd = serde_json::to_value(EnvoyConfigRevision::crd()).unwrap();
+        let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["serialization"];
+        assert_eq!(
+            field["enum"],
+            serde_json::json!(["json", "b64json", "yaml"])
+        );
+        assert_eq!(field["type"], "string");
+        let spec = serde_json::json!({"nodeID": "n", "version": "v", "serialization": "b64json"});
+        let error = serde_json::from_value::<EnvoyConfigRevisionSpec>(spec).unwrap_err();
+        assert!(error.to_string().contains("b64json"), "{error}");
     }
 
     #[test]

@@ -462,10 +462,11 @@ fn crd_has_the_upstream_shape() {
         resource["properties"]["blueprint"]["enum"],
         json!(["tlsCertificate", "validationContext"])
     );
-    assert_eq!(
-        schema["status"]["properties"]["cacheState"]["enum"],
-        json!(["InSync", "Rollback", "RollbackFailed"])
-    );
+    // A plain string, as upstream's: an enum there is an unsafe upgrade of upstream's CRD
+    // (docs/olm.md); the discovery service writes it from `CacheState`.
+    let cache_state = &schema["status"]["properties"]["cacheState"];
+    assert_eq!(cache_state["type"], "string");
+    assert!(cache_state.get("enum").is_none(), "{cache_state}");
 }
 
 #[test]

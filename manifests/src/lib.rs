@@ -87,7 +87,12 @@ pub fn operator_crds() -> Vec<CustomResourceDefinition> {
 ///   (removing an existing field is refused), and no root `title`;
 /// - int-or-string fields as controller-gen writes them (`anyOf: [integer, string]`
 ///   beside `x-kubernetes-int-or-string`), Kubernetes quantities with Kubernetes' own
-///   quantity `pattern`: the values the API server accepts for them in a Pod or an HPA.
+///   quantity `pattern`: the values the API server accepts for them in a Pod or an HPA;
+/// - `spec` not required at the root (upstream's is optional): an object without one
+///   reaches our code as a DiscoveryService with the default spec, or as a malformed
+///   object (`missing field spec`) that the EnvoyConfig and EnvoyDeployment webhooks
+///   refuse and the controllers' lenient watches skip, naming it;
+/// - the markers controller-gen writes for Kubernetes' own types ([`kubernetes_markers`]).
 fn upstream_shape(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     let Ok(mut value) = serde_json::to_value(&crd) else {
         return crd;
@@ -98,6 +103,7 @@ fn upstream_shape(crd: CustomResourceDefinition) -> CustomResourceDefinition {
             kubebuilder_shape(root);
             if let Some(root) = root.as_object_mut() {
                 root.remove("title");
+                optional_spec(root);
                 let properties = root
                     .entry("properties")
                     .or_insert_with(|| serde_json::json!({}));
@@ -114,6 +120,17 @@ fn upstream_shape(crd: CustomResourceDefinition) -> CustomResourceDefinition {
         }
     }
     serde_json::from_value(value).unwrap_or(crd)
+}
+
+/// Drops `spec` from the root's `required` (and `required` when that empties it).
+fn optional_spec(root: &mut serde_json::Map<String, serde_json::Value>) {
+    let Some(required) = root.get_mut("required").and_then(|r| r.as_array_mut()) else {
+        return;
+    };
+    required.retain(|r| r != "spec");
+    if required.is_empty() {
+        root.remove("required");
+    }
 }
 
 fn root_api_version() -> serde_json::Value {
@@ -148,6 +165,7 @@ fn kubebuilder_shape(schema: &mut serde_json::Value) {
         return;
     };
     map.remove("nullable");
+    kubernetes_markers(map);
     if map.get("x-kubernetes-int-or-string") == Some(&serde_json::Value::Bool(true)) {
         map.entry("anyOf")
             .or_insert_with(|| serde_json::json!([{"type": "integer"}, {"type": "string"}]));
@@ -171,6 +189,185 @@ fn kubebuilder_shape(schema: &mut serde_json::Value) {
     for key in ["allOf", "anyOf", "oneOf"] {
         if let Some(list) = map.get_mut(key).and_then(|l| l.as_array_mut()) {
             list.iter_mut().for_each(kubebuilder_shape);
+        }
+    }
+}
+
+/// `metav1.Condition`'s `reason` pattern (as controller-gen writes it).
+const CONDITION_REASON_PATTERN: &str = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$";
+
+/// `metav1.Condition`'s `type` pattern (a qualified name).
+const CONDITION_TYPE_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
+
+/// The Kubernetes types whose markers (from the Go types' `+structType`, `+listType`,
+/// `+listMapKey` and `+kubebuilder:validation:Pattern` comments) controller-gen writes
+/// into upstream's CRDs and k8s-openapi's schemas lack, each recognised by its exact set
+/// of properties: (properties, markers on the object, markers on a property).
+type Markers = (
+    &'static [&'static str],
+    &'static [(&'static str, MarkerValue)],
+    &'static [(&'static str, &'static str, MarkerValue)],
+);
+
+/// A marker's value.
+#[derive(Clone, Copy)]
+enum MarkerValue {
+    Str(&'static str),
+    List(&'static [&'static str]),
+}
+
+impl MarkerValue {
+    fn json(self) -> serde_json::Value {
+        match self {
+            MarkerValue::Str(s) => serde_json::Value::from(s),
+            MarkerValue::List(l) => serde_json::Value::from(l.to_vec()),
+        }
+    }
+}
+
+const MAP_ATOMIC: (&str, MarkerValue) = ("x-kubernetes-map-type", MarkerValue::Str("atomic"));
+
+const KUBERNETES_TYPES: &[Markers] = &[
+    // metav1.LabelSelector
+    (&["matchExpressions", "matchLabels"], &[MAP_ATOMIC], &[]),
+    // corev1.NodeSelectorTerm
+    (&["matchExpressions", "matchFields"], &[MAP_ATOMIC], &[]),
+    // corev1.NodeSelector
+    (&["nodeSelectorTerms"], &[MAP_ATOMIC], &[]),
+    // corev1.SecretReference
+    (&["name", "namespace"], &[MAP_ATOMIC], &[]),
+    // corev1.ObjectReference
+    (
+        &[
+            "apiVersion",
+            "fieldPath",
+            "kind",
+            "name",
+            "namespace",
+            "resourceVersion",
+            "uid",
+        ],
+        &[MAP_ATOMIC],
+        &[],
+    ),
+    // corev1.PodAffinityTerm
+    (
+        &[
+            "labelSelector",
+            "matchLabelKeys",
+            "mismatchLabelKeys",
+            "namespaceSelector",
+            "namespaces",
+            "topologyKey",
+        ],
+        &[],
+        &[
+            (
+                "matchLabelKeys",
+                "x-kubernetes-list-type",
+                MarkerValue::Str("atomic"),
+            ),
+            (
+                "mismatchLabelKeys",
+                "x-kubernetes-list-type",
+                MarkerValue::Str("atomic"),
+            ),
+        ],
+    ),
+    // autoscalingv2.HPAScalingRules (with and without 1.33's `tolerance`)
+    (
+        &["policies", "selectPolicy", "stabilizationWindowSeconds"],
+        &[],
+        &[(
+            "policies",
+            "x-kubernetes-list-type",
+            MarkerValue::Str("atomic"),
+        )],
+    ),
+    (
+        &[
+            "policies",
+            "selectPolicy",
+            "stabilizationWindowSeconds",
+            "tolerance",
+        ],
+        &[],
+        &[(
+            "policies",
+            "x-kubernetes-list-type",
+            MarkerValue::Str("atomic"),
+        )],
+    ),
+    // corev1.ResourceRequirements
+    (
+        &["claims", "limits", "requests"],
+        &[],
+        &[
+            ("claims", "x-kubernetes-list-type", MarkerValue::Str("map")),
+            (
+                "claims",
+                "x-kubernetes-list-map-keys",
+                MarkerValue::List(&["name"]),
+            ),
+        ],
+    ),
+    // metav1.Condition
+    (
+        &[
+            "lastTransitionTime",
+            "message",
+            "observedGeneration",
+            "reason",
+            "status",
+            "type",
+        ],
+        &[],
+        &[
+            (
+                "reason",
+                "pattern",
+                MarkerValue::Str(CONDITION_REASON_PATTERN),
+            ),
+            ("type", "pattern", MarkerValue::Str(CONDITION_TYPE_PATTERN)),
+        ],
+    ),
+    // autoscalingv2.MetricTarget: `value` and `averageValue` are quantities
+    (
+        &["averageUtilization", "averageValue", "type", "value"],
+        &[],
+        &[
+            (
+                "averageValue",
+                "pattern",
+                MarkerValue::Str(QUANTITY_PATTERN),
+            ),
+            ("value", "pattern", MarkerValue::Str(QUANTITY_PATTERN)),
+        ],
+    ),
+];
+
+/// Adds the markers of [`KUBERNETES_TYPES`] to `map` when its properties are exactly one
+/// of those types'.
+fn kubernetes_markers(map: &mut serde_json::Map<String, serde_json::Value>) {
+    let Some(props) = map.get("properties").and_then(|p| p.as_object()) else {
+        return;
+    };
+    let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let Some((_, own, children)) = KUBERNETES_TYPES
+        .iter()
+        .find(|(shape, _, _)| names == **shape)
+    else {
+        return;
+    };
+    for (key, value) in *own {
+        map.insert((*key).to_string(), value.json());
+    }
+    if let Some(props) = map.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        for (name, key, value) in *children {
+            if let Some(child) = props.get_mut(*name).and_then(|c| c.as_object_mut()) {
+                child.insert((*key).to_string(), value.json());
+            }
         }
     }
 }
@@ -243,4 +440,115 @@ fn stream(files: Vec<(String, String)>, header: &str) -> Result<String, Error> {
         out.push_str(content.trim_start_matches(header));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn shaped(mut schema: serde_json::Value) -> serde_json::Value {
+        kubebuilder_shape(&mut schema);
+        schema
+    }
+
+    #[test]
+    fn kubernetes_types_get_their_markers_by_shape_at_any_depth() {
+        let selector = json!({"type": "object", "properties": {
+            "matchExpressions": {"type": "array"}, "matchLabels": {"type": "object"}}});
+        let term = json!({"type": "object", "properties": {
+            "labelSelector": selector, "matchLabelKeys": {"type": "array"},
+            "mismatchLabelKeys": {"type": "array"}, "namespaceSelector": selector,
+            "namespaces": {"type": "array"}, "topologyKey": {"type": "string"}}});
+        let out = shaped(json!({"type": "object", "properties": {
+            "terms": {"type": "array", "items": term},
+            "condition": {"type": "object", "properties": {
+                "lastTransitionTime": {"type": "string"}, "message": {"type": "string"},
+                "observedGeneration": {"type": "integer"}, "reason": {"type": "string"},
+                "status": {"type": "string"}, "type": {"type": "string"}}},
+            "resources": {"type": "object", "properties": {
+                "claims": {"type": "array"}, "limits": {"type": "object"},
+                "requests": {"type": "object"}}},
+            "target": {"type": "object", "properties": {
+                "averageUtilization": {"type": "integer"}, "averageValue": {"x-kubernetes-int-or-string": true},
+                "type": {"type": "string"}, "value": {"x-kubernetes-int-or-string": true}}},
+        }}));
+        let term = &out["properties"]["terms"]["items"];
+        assert_eq!(
+            term["properties"]["labelSelector"]["x-kubernetes-map-type"],
+            "atomic"
+        );
+        assert_eq!(
+            term["properties"]["namespaceSelector"]["x-kubernetes-map-type"],
+            "atomic"
+        );
+        assert_eq!(
+            term["properties"]["matchLabelKeys"]["x-kubernetes-list-type"],
+            "atomic"
+        );
+        assert_eq!(
+            term["properties"]["mismatchLabelKeys"]["x-kubernetes-list-type"],
+            "atomic"
+        );
+        assert!(
+            term["properties"]["namespaces"]
+                .get("x-kubernetes-list-type")
+                .is_none()
+        );
+        assert!(term.get("x-kubernetes-map-type").is_none());
+        let condition = &out["properties"]["condition"]["properties"];
+        assert_eq!(condition["reason"]["pattern"], CONDITION_REASON_PATTERN);
+        assert_eq!(condition["type"]["pattern"], CONDITION_TYPE_PATTERN);
+        assert!(condition["message"].get("pattern").is_none());
+        let claims = &out["properties"]["resources"]["properties"]["claims"];
+        assert_eq!(claims["x-kubernetes-list-type"], "map");
+        assert_eq!(claims["x-kubernetes-list-map-keys"], json!(["name"]));
+        let target = &out["properties"]["target"]["properties"];
+        assert_eq!(target["value"]["pattern"], QUANTITY_PATTERN);
+        assert_eq!(target["averageValue"]["pattern"], QUANTITY_PATTERN);
+        assert!(target["type"].get("pattern").is_none());
+    }
+
+    #[test]
+    fn only_the_exact_shape_is_marked() {
+        // A LabelSelector's properties plus one more is some other type.
+        let out = shaped(json!({"type": "object", "properties": {
+            "matchExpressions": {"type": "array"}, "matchLabels": {"type": "object"},
+            "other": {"type": "string"}}}));
+        assert!(out.get("x-kubernetes-map-type").is_none());
+        let out = shaped(json!({"type": "object", "properties": {"name": {"type": "string"}}}));
+        assert!(out.get("x-kubernetes-map-type").is_none());
+        let out = shaped(json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "namespace": {"type": "string"}}}));
+        assert_eq!(out["x-kubernetes-map-type"], "atomic");
+    }
+
+    #[test]
+    fn spec_is_optional_at_the_root_of_every_crd() {
+        for crd in crds().into_iter().chain(operator_crds()) {
+            let value = serde_json::to_value(&crd).unwrap();
+            for version in value["spec"]["versions"].as_array().unwrap() {
+                let root = &version["schema"]["openAPIV3Schema"];
+                let required = root["required"].as_array().cloned().unwrap_or_default();
+                assert!(
+                    !required.contains(&json!("spec")),
+                    "{}",
+                    value["metadata"]["name"]
+                );
+                assert!(root["properties"]["spec"].get("default").is_none());
+            }
+        }
+        let mut root = json!({"required": ["spec"]}).as_object().unwrap().clone();
+        optional_spec(&mut root);
+        assert!(root.get("required").is_none());
+        let mut root = json!({"required": ["spec", "x"]})
+            .as_object()
+            .unwrap()
+            .clone();
+        optional_spec(&mut root);
+        assert_eq!(root["required"], json!(["x"]));
+    }
 }

@@ -165,12 +165,7 @@ pub struct ServiceConfig {
     pub name: Option<String>,
     /// Ignored: the Service is ClusterIP. One of ClusterIP, LoadBalancer, Headless.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "service_type_schema")]
     pub type_: Option<String>,
-}
-
-fn service_type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({ "type": "string", "enum": SERVICE_TYPES })
 }
 
 /// Observed state of a DiscoveryService.
@@ -269,7 +264,7 @@ impl HasStatus for DiscoveryService {
 
 impl CustomResourceExt for DiscoveryService {
     fn crd() -> CustomResourceDefinition {
-        crate::schema::optional_spec(generated::DiscoveryServiceCrd::crd())
+        generated::DiscoveryServiceCrd::crd()
     }
     fn crd_name() -> &'static str {
         generated::DiscoveryServiceCrd::crd_name()

@@ -45,7 +45,6 @@ pub struct DiscoveryServiceCertificateSpec {
     /// Who signs the certificate: exactly one of `selfSigned` and `caSigned`.
     pub signer: Signer,
     /// The Secret to write; it is always in the certificate's namespace.
-    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub secret_ref: SecretReference,
     /// Automatic renewal (default enabled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,10 +56,6 @@ const SIGNER_MESSAGE: &str = "exactly one of 'selfSigned' or 'caSigned' must be 
 /// `signer`: exactly one of `selfSigned` and `caSigned`.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "has(self.selfSigned) != has(self.caSigned)",
-    "message": SIGNER_MESSAGE
-}]))]
 pub struct Signer {
     /// A self-signed certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,7 +74,6 @@ pub struct SelfSigned {}
 #[serde(rename_all = "camelCase")]
 pub struct CaSigned {
     /// The CA Secret (`tls.crt`, `tls.key`). An empty namespace means the certificate's.
-    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub ca_secret_ref: SecretReference,
 }
 

@@ -68,7 +68,6 @@ pub struct EnvoyDeploymentSpec {
     pub cluster_id: Option<String>,
     /// Ports of the Envoy container (names unique).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub ports: Option<Vec<ContainerPort>>,
     /// Envoy image (default `envoyproxy/envoy:v1.40.0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,14 +185,9 @@ pub struct ContainerPort {
 /// `replicas`: `static` or `dynamic`, not both.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!(has(self.static) && has(self.dynamic))",
-    "message": REPLICAS_MESSAGE
-}]))]
 pub struct ReplicasSpec {
     /// A fixed number of replicas.
     #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub static_: Option<i32>,
     /// A HorizontalPodAutoscaler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,10 +197,6 @@ pub struct ReplicasSpec {
 /// `replicas.dynamic`: the HorizontalPodAutoscaler's settings.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
-    "message": "minReplicas must not be greater than maxReplicas"
-}]))]
 pub struct DynamicReplicasSpec {
     /// Lower limit of replicas (HPA default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,10 +248,6 @@ pub const DEFAULT_READINESS_PROBE: ProbeSpec = ProbeSpec {
 /// `podDisruptionBudget`: `minAvailable` or `maxUnavailable`, not both; `{}` means no PDB.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!(has(self.minAvailable) && has(self.maxUnavailable))",
-    "message": PDB_MESSAGE
-}]))]
 pub struct PodDisruptionBudgetSpec {
     /// Pods that must stay available (a number or a percentage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -291,7 +277,6 @@ pub struct ShutdownManager {
     pub server_port: Option<i32>,
     /// Seconds to drain (default 300; also the termination grace period).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
     pub drain_time: Option<i64>,
     /// `gradual` (default) or `immediate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,9 +8,10 @@
 //!   [`DiscoveryServiceCertificateSpec::with_defaults`]); getter methods compute them, as
 //!   upstream's do. Images the operator chooses (`MARIN3R_IMAGE`) are passed in by the
 //!   caller: this crate reads no environment.
-//! - The CRD schemas carry the checks upstream made in a webhook (CEL rules) plus port
-//!   ranges; `validate()` on each spec reports the same rules, and a few more, as a list of
-//!   [`FieldError`]s with JSON paths. [`DiscoveryService::validate`] and
+//! - The CRD schemas validate no more than upstream v0.13's did on upstream's fields (so
+//!   that ours are a safe upgrade of upstream's, docs/olm.md): the checks upstream made in
+//!   a webhook, port ranges and enums are `validate()`'s, which reports every rule as a
+//!   list of [`FieldError`]s with JSON paths. [`DiscoveryService::validate`] and
 //!   [`EnvoyDeployment::validate`] add the object's name rules: the one check the
 //!   EnvoyDeployment webhook, `marin3r operator render` and the controllers run, so that
 //!   no object generated from a valid resource is one the API server rejects.
@@ -89,8 +90,8 @@ pub fn image_or<'a>(value: Option<&'a str>, default: &'a str) -> &'a str {
     value.filter(|s| !s.is_empty()).unwrap_or(default)
 }
 
-/// A port field as `u16`, or [`Error::Port`] naming the field (schema and
-/// `validate()` keep it in 1–65535; this guards objects that bypassed both).
+/// A port field as `u16`, or [`Error::Port`] naming the field (`validate()` keeps it in
+/// 1–65535; this guards objects that bypassed it).
 pub fn port(field: &str, value: i32) -> Result<u16, Error> {
     u16::try_from(value)
         .ok()
@@ -181,10 +182,11 @@ mod tests {
         );
     }
 
-    // One table, checked both ways: each CEL rule of the schemas has a validate() twin
-    // at the same path with the same message.
+    // The rules upstream's schemas did not have are validate()'s only (the schemas stay a
+    // safe upgrade of upstream's, docs/olm.md); the one CEL rule left is on a field
+    // upstream lacks (`extraVolumes`) and has a validate() twin with the same message.
     #[test]
-    fn every_cel_rule_has_a_validate_twin() {
+    fn every_rule_is_validate_s_and_the_schemas_keep_only_new_field_rules() {
         let ed = |extra: Value| {
             let mut spec = json!({"envoyConfigRef": "c", "discoveryServiceRef": "d"});
             spec.as_object_mut()
@@ -192,38 +194,86 @@ mod tests {
                 .extend(extra.as_object().unwrap().clone());
             spec
         };
+        let signer = "exactly one of 'selfSigned' or 'caSigned' must be set";
         let cases = [
             (
                 "EnvoyDeployment",
                 "replicas",
                 ed(json!({"replicas": {"static": 1, "dynamic": {"maxReplicas": 2}}})),
+                "only one of 'spec.replicas.static' or 'spec.replicas.dynamic' is allowed",
+                false,
             ),
             (
                 "EnvoyDeployment",
                 "replicas.dynamic",
                 ed(json!({"replicas": {"dynamic": {"minReplicas": 3, "maxReplicas": 2}}})),
+                "minReplicas must not be greater than maxReplicas",
+                false,
             ),
             (
                 "EnvoyDeployment",
                 "podDisruptionBudget",
                 ed(json!({"podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1}})),
+                "only one of 'spec.podDisruptionBudget.minAvailable' or 'spec.podDisruptionBudget.maxUnavailable' is allowed",
+                false,
+            ),
+            (
+                "EnvoyDeployment",
+                "replicas.static",
+                ed(json!({"replicas": {"static": -1}})),
+                "-1 is less than 0",
+                false,
+            ),
+            (
+                "EnvoyDeployment",
+                "shutdownManager.drainTime",
+                ed(json!({"shutdownManager": {"drainTime": -1}})),
+                "-1 is less than 0",
+                false,
             ),
             (
                 "EnvoyDeployment",
                 "extraVolumes[]",
                 ed(json!({"extraVolumes": [{"mountPath": "/etc/envoy/x"}]})),
+                "exactly one of 'secret' or 'configMap' is required in an extra volume",
+                true,
             ),
             (
                 "DiscoveryServiceCertificate",
                 "signer",
                 json!({"commonName": "a", "validFor": 1, "secretRef": {"name": "s"},
                        "signer": {"selfSigned": {}, "caSigned": {"caSecretRef": {"name": "ca"}}}}),
+                signer,
+                false,
+            ),
+            (
+                "DiscoveryServiceCertificate",
+                "signer",
+                json!({"commonName": "a", "validFor": 1, "secretRef": {"name": "s"}, "signer": {}}),
+                signer,
+                false,
+            ),
+            (
+                "DiscoveryService",
+                "serviceConfig.type",
+                json!({"serviceConfig": {"type": "NodePort"}}),
+                "\"NodePort\" is not one of ClusterIP, LoadBalancer, Headless",
+                false,
             ),
         ];
-        let mut seen = 0;
-        for (kind, path, spec) in cases {
-            let rules = schema(kind, path)["x-kubernetes-validations"].clone();
-            let message = rules[0]["message"].as_str().unwrap().to_string();
+        let mut in_schema = 0;
+        for (kind, path, spec, message, cel) in cases {
+            let node = schema(kind, path);
+            let rules = node["x-kubernetes-validations"].clone();
+            for keyword in ["minimum", "maximum", "enum"] {
+                assert!(node.get(keyword).is_none(), "{kind} {path}: {keyword}");
+            }
+            if cel {
+                assert_eq!(rules[0]["message"], message, "{kind} {path}");
+                in_schema += rules.as_array().unwrap().len();
+            } else {
+                assert!(rules.is_null(), "{kind} {path}: {rules}");
+            }
             let errors = errors(kind, spec);
             assert!(
                 errors
@@ -232,7 +282,6 @@ mod tests {
                         && e.message == message),
                 "{kind} {path}: {errors:?} lacks {message:?}"
             );
-            seen += rules.as_array().unwrap().len();
         }
         // Every rule in the schemas is in the table above.
         let total: usize = crds()
@@ -244,11 +293,33 @@ mod tests {
                     .count()
             })
             .sum();
-        assert_eq!(seen, total);
+        assert_eq!(in_schema, total);
+    }
+
+    // The CRDs leave `spec` optional, as upstream's (docs/olm.md): a DiscoveryService
+    // without one is the default one (upstream's README applies it so); an
+    // EnvoyDeployment or DiscoveryServiceCertificate without one does not decode, and the
+    // error names `spec` (the webhook denies it, the controllers' lenient watches skip it).
+    #[test]
+    fn an_object_without_spec_is_defaulted_or_refused_naming_spec() {
+        let object = |kind: &str| {
+            json!({"apiVersion": "operator.marin3r.3scale.net/v1alpha1", "kind": kind,
+                   "metadata": {"name": "x", "namespace": "default"}})
+        };
+        let ds: DiscoveryService = serde_json::from_value(object("DiscoveryService")).unwrap();
+        assert_eq!(ds.spec, DiscoveryServiceSpec::default());
+        assert!(ds.validate().is_ok());
+        let ed = serde_json::from_value::<EnvoyDeployment>(object("EnvoyDeployment")).unwrap_err();
+        assert!(ed.to_string().contains("missing field `spec`"), "{ed}");
+        let dsc = serde_json::from_value::<DiscoveryServiceCertificate>(object(
+            "DiscoveryServiceCertificate",
+        ))
+        .unwrap_err();
+        assert!(dsc.to_string().contains("missing field `spec`"), "{dsc}");
     }
 
     #[test]
-    fn every_port_range_has_a_validate_twin() {
+    fn every_port_range_is_validate_s_not_the_schema_s() {
         let ed = json!({"envoyConfigRef": "c", "discoveryServiceRef": "d",
             "adminPort": 0, "ports": [{"name": "http", "port": 65536}],
             "shutdownManager": {"serverPort": -1}});
@@ -268,9 +339,10 @@ mod tests {
             let errors = errors(kind, spec);
             for path in paths {
                 let node = schema(kind, path);
+                // Upstream's schemas have no range: adding one is an unsafe upgrade.
                 assert_eq!(
                     (node["minimum"].as_f64(), node["maximum"].as_f64()),
-                    (Some(1.0), Some(65535.0)),
+                    (None, None),
                     "{kind} {path}"
                 );
                 let want = format!("spec.{}", path.replace("[]", "[0]"));

@@ -258,6 +258,39 @@ mod tests {
         assert_eq!(verdict, Verdict::Skipped(Pass::NotAnEnvoyConfig));
     }
 
+    // The CRDs leave `spec` optional, as upstream's (docs/olm.md): an object without one
+    // is denied here, naming the field, rather than admitted.
+    #[test]
+    fn an_object_without_spec_is_denied_naming_it() {
+        let object = |kind: &str, group: &str| {
+            json!({"apiVersion": format!("{group}/v1alpha1"), "kind": kind,
+                   "metadata": {"name": "x", "namespace": "default"}})
+        };
+        for (review, what) in [
+            (
+                Review::envoy_config(
+                    "CREATE",
+                    object("EnvoyConfig", "marin3r.3scale.net"),
+                    Value::Null,
+                ),
+                &ENVOYCONFIG,
+            ),
+            (
+                Review::envoy_deployment(
+                    "CREATE",
+                    object("EnvoyDeployment", "operator.marin3r.3scale.net"),
+                    Value::Null,
+                ),
+                &ENVOYDEPLOYMENT,
+            ),
+        ] {
+            let (out, verdict) = validate_as(&review.bytes(), what).unwrap();
+            assert_eq!(verdict, Verdict::Denied, "{}", what.kind);
+            let message = out.response.status.unwrap().message;
+            assert!(message.contains("spec"), "{}: {message}", what.kind);
+        }
+    }
+
     #[test]
     fn an_object_that_is_not_a_map_is_denied() {
         let (out, verdict) = validate(
