@@ -12,20 +12,18 @@
 //! HTTP/1 connection: an in-memory pipe with hyper's client on one end (its response is
 //! what the `kube::Client` gets) and hyper's server on the other.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
 use http::{HeaderMap, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt as _, Empty, Full};
+use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{Message, handshake::derive_accept_key, protocol::Role};
 
 use super::error::ApiError;
-use super::server::{ResponseBody, ServiceError};
 
 /// The subprotocol the server picks (kube accepts v4 and v5; v4 is what port-forward
 /// needs: channels and no close signal).
@@ -76,12 +74,13 @@ pub(crate) fn upgrade_key(headers: &HeaderMap) -> Result<String, ApiError> {
 }
 
 /// Answers the upgrade request (its `headers`, its `key`: [`upgrade_key`]) with `101
-/// Switching Protocols` and serves the forwarded ports behind it.
+/// Switching Protocols` and serves the forwarded ports behind it: the head of the
+/// response, whose extensions carry hyper's pending upgrade (the body is empty).
 pub(crate) async fn open(
     headers: &HeaderMap,
     key: String,
     forwards: Vec<Forward>,
-) -> Result<Response<ResponseBody>, ServiceError> {
+) -> Result<http::response::Parts, Box<dyn std::error::Error + Send + Sync>> {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     // The server end: answers 101 and, once upgraded, bridges the ports.
     tokio::spawn(async move {
@@ -123,13 +122,7 @@ pub(crate) async fn open(
     let mut request = Request::get("/portforward").body(Empty::<Bytes>::new())?;
     *request.headers_mut() = headers.clone();
     let response = sender.send_request(request).await?;
-    let (parts, _) = response.into_parts();
-    Ok(Response::from_parts(
-        parts,
-        Full::new(Bytes::new())
-            .map_err(|e: Infallible| match e {})
-            .boxed_unsync(),
-    ))
+    Ok(response.into_parts().0)
 }
 
 /// The kubelet's side: the port frames, then bytes both ways per port until either end

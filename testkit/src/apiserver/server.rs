@@ -388,7 +388,9 @@ async fn serve_portforward(
             .and_then(|ports| portforward::upgrade_key(headers).map(|key| (key, forwards(ports))))
     };
     let answer = match found {
-        Ok((key, forwards)) => portforward::open(headers, key, forwards).await,
+        Ok((key, forwards)) => portforward::open(headers, key, forwards)
+            .await
+            .map(|head| Response::from_parts(head, Full::new(Bytes::new()).boxed_unsync())),
         Err(error) => json_response(
             error.code,
             Full::new(Bytes::from(error.to_status().to_string())).boxed_unsync(),
