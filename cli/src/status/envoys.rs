@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig
 use envoy_types::pb::envoy::service::status::v3::{ClientStatusResponse, ConfigStatus};
 use envoy_types::pb::google::protobuf::Timestamp;
 use marin3r_envoyconfig::ResourceType;
-use marin3r_envoyconfig::sensitive::redact_pem;
+use marin3r_envoyconfig::pem::redact_pem;
 use serde::Serialize;
 
 use super::table::table;
