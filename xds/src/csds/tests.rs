@@ -32,7 +32,8 @@ use super::view::{ClientView, Clock, ViewInput};
 use crate::delta::DeltaStream;
 use crate::node::NodeInfo;
 use crate::snapshot::tests::snap;
-use crate::sotw::{AdsConfig, SotwStream};
+use crate::sotw::SotwStream;
+use crate::tracking::AdsConfig;
 use ResourceType::*;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
