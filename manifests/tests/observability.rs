@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use marin3r_manifests::kustomize;
-use marin3r_manifests::observability::{
+use marin3r_testkit::observability::{
     self, EXTERNAL_METRICS, HA_METRIC_PREFIXES, JOBS, Query, exported_names, metric_names,
     selectors,
 };
