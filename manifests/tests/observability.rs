@@ -248,8 +248,9 @@ fn exported_by_the_code() -> BTreeSet<String> {
         "Observability",
         marin3r_kube::watch::ReconcileResult::Error,
     );
-    marin3r_operator::certificate::ISSUED.register(&mut registry);
-    marin3r_operator::certificate::ISSUED.set("DiscoveryServiceCertificate", "ns", "n", 1);
+    let issued = marin3r_process::IssuedCertificates::default();
+    issued.register(&mut registry);
+    issued.set("DiscoveryServiceCertificate", "ns", "n", 1);
     marin3r_process::register_ready_metric(&mut registry, marin3r_process::Readiness::new());
 
     let mut text = String::new();
