@@ -90,7 +90,7 @@ pub fn target_port(service: &Service, pod: &Pod) -> Option<u16> {
         .unwrap_or_default();
     let Some(port) = ports
         .iter()
-        .find(|p| p.name.as_deref() == Some("discovery"))
+        .find(|p| p.name.as_deref() == Some(marin3r_wire::ports::XDSS_NAME))
         .or_else(|| ports.first().filter(|_| ports.len() == 1))
     else {
         return Some(marin3r_wire::ports::XDSS);
