@@ -84,11 +84,14 @@ pub enum Command {
     /// present, so the quickstart on a laptop with a cluster context stays local): the
     /// EnvoyConfigs (with --revisions, their EnvoyConfigRevisions) through the API server
     /// (kubeconfig or in-cluster config; -n NAMESPACE, default the context's namespace; -A
-    /// every namespace), then the Envoys from each --csds-address (repeat it for several
-    /// replicas, e.g. after `kubectl port-forward pod/<replica> 18001:18000`; rows are then
-    /// labelled by replica). The client certificate defaults to the Secret
-    /// `envoy-sidecar-client-cert` of the namespace, the server name to
-    /// `marin3r-discoveryservice`.
+    /// every namespace), then the Envoys from every replica of the discovery service:
+    /// the running Pods its Service `marin3r-<--discovery-service-name>` selects, each
+    /// reached through a port-forward by the API server (as `kubectl port-forward`; needs
+    /// `get` on services, `list` on pods, `get` and `create` on pods/portforward), rows
+    /// labelled `pod/<name>`. --csds-address instead asks those addresses (repeat it for
+    /// several replicas). The client certificate defaults to the Secret
+    /// `envoy-sidecar-client-cert` of the namespace, the server name to the Service's
+    /// name.
     ///
     /// NODE: only that node id; with -o json|yaml, the configuration its Envoys hold (each
     /// resource decoded; Secrets as name and version only).
@@ -504,9 +507,14 @@ pub struct StatusArgs {
     #[arg(long, env = "MARIN3R_CSDS_KEY")]
     pub csds_key: Option<PathBuf>,
     /// The name the discovery service's certificate must have (default: the host of
-    /// --csds-address in local mode, marin3r-discoveryservice in Kubernetes mode).
+    /// --csds-address in local mode, marin3r-<--discovery-service-name> in Kubernetes
+    /// mode).
     #[arg(long, env = "MARIN3R_CSDS_SERVER_NAME")]
     pub csds_server_name: Option<String>,
+    /// Kubernetes mode: the discovery service whose replicas are asked (its Service is
+    /// `marin3r-<name>`; a DiscoveryService's name with the operator).
+    #[arg(long, env = "MARIN3R_DISCOVERY_SERVICE_NAME", default_value = marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE)]
+    pub discovery_service_name: String,
 }
 
 #[derive(Debug, Args)]

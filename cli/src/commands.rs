@@ -168,6 +168,7 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
             key: a.csds_key,
         },
         server_name: a.csds_server_name,
+        discovery_service: a.discovery_service_name,
         timeout: std::time::Duration::from_secs(10),
     };
     let kubernetes = a.kubernetes || a.namespace.is_some() || a.all_namespaces;

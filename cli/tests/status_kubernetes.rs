@@ -1,10 +1,13 @@
 //! `marin3r status` in Kubernetes mode: the EnvoyConfigs read through the API server (the
-//! test kit's fake one, holding what two real discovery service replicas in Kubernetes
-//! mode wrote), and the Envoys of each replica from its CSDS, rows labelled by replica.
-//! Real Envoys 1.40, each connected to one replica. The client certificate is the
-//! sidecars' Secret (`envoy-sidecar-client-cert`) read through the same client, as the
-//! command does by default. Compared with `cli/tests/golden/status/kubernetes.txt`
-//! (`UPDATE_GOLDEN=1` rewrites it); versions and ports normalised.
+//! test kit's fake one, holding what three real discovery service replicas in Kubernetes
+//! mode wrote), and the Envoys of each replica from its CSDS, rows labelled by replica:
+//! asked at given `--csds-address`es, and (no address given) at every Pod the Service
+//! selects, each through a port-forward by the API server. Real Envoys 1.40, each
+//! connected to one replica. The client certificate is the sidecars' Secret
+//! (`envoy-sidecar-client-cert`) read through the same client, as the command does by
+//! default. Compared with `cli/tests/golden/status/kubernetes.txt` and
+//! `kubernetes-port-forward.txt` (`UPDATE_GOLDEN=1` rewrites them); versions and ports
+//! normalised.
 
 // Test-only file: clippy's allow-*-in-tests does not cover the helper functions here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -17,7 +20,7 @@ use marin3r_cli::status::run::{self, Format, Options};
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::free_port;
 use marin3r_tests::configs::{answering_listener, rejected_listener, resource};
-use marin3r_tests::ha::{Fleet, FleetOptions, NS, api_server, envoyconfig};
+use marin3r_tests::ha::{DS, Fleet, FleetOptions, NS, api_server, envoyconfig};
 use marin3r_tests::xds::{Envoy, EnvoyExtras, XdsTarget, init_tracing};
 use serde_json::json;
 
@@ -47,7 +50,7 @@ async fn kubernetes_mode_lists_envoyconfigs_and_each_replicas_envoys() {
     }
     let fleet = Fleet::start(
         api,
-        2,
+        3,
         FleetOptions {
             threshold: 1_000_000,
             ..FleetOptions::default()
@@ -90,41 +93,11 @@ async fn kubernetes_mode_lists_envoyconfigs_and_each_replicas_envoys() {
         csds_addresses: vec![ds0.to_string(), ds1.to_string()],
         certificate: CertificateFiles::default(),
         server_name: Some("localhost".into()),
+        discovery_service: DS.into(),
         timeout: Duration::from_secs(5),
     };
     let client = fleet.api.client();
-    let mut last = String::new();
-    let mut settled = None;
-    for _ in 0..300 {
-        let outcome = run::kubernetes(&client, Some(NS), NS, &options)
-            .await
-            .unwrap();
-        let text = outcome.text;
-        let rows = |node: &str, ty: &str, status: &str| {
-            text.lines()
-                .filter(|l| {
-                    l.contains(&format!(" {node} "))
-                        && l.contains(&format!(" {ty} "))
-                        && l.contains(status)
-                })
-                .count()
-        };
-        let in_sync = text.lines().filter(|l| l.ends_with(" InSync")).count() == 3;
-        if text == last
-            && outcome.code == 0
-            && in_sync
-            && rows("kuard", "listener", "ACKED") == 2
-            && rows("kuard", "cluster", "ACKED") == 2
-            && rows("broken", "listener", "NACKED") == 1
-        {
-            settled = Some(text);
-            break;
-        }
-        last = text;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let text = settled.unwrap_or_else(|| panic!("never settled; last status:\n{last}"));
-    eprintln!("---- marin3r status ----\n{text}------------------------");
+    let text = settle(&client, &options).await;
     // The replicas by name, as wide as their addresses (the column stays aligned).
     let mut text = text;
     for (name, addr) in [("ds-0", ds0), ("ds-1", ds1)] {
@@ -179,24 +152,132 @@ async fn kubernetes_mode_lists_envoyconfigs_and_each_replicas_envoys() {
     );
     assert!(partial.text.contains("kuard-a"), "{}", partial.text);
 
-    // No --csds-address: the EnvoyConfigs and how to reach the Envoys.
-    let no_csds = run::kubernetes(
+    // No --csds-address: every running Pod the Service selects (three replicas, the
+    // third with no Envoy), each through a port-forward; rows labelled by Pod.
+    let forwarded = Options {
+        csds_addresses: Vec::new(),
+        server_name: None,
+        ..options.clone()
+    };
+    let mark = fleet.api.mark();
+    let text = settle(&client, &forwarded).await;
+    golden(
+        "kubernetes-port-forward.txt",
+        &normalise(&text, &[kuard_port, broken_port]),
+    );
+    let forwards: Vec<String> = fleet
+        .api
+        .requests_since(mark)
+        .into_iter()
+        .filter(|r| r.subresource.as_deref() == Some("portforward"))
+        .map(|r| format!("{} {}", r.name.unwrap_or_default(), r.code))
+        .collect();
+    for pod in ["ds-0", "ds-1", "ds-2"] {
+        assert!(
+            forwards.contains(&format!("{pod} 101")),
+            "{pod} not forwarded: {forwards:?}"
+        );
+    }
+
+    // A replica whose port cannot be reached: the kubelet's error names it, the others
+    // are shown, exit code 3.
+    fleet
+        .api
+        .put(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ds-9", "namespace": NS, "labels": {
+                "app.kubernetes.io/name": "marin3r",
+                "app.kubernetes.io/component": "discoveryservice"}},
+            "spec": {"containers": [{"name": "discovery-service", "image": "marin3r"}]},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap();
+    let unreachable = run::kubernetes(&client, Some(NS), NS, &forwarded)
+        .await
+        .unwrap();
+    assert_eq!(
+        unreachable.code,
+        run::EXIT_ENVOYS_MISSING,
+        "{}",
+        unreachable.text
+    );
+    assert!(
+        unreachable
+            .text
+            .contains("Envoys of pod/ds-9 not shown: CSDS pod/ds-9: cannot connect"),
+        "{}",
+        unreachable.text
+    );
+    assert!(
+        unreachable
+            .text
+            .contains("error forwarding port 18000 to pod"),
+        "{}",
+        unreachable.text
+    );
+    assert!(
+        unreachable.text.contains("pod/ds-1 "),
+        "{}",
+        unreachable.text
+    );
+    fleet.api.delete("pods", NS, "ds-9").unwrap();
+
+    // No Service of that name: the EnvoyConfigs, and why the Envoys are missing.
+    let no_service = run::kubernetes(
         &client,
         Some(NS),
         NS,
         &Options {
-            csds_addresses: Vec::new(),
-            ..options.clone()
+            discovery_service: "elsewhere".into(),
+            ..forwarded.clone()
         },
     )
     .await
     .unwrap();
-    assert_eq!(no_csds.code, run::EXIT_ENVOYS_MISSING);
+    assert_eq!(no_service.code, run::EXIT_ENVOYS_MISSING);
     assert!(
-        no_csds.text.contains(
-            "Envoys not shown: no --csds-address: forward each discovery service replica's port first"
+        no_service.text.contains(
+            "Envoys not shown: cannot read the Service default/marin3r-elsewhere of the \
+             discovery service"
         ),
         "{}",
-        no_csds.text
+        no_service.text
     );
+    assert!(no_service.text.contains("kuard"), "{}", no_service.text);
+}
+
+/// Asks until two answers in a row are the same and show every Envoy in sync: three
+/// EnvoyConfigs InSync, kuard's listener and cluster ACKed by both of its Envoys, broken's
+/// listener NACKed.
+async fn settle(client: &kube::Client, options: &Options) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        let outcome = run::kubernetes(client, Some(NS), NS, options)
+            .await
+            .unwrap();
+        let text = outcome.text;
+        let rows = |node: &str, ty: &str, status: &str| {
+            text.lines()
+                .filter(|l| {
+                    l.contains(&format!(" {node} "))
+                        && l.contains(&format!(" {ty} "))
+                        && l.contains(&format!(" {status} "))
+                })
+                .count()
+        };
+        let in_sync = text.lines().filter(|l| l.ends_with(" InSync")).count() == 3;
+        if text == last
+            && outcome.code == 0
+            && in_sync
+            && rows("kuard", "listener", "ACKED") == 2
+            && rows("kuard", "cluster", "ACKED") == 2
+            && rows("broken", "listener", "NACKED") == 1
+        {
+            eprintln!("---- marin3r status ----\n{text}------------------------");
+            return text;
+        }
+        last = text;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never settled; last status:\n{last}");
 }

@@ -33,7 +33,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use marin3r_envoyconfig::envoyconfig::{EnvoyConfigSpec, SecretData, SecretSource, resolve_cached};
 use marin3r_envoyconfig::memo::DecodeMemo;
-use marin3r_envoyconfig::sensitive::redact_pem;
+use marin3r_envoyconfig::pem::redact_pem;
 use marin3r_envoyconfig::{DecodeError, Resource, ResourceType};
 use marin3r_xds::Snapshot;
 

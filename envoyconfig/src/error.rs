@@ -5,9 +5,9 @@
 
 use std::fmt;
 
+use crate::pem::redact_pem;
 use crate::registry;
 use crate::resource::ResourceType;
-use crate::sensitive::redact_pem;
 use crate::text::Serialization;
 
 /// Where a decoding problem is: which resource (`listener "https"`, may be empty) and

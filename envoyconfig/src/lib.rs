@@ -39,6 +39,7 @@ mod error;
 mod lenient;
 pub mod manifest;
 pub mod memo;
+pub mod pem;
 mod pgv;
 pub mod redact;
 pub mod registry;

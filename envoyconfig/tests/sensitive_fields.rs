@@ -12,8 +12,9 @@
 use base64::Engine as _;
 use marin3r_envoyconfig::decode::{Serialization, decode_resource, decode_str};
 use marin3r_envoyconfig::envoyconfig::{NoSecrets, validate_envoy_config};
+use marin3r_envoyconfig::pem::redact_pem;
 use marin3r_envoyconfig::resource::ResourceType;
-use marin3r_envoyconfig::sensitive::{redact_pem, sensitive_fields};
+use marin3r_envoyconfig::sensitive::sensitive_fields;
 use prost_reflect::{FieldDescriptor, Kind};
 use serde_json::{Value, json};
 

@@ -11,12 +11,12 @@
 //! `marin3r crds --operator`, which print the same documents).
 //!
 //! [`kustomize`] renders the kustomizations under `manifests/` (install, discovery
-//! service, examples) for the install tests; [`observability`] reads the monitoring
-//! component `manifests/observability/` (dashboards, alert rules) for its tests.
+//! service, examples) for the install tests. The monitoring component
+//! `manifests/observability/` is read for its tests by `marin3r_testkit::observability`
+//! (test support, not part of this crate's shipped code).
 #![forbid(unsafe_code)]
 
 pub mod kustomize;
-pub mod observability;
 pub mod olm;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -34,14 +34,6 @@ pub enum Error {
         #[source]
         source: serde_saphyr::SerializeError,
     },
-    #[error("cannot read {path}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
 }
 
 /// Header of every generated file under `manifests/crds/`.

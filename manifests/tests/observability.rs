@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use marin3r_manifests::kustomize;
-use marin3r_manifests::observability::{
+use marin3r_testkit::observability::{
     self, EXTERNAL_METRICS, HA_METRIC_PREFIXES, JOBS, Query, exported_names, metric_names,
     selectors,
 };
@@ -248,8 +248,9 @@ fn exported_by_the_code() -> BTreeSet<String> {
         "Observability",
         marin3r_kube::watch::ReconcileResult::Error,
     );
-    marin3r_operator::certificate::ISSUED.register(&mut registry);
-    marin3r_operator::certificate::ISSUED.set("DiscoveryServiceCertificate", "ns", "n", 1);
+    let issued = marin3r_process::IssuedCertificates::default();
+    issued.register(&mut registry);
+    issued.set("DiscoveryServiceCertificate", "ns", "n", 1);
     marin3r_process::register_ready_metric(&mut registry, marin3r_process::Readiness::new());
 
     // The API client's liveness series exist once a watch went through the client.

@@ -57,6 +57,7 @@ use marin3r_operator_api::{
 };
 
 use marin3r_wire::http_paths;
+use marin3r_wire::ports::XDSS_NAME;
 use marin3r_wire::secret_keys::CA_CRT;
 
 use marin3r_sidecar::run_as::restricted_security_context;
@@ -224,15 +225,15 @@ pub fn generate(
         port: i32::from(port),
         target_port: Some(IntOrString::String(target.to_string())),
         protocol: Some("TCP".into()),
-        app_protocol: (target == "discovery").then(|| "grpc".to_string()),
+        app_protocol: (target == XDSS_NAME).then(|| "grpc".to_string()),
         ..ServicePort::default()
     };
-    let mut ports = vec![service_port("discovery", xds_port, "discovery")];
+    let mut ports = vec![service_port(XDSS_NAME, xds_port, XDSS_NAME)];
     if xds_port != CONVENTIONAL_XDS_PORT {
         ports.push(service_port(
             "discovery-default",
             CONVENTIONAL_XDS_PORT,
-            "discovery",
+            XDSS_NAME,
         ));
     }
     ports.push(service_port("metrics", metrics_port, "metrics"));
@@ -442,7 +443,7 @@ fn pod_spec(
             field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(vec![
-            port("discovery", xds_port),
+            port(XDSS_NAME, xds_port),
             port("metrics", metrics_port),
             port("probes", probe_port),
         ]),

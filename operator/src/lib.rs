@@ -69,11 +69,13 @@ impl Default for Images {
 
 /// Runs the three controllers (certificates, DiscoveryServices, EnvoyDeployments) over
 /// `namespaces` (empty: every namespace; else one set of controllers per namespace)
-/// until `shutdown` completes.
+/// until `shutdown` completes; the certificate controllers feed `issued`
+/// ([`certificate::Context::issued`]).
 pub async fn run(
     client: kube::Client,
     namespaces: &[String],
     images: Images,
+    issued: marin3r_process::IssuedCertificates,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     use futures::FutureExt as _;
@@ -86,7 +88,13 @@ pub async fn run(
     let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
     for namespace in scopes {
         tasks.push(
-            certificate::controller(client.clone(), namespace.as_deref(), shutdown.clone()).boxed(),
+            certificate::controller(
+                client.clone(),
+                namespace.as_deref(),
+                issued.clone(),
+                shutdown.clone(),
+            )
+            .boxed(),
         );
         tasks.push(
             discovery_service_controller::run(
@@ -164,7 +172,10 @@ pub async fn serve(
         leader_gauge.clone(),
     );
     marin3r_kube::watch::register_reconcile_metrics(&mut registry);
-    certificate::ISSUED.register(&mut registry);
+    // The certificates' expiry series: one set for this process, handed to every
+    // certificate controller (also across leader terms).
+    let issued = marin3r_process::IssuedCertificates::default();
+    issued.register(&mut registry);
     let readiness = marin3r_process::Readiness::new();
     readiness.set_synced();
     marin3r_process::register_ready_metric(&mut registry, readiness.clone());
@@ -192,7 +203,7 @@ pub async fn serve(
             match leader {
                 None => {
                     leader_gauge.set(1);
-                    run(client, &namespaces, images, stopping.wait()).await;
+                    run(client, &namespaces, images, issued, stopping.wait()).await;
                     Ok(())
                 }
                 Some(leader) => leader::run_while_leader(
@@ -200,10 +211,14 @@ pub async fn serve(
                     &leader.namespace,
                     &leader.identity,
                     |stop| {
-                        let (client, namespaces, images) =
-                            (client.clone(), namespaces.clone(), images.clone());
+                        let (client, namespaces, images, issued) = (
+                            client.clone(),
+                            namespaces.clone(),
+                            images.clone(),
+                            issued.clone(),
+                        );
                         async move {
-                            run(client, &namespaces, images, async {
+                            run(client, &namespaces, images, issued, async {
                                 let _ = stop.await;
                             })
                             .await;

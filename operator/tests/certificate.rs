@@ -95,6 +95,7 @@ fn context(client: kube::Client, docs: &[&Value]) -> (Arc<Context>, Store<Dsc>) 
         Arc::new(Context {
             client,
             certificates: store.clone(),
+            issued: marin3r_process::IssuedCertificates::default(),
         }),
         store,
     )
@@ -856,7 +857,7 @@ async fn the_controller_issues_a_new_certificate_and_stops_on_shutdown() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let namespaces = vec!["default".to_string()];
     let controller = tokio::spawn(async move {
-        certificate::run(client, &namespaces, async move {
+        certificate::run(client, &namespaces, Default::default(), async move {
             let _ = stop_rx.await;
         })
         .await

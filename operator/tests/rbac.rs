@@ -166,9 +166,15 @@ async fn exercise(namespaces: &[String]) -> Vec<Recorded> {
     let run = tokio::spawn({
         let namespaces = namespaces.to_vec();
         async move {
-            operator::run(client, &namespaces, Images::default(), async {
-                let _ = stopped.await;
-            })
+            operator::run(
+                client,
+                &namespaces,
+                Images::default(),
+                Default::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await;
         }
     });

@@ -38,6 +38,8 @@ pub mod envoy;
 pub mod http;
 #[cfg(feature = "kube")]
 pub mod kube;
+#[cfg(feature = "observability")]
+pub mod observability;
 pub mod pod_security;
 pub mod proxy;
 pub mod rbac;

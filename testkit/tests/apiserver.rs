@@ -1,7 +1,8 @@
 //! The fake API server driven by real kube-rs clients: CRUD and selectors, patches,
 //! watches (kube-runtime's watcher and reflector), server-side apply ownership,
 //! preconditions, the status subresource, finalizers, garbage collection, two lease
-//! managers racing for a Lease, outages, faults and malformed requests.
+//! managers racing for a Lease, outages, faults, malformed requests, and the Pod
+//! `portforward` subresource.
 #![cfg(feature = "apiserver")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -1075,4 +1076,64 @@ async fn malformed_requests_get_a_status_not_a_panic() {
     // The server still serves.
     let (code, cm) = send("GET", &format!("{cms}/a"), json, "").await;
     assert_eq!((code, cm["kind"].as_str()), (200, Some("ConfigMap")));
+}
+
+#[tokio::test]
+async fn portforward_bridges_a_pods_port_to_the_registered_address() {
+    use k8s_openapi::api::core::v1::Pod;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = FakeApiServer::new();
+    server
+        .put(json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]}}))
+        .unwrap();
+    // The "container": answers what it reads, upper-cased, then closes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4];
+        socket.read_exact(&mut buf).await.unwrap();
+        socket.write_all(&buf.to_ascii_uppercase()).await.unwrap();
+    });
+    server.forward_pod_port("default", "web", 8080, address);
+    let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+
+    let mut forwarder = pods.portforward("web", &[8080]).await.unwrap();
+    let mut stream = forwarder.take_stream(8080).unwrap();
+    stream.write_all(b"ping").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WITHIN, stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer, b"PING");
+    let record = server
+        .requests()
+        .into_iter()
+        .find(|r| r.subresource.as_deref() == Some("portforward"))
+        .unwrap();
+    assert_eq!((record.name.as_deref(), record.code), (Some("web"), 101));
+
+    // A port that leads nowhere: the error channel says so and the stream ends.
+    let mut forwarder = pods.portforward("web", &[9090]).await.unwrap();
+    let error = forwarder.take_error(9090).unwrap();
+    let mut stream = forwarder.take_stream(9090).unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(WITHIN, stream.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    let error = tokio::time::timeout(WITHIN, error).await.unwrap().unwrap();
+    assert!(
+        error.starts_with("error forwarding port 9090 to pod"),
+        "{error}"
+    );
+
+    // No such Pod: 404, as for any missing object.
+    match pods.portforward("gone", &[8080]).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 404),
+        other => panic!("expected 404, got {:?}", other.map(|_| ())),
+    }
 }

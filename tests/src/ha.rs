@@ -4,7 +4,8 @@
 //! `KubernetesBackend::with_ha`) on its own ADS port, and a TCP balancer standing in for
 //! the Service (Envoys dial it; it routes each new connection to a live replica, as
 //! kube-proxy does). The test keeps the Service's EndpointSlice and the replicas' Pods in
-//! the fake API server as Kubernetes would: a replica is a ready endpoint once it serves,
+//! the fake API server as Kubernetes would (the Pods running, selected by the Service, each
+//! reachable through `pods/portforward`): a replica is a ready endpoint once it serves,
 //! terminating while it drains, and gone (with its Pod, whose garbage collection removes
 //! its report) once it stopped.
 
@@ -23,7 +24,7 @@ use marin3r_xds::AdsConfig;
 use serde_json::{Value, json};
 
 use crate::in_process::{CertFiles, InProcess, bind_localhost};
-use crate::xds::issue_bundle;
+use crate::xds::issue_bundle_for;
 
 /// The namespace of everything.
 pub const NS: &str = "default";
@@ -53,6 +54,13 @@ pub fn envoyconfig(name: &str, spec: Value) -> Value {
         "metadata": {"name": name, "namespace": NS},
         "spec": spec,
     })
+}
+
+/// The labels of the replicas' Pods (and the Service's selector), as
+/// `manifests/discovery-service` sets them.
+fn pod_labels() -> Value {
+    use marin3r_wire::app_labels::{COMPONENT, MARIN3R, NAME};
+    json!({NAME: MARIN3R, COMPONENT: "discoveryservice"})
 }
 
 /// How a fleet's replicas run.
@@ -110,7 +118,9 @@ impl Fleet {
         options: FleetOptions,
     ) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let bundle = issue_bundle()?;
+        // The server certificate names the Service too, as the operator's does (what
+        // `marin3r status` verifies through a port-forward).
+        let bundle = issue_bundle_for(&[&marin3r_wire::object_names::discovery_service(DS)])?;
         let certs_dir = dir.path().join("certs");
         bundle
             .write_to(&certs_dir)
@@ -125,6 +135,17 @@ impl Fleet {
             dir,
             started: 0,
         };
+        // The Service, as the manifests ship it: it selects the replicas' Pods.
+        let xds = marin3r_wire::ports::XDSS;
+        fleet
+            .api
+            .put(json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": marin3r_wire::object_names::discovery_service(DS), "namespace": NS},
+                "spec": {"selector": pod_labels(),
+                         "ports": [{"name": "discovery", "port": xds, "targetPort": xds}]},
+            }))
+            .map_err(|e| format!("create the Service: {e:?}"))?;
         for _ in 0..replicas {
             fleet.add_replica().await?;
         }
@@ -150,8 +171,9 @@ impl Fleet {
             .api
             .put(json!({
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/component": "discoveryservice"}},
+                "metadata": {"name": name, "namespace": NS, "labels": pod_labels()},
                 "spec": {"containers": [{"name": "discovery-service", "image": "marin3r"}]},
+                "status": {"phase": "Running"},
             }))
             .map_err(|e| format!("create pod {name}: {e:?}"))?;
         let uid = pod["metadata"]["uid"]
@@ -177,6 +199,9 @@ impl Fleet {
             ..AdsConfig::default()
         };
         let server = InProcess::launch(bind_localhost().await?, &self.certs, ads, backend).await?;
+        // `kubectl port-forward pod/<name> 18000` reaches this replica's ADS listener.
+        self.api
+            .forward_pod_port(NS, &name, marin3r_wire::ports::XDSS, server.xdss);
         let health = server.health;
         self.replicas.insert(
             name.clone(),

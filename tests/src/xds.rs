@@ -66,8 +66,15 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), String> {
 
 /// A fresh CA with server and client certificates for `localhost` and `127.0.0.1`.
 pub fn issue_bundle() -> Result<Bundle, String> {
+    issue_bundle_for(&[])
+}
+
+/// [`issue_bundle`] with `more` names in the server certificate too.
+pub fn issue_bundle_for(more: &[&str]) -> Result<Bundle, String> {
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    hosts.extend(more.iter().map(|h| h.to_string()));
     issue(&IssueOptions {
-        hosts: vec!["localhost".into(), "127.0.0.1".into()],
+        hosts,
         ..IssueOptions::default()
     })
     .map_err(|e| format!("issue certificates: {e}"))

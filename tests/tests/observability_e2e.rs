@@ -26,12 +26,12 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use marin3r_manifests::observability::{
-    self, EXTERNAL_METRICS, HA_METRIC_PREFIXES, JOBS, Query, metric_names, selectors,
-};
 use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::free_port;
 use marin3r_testkit::http::{Request, get};
+use marin3r_testkit::observability::{
+    self, EXTERNAL_METRICS, HA_METRIC_PREFIXES, JOBS, Query, metric_names, selectors,
+};
 use marin3r_tests::configs::{direct, envoy_config, http_listener, resource};
 use marin3r_tests::xds::{
     CONVERGE, Envoy, Xds, init_tracing, localhost, metric_sum, pod_name, write_atomic,

@@ -143,6 +143,9 @@ pub mod webhook_names {
 pub mod ports {
     /// The discovery service's gRPC (xDS) port (`--xdss-port`, the Service port).
     pub const XDSS: u16 = 18000;
+    /// The name of that port on the discovery service's container and Service (the
+    /// Service's `targetPort`; `marin3r status` port-forwards to it).
+    pub const XDSS_NAME: &str = "discovery";
     /// Envoy's admin port in injected and operator-generated Envoys.
     pub const ENVOY_ADMIN: u16 = 9901;
     /// The shutdown manager's HTTP port.

@@ -82,6 +82,10 @@ const LITERALS: &[(Match, &str)] = &[
         "marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE",
     ),
     (Match::Number("18000"), "marin3r_wire::ports::XDSS"),
+    (
+        Match::Text("\"discovery\""),
+        "marin3r_wire::ports::XDSS_NAME",
+    ),
     (Match::Number("9901"), "marin3r_wire::ports::ENVOY_ADMIN"),
     (
         Match::Number("8090"),

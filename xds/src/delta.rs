@@ -65,8 +65,8 @@ use crate::csds::{
 use crate::events::StreamEvent;
 use crate::node::NodeInfo;
 use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
-use crate::sotw::{AdsConfig, Outcome, Subscription, WILDCARD, supports_wildcard};
-use crate::tracking::{NackState, StreamNode, TypeMap, check_names, next_timer};
+use crate::stream::{Outcome, Subscription, WILDCARD, supports_wildcard};
+use crate::tracking::{AdsConfig, NackState, StreamNode, TypeMap, check_names, next_timer};
 use marin3r_envoyconfig::resource::{ResourceType, version_string};
 
 /// Outcome of a [`DeltaStream`] call.

@@ -391,7 +391,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sotw::AdsConfig;
+    use crate::tracking::AdsConfig;
     use crate::{SharedStats, SnapshotCache};
 
     fn server() -> AdsServer {

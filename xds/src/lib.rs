@@ -30,6 +30,7 @@ pub mod service;
 pub mod snapshot;
 pub mod sotw;
 pub mod stats;
+pub mod stream;
 pub mod tracking;
 
 pub use acknack::{AckNackStats, NodeNacks, PodCounts};
@@ -43,6 +44,7 @@ pub use node::{
     MAX_NODE_METADATA_BYTES, MAX_NODE_NAME_BYTES, NodeInfo, NodeTooLarge, check_node, log_prefix,
 };
 pub use snapshot::{DuplicateResource, EMPTY_VERSION, Snapshot, SnapshotCache, TypeSnapshot};
-pub use sotw::{AdsConfig, Outcome, SotwOutcome, SotwStream, supports_wildcard};
+pub use sotw::{SotwOutcome, SotwStream};
 pub use stats::SharedStats;
-pub use tracking::{MAX_NAMES_PER_TYPE, TooManyNames};
+pub use stream::{Outcome, supports_wildcard};
+pub use tracking::{AdsConfig, MAX_NAMES_PER_TYPE, TooManyNames};

@@ -7,6 +7,8 @@ use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
 /// Node metadata key holding the Envoy pod's name (set by the injected bootstrap).
 pub const POD_NAME_METADATA_KEY: &str = "pod_name";
+/// Node metadata key of the Envoy pod's namespace (set by the injected bootstrap).
+pub const POD_NAMESPACE_METADATA_KEY: &str = "pod_namespace";
 
 /// The identity of the Envoy on a stream.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -92,8 +94,7 @@ pub fn check_node(node: &Node) -> Result<(), NodeTooLarge> {
     let over = |field, size, limit| (size > limit).then_some(NodeTooLarge { field, size, limit });
     let metadata = node.metadata.as_ref().map_or(0, |m| m.encoded_len());
     let pod_name = NodeInfo::pod_name_of(node).map_or(0, str::len);
-    let pod_namespace =
-        metadata_string(node, crate::csds::POD_NAMESPACE_METADATA_KEY).map_or(0, str::len);
+    let pod_namespace = metadata_string(node, POD_NAMESPACE_METADATA_KEY).map_or(0, str::len);
     let refused = over("node.metadata", metadata, MAX_NODE_METADATA_BYTES)
         .or_else(|| over("node.id", node.id.len(), MAX_NODE_NAME_BYTES))
         .or_else(|| over("node.cluster", node.cluster.len(), MAX_NODE_NAME_BYTES))
@@ -247,7 +248,7 @@ pub(crate) mod tests {
         let mut namespaced = ok.clone();
         if let Some(m) = namespaced.metadata.as_mut() {
             m.fields.insert(
-                crate::csds::POD_NAMESPACE_METADATA_KEY.into(),
+                POD_NAMESPACE_METADATA_KEY.into(),
                 Value {
                     kind: Some(Kind::StringValue("n".repeat(MAX_NODE_NAME_BYTES + 1))),
                 },

@@ -26,8 +26,9 @@ use crate::events::Api;
 use crate::metrics::StreamCounters;
 use crate::node::{NodeInfo, check_node, log_prefix};
 use crate::snapshot::{Snapshot, SnapshotCache};
-use crate::sotw::{AdsConfig, Outcome};
 use crate::stats::{SharedStats, StreamId};
+use crate::stream::Outcome;
+use crate::tracking::AdsConfig;
 use crate::{DeltaStream, SotwStream};
 use marin3r_envoyconfig::resource::ResourceType;
 

@@ -4,7 +4,7 @@
 //! "request arrived" ([`SotwStream::handle_request`]), "snapshot changed"
 //! ([`SotwStream::handle_snapshot`]) and "timer due" ([`SotwStream::poll_timers`] at
 //! [`SotwStream::next_timer`]), sending the returned responses in order and feeding the
-//! returned [`StreamEvent`]s to [`crate::stats::SharedStats`]. The node is learned with
+//! returned [`StreamEvent`](crate::events::StreamEvent)s to [`crate::stats::SharedStats`]. The node is learned with
 //! [`SotwStream::observe_node`] (the shell calls it first to know which snapshot to
 //! pass); every call takes the node's current snapshot and converges the stream to it.
 //!
@@ -61,114 +61,44 @@ use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig
 use crate::csds::{
     ClientView, ResourceLog, ViewInput, absent_config, nack_message, resource_config,
 };
-use crate::events::StreamEvent;
 use crate::node::NodeInfo;
-use crate::snapshot::{EMPTY_VERSION, Snapshot, TypeSnapshot};
-pub use crate::tracking::AdsConfig;
-pub use crate::tracking::TooManyNames;
-use crate::tracking::{NackState, StreamNode, TypeMap, check_names, next_timer};
+use crate::snapshot::{EMPTY_VERSION, Snapshot};
+use crate::stream::{Outcome, Subscription, WILDCARD, supports_wildcard};
+use crate::tracking::{AdsConfig, NackState, StreamNode, TypeMap, check_names, next_timer};
 use marin3r_envoyconfig::resource::ResourceType;
-
-/// What one call of a stream state machine produced: responses to send in order, and
-/// events for the stats; or the request was refused and the stream must end with
-/// `RESOURCE_EXHAUSTED` and this message (nothing of the request was applied).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome<R> {
-    pub responses: Vec<R>,
-    pub events: Vec<StreamEvent>,
-    pub refused: Option<TooManyNames>,
-}
-
-impl<R> Default for Outcome<R> {
-    fn default() -> Self {
-        Self {
-            responses: Vec::new(),
-            events: Vec::new(),
-            refused: None,
-        }
-    }
-}
-
-impl<R> Outcome<R> {
-    pub fn is_empty(&self) -> bool {
-        self.responses.is_empty() && self.events.is_empty() && self.refused.is_none()
-    }
-
-    /// The outcome of a request refused with `why`.
-    pub(crate) fn refused(why: TooManyNames) -> Self {
-        Self {
-            refused: Some(why),
-            ..Self::default()
-        }
-    }
-}
 
 /// Outcome of a [`SotwStream`] call.
 pub type SotwOutcome = Outcome<DiscoveryResponse>;
 
-/// Types where an empty subscription means "everything" (legacy wildcard): clusters,
-/// listeners and scoped routes, which Envoy requests without names.
-pub fn supports_wildcard(t: ResourceType) -> bool {
-    matches!(
-        t,
-        ResourceType::Cluster | ResourceType::Listener | ResourceType::ScopedRoute
-    )
-}
-
-/// The explicit wildcard resource name.
-pub(crate) const WILDCARD: &str = "*";
-
-/// What a stream is subscribed to for one type.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Subscription {
-    pub(crate) wildcard: bool,
-    pub(crate) names: BTreeSet<String>,
-}
-
-impl Subscription {
-    pub(crate) fn covers(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        !self.wildcard && self.names.is_empty()
-    }
-
-    /// The resources of `ts` this subscription selects, by name.
-    pub(crate) fn select<'t>(&self, ts: &'t TypeSnapshot) -> Vec<&'t crate::Resource> {
-        if self.wildcard {
-            ts.resources().values().collect()
-        } else {
-            self.names.iter().filter_map(|n| ts.get(n)).collect()
-        }
-    }
-
-    /// A SotW subscription from `resource_names`, given the previous one (`None` on the
-    /// first request of the type).
-    fn from_sotw(t: ResourceType, names: &[String], previous: Option<&Subscription>) -> Self {
-        let wildcard_star = names.iter().any(|n| n == WILDCARD);
-        let explicit: BTreeSet<String> = names
-            .iter()
-            .filter(|n| n.as_str() != WILDCARD)
-            .cloned()
-            .collect();
-        if wildcard_star {
-            return Self {
-                wildcard: true,
-                names: explicit,
-            };
-        }
-        if explicit.is_empty() {
-            let legacy = supports_wildcard(t) && previous.is_none_or(|p| p.wildcard);
-            return Self {
-                wildcard: legacy,
-                names: explicit,
-            };
-        }
-        Self {
-            wildcard: false,
+/// A SotW subscription from `resource_names`, given the previous one (`None` on the
+/// first request of the type).
+fn subscription(
+    t: ResourceType,
+    names: &[String],
+    previous: Option<&Subscription>,
+) -> Subscription {
+    let wildcard_star = names.iter().any(|n| n == WILDCARD);
+    let explicit: BTreeSet<String> = names
+        .iter()
+        .filter(|n| n.as_str() != WILDCARD)
+        .cloned()
+        .collect();
+    if wildcard_star {
+        return Subscription {
+            wildcard: true,
             names: explicit,
-        }
+        };
+    }
+    if explicit.is_empty() {
+        let legacy = supports_wildcard(t) && previous.is_none_or(|p| p.wildcard);
+        return Subscription {
+            wildcard: legacy,
+            names: explicit,
+        };
+    }
+    Subscription {
+        wildcard: false,
+        names: explicit,
     }
 }
 
@@ -298,8 +228,7 @@ impl SotwStream {
                             .answered_sotw(&sent.version, nack_message(&event), now);
                         out.events.push(event);
                     }
-                    let requested =
-                        Subscription::from_sotw(t, &req.resource_names, Some(&state.subscription));
+                    let requested = subscription(t, &req.resource_names, Some(&state.subscription));
                     if requested.is_empty() {
                         // Unsubscribed: the client dropped what it held, so subscribing
                         // again to the very same names must be answered.
@@ -314,13 +243,13 @@ impl SotwStream {
             Some(state) => {
                 // Empty nonce on a known type: the client (re)starts the subscription.
                 state.subscription =
-                    Subscription::from_sotw(t, &req.resource_names, Some(&state.subscription));
+                    subscription(t, &req.resource_names, Some(&state.subscription));
                 Some(t)
             }
             None => {
                 // First request of the type on this stream (a nonce from an earlier
                 // stream is meaningless here).
-                let subscription = Subscription::from_sotw(t, &req.resource_names, None);
+                let subscription = subscription(t, &req.resource_names, None);
                 self.types.insert(
                     t,
                     TypeState {
@@ -455,6 +384,7 @@ impl ClientView for SotwStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::StreamEvent;
     use crate::snapshot::tests::{res, snap};
     use ResourceType::*;
     use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterPb;

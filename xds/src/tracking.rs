@@ -150,11 +150,11 @@ pub(crate) fn check_names(
 /// A NACK message as the server keeps and shows it (the ACK/NACK statistics, the
 /// client status service, `/status`, a taint reason, a log): Envoy's message may quote
 /// the rejected config, so key material in it is redacted first (one rule with the
-/// decoder's errors: `marin3r_envoyconfig::sensitive::redact_pem`), then the first
+/// decoder's errors: `marin3r_envoyconfig::pem::redact_pem`), then the first
 /// [`MAX_NACK_MESSAGE_BYTES`](crate::acknack::MAX_NACK_MESSAGE_BYTES) are kept (cut at a
 /// character boundary): what a client can make the server hold per NACK stays small.
 pub fn stored_nack_message(message: &str) -> String {
-    let redacted = marin3r_envoyconfig::sensitive::redact_pem(message);
+    let redacted = marin3r_envoyconfig::pem::redact_pem(message);
     crate::node::log_prefix(&redacted, crate::acknack::MAX_NACK_MESSAGE_BYTES).to_string()
 }
 

@@ -191,6 +191,79 @@ pub async fn fetch(
     timeout: Duration,
 ) -> Result<ClientStatusResponse, CsdsError> {
     let domain = server_name(address, server_name_override)?;
+    let endpoint = endpoint(
+        &format!("https://{address}"),
+        address,
+        certificate,
+        domain,
+        timeout,
+    )?;
+    bounded(address, timeout, async {
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|source| connect_error(address, source))?;
+        call(address, channel, query).await
+    })
+    .await
+}
+
+/// `FetchClientStatus` over `io`, a stream already connected to the ADS listener (a
+/// port-forward), named `label` in messages; the server certificate must name
+/// `server_name`.
+pub async fn fetch_over<IO>(
+    label: &str,
+    io: IO,
+    certificate: &ClientCertificate,
+    server_name: &str,
+    query: &Query,
+    timeout: Duration,
+) -> Result<ClientStatusResponse, CsdsError>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    // The URI only carries the scheme (TLS on) and the :authority; the stream is `io`.
+    let endpoint = endpoint(
+        &format!("https://{server_name}:{}", marin3r_wire::ports::XDSS),
+        label,
+        certificate,
+        server_name.to_string(),
+        timeout,
+    )?;
+    let io = std::sync::Mutex::new(Some(io));
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let io = io
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        async move {
+            io.map(hyper_util::rt::TokioIo::new).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the forwarded stream is used up",
+                )
+            })
+        }
+    });
+    bounded(label, timeout, async {
+        let channel = endpoint
+            .connect_with_connector(connector)
+            .await
+            .map_err(|source| connect_error(label, source))?;
+        call(label, channel, query).await
+    })
+    .await
+}
+
+/// The endpoint of `uri` with the client certificate, the server name to verify and
+/// `timeout` on connecting and on each call.
+fn endpoint(
+    uri: &str,
+    label: &str,
+    certificate: &ClientCertificate,
+    domain: String,
+    timeout: Duration,
+) -> Result<Endpoint, CsdsError> {
     let tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&certificate.ca_pem))
         .identity(Identity::from_pem(
@@ -198,32 +271,48 @@ pub async fn fetch(
             &certificate.key_pem,
         ))
         .domain_name(domain);
-    let connect_error = |source| CsdsError::Connect {
-        address: address.to_string(),
-        source,
-    };
-    let endpoint = Endpoint::from_shared(format!("https://{address}"))
+    Ok(Endpoint::from_shared(uri.to_string())
         .map_err(|_| CsdsError::Address {
-            address: address.to_string(),
+            address: label.to_string(),
         })?
         .tls_config(tls)
-        .map_err(connect_error)?
+        .map_err(|source| connect_error(label, source))?
         .connect_timeout(timeout)
-        .timeout(timeout);
-    let call = async {
-        let channel = endpoint.connect().await.map_err(connect_error)?;
-        let mut client = ClientStatusDiscoveryServiceClient::new(channel)
-            .max_decoding_message_size(MAX_ANSWER_BYTES);
-        client
-            .fetch_client_status(request(query))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| status_error(address, &status))
-    };
-    tokio::time::timeout(timeout, call)
+        .timeout(timeout))
+}
+
+fn connect_error(label: &str, source: tonic::transport::Error) -> CsdsError {
+    CsdsError::Connect {
+        address: label.to_string(),
+        source,
+    }
+}
+
+/// The call on a connected channel.
+async fn call(
+    label: &str,
+    channel: tonic::transport::Channel,
+    query: &Query,
+) -> Result<ClientStatusResponse, CsdsError> {
+    let mut client = ClientStatusDiscoveryServiceClient::new(channel)
+        .max_decoding_message_size(MAX_ANSWER_BYTES);
+    client
+        .fetch_client_status(request(query))
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|status| status_error(label, &status))
+}
+
+/// `work` within `timeout`.
+async fn bounded<T>(
+    label: &str,
+    timeout: Duration,
+    work: impl Future<Output = Result<T, CsdsError>>,
+) -> Result<T, CsdsError> {
+    tokio::time::timeout(timeout, work)
         .await
         .map_err(|_| CsdsError::Timeout {
-            address: address.to_string(),
+            address: label.to_string(),
             timeout,
         })?
 }

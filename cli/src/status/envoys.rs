@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig
 use envoy_types::pb::envoy::service::status::v3::{ClientStatusResponse, ConfigStatus};
 use envoy_types::pb::google::protobuf::Timestamp;
 use marin3r_envoyconfig::ResourceType;
-use marin3r_envoyconfig::sensitive::redact_pem;
+use marin3r_envoyconfig::pem::redact_pem;
 use serde::Serialize;
 
 use super::table::table;
@@ -20,8 +20,10 @@ use crate::terminal::cell;
 
 /// Node metadata keys the discovery service reports (the injected bootstrap sets the pod's;
 /// the CSDS server adds the stream's API).
-pub use marin3r_xds::csds::{API_METADATA_KEY as API, POD_NAMESPACE_METADATA_KEY as POD_NAMESPACE};
-pub use marin3r_xds::node::POD_NAME_METADATA_KEY as POD_NAME;
+pub use marin3r_xds::csds::API_METADATA_KEY as API;
+pub use marin3r_xds::node::{
+    POD_NAME_METADATA_KEY as POD_NAME, POD_NAMESPACE_METADATA_KEY as POD_NAMESPACE,
+};
 
 /// The NACK column shows at most this many characters of Envoy's message, which names
 /// the rejected resource (`-o json` has it whole, with the rejected version).

@@ -2,10 +2,11 @@
 //! the discovery service, [`local`]; Kubernetes mode: the API server, [`kubernetes`]),
 //! one table renderer for both ([`table`]), and the Envoys each discovery service
 //! replica reports over CSDS ([`csds`], [`envoys`]; one node's full configuration:
-//! [`node`]). [`run`] puts them together.
+//! [`node`]; Kubernetes mode reaches each replica through a port-forward: [`forward`]). [`run`] puts them together.
 
 pub mod csds;
 pub mod envoys;
+pub mod forward;
 pub mod kubernetes;
 pub mod local;
 pub mod node;

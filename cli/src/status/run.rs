@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::csds::{self, CertificateFiles, ClientCertificate, Query};
 use super::envoys::{self, EnvoyReport, Unavailable};
+use super::forward::{self, PodTarget};
 use super::kubernetes::{self, KubeError};
 use super::local::{self, ClientError};
 use super::node::{self, EnvoyDump};
@@ -47,6 +48,9 @@ pub struct Options {
     /// The TLS name to verify; default: the address's host (local mode), the
     /// discovery service's Service name (Kubernetes mode).
     pub server_name: Option<String>,
+    /// Kubernetes mode: the discovery service (`--discovery-service-name`) whose replicas
+    /// are reached through port-forwards when no CSDS address is given.
+    pub discovery_service: String,
     /// Bounds every request.
     pub timeout: Duration,
 }
@@ -100,9 +104,31 @@ struct NodeDocument<'a> {
 
 /// Where the Envoys are asked and with which certificate, once the mode resolved them.
 struct Target {
-    addresses: Vec<String>,
+    replicas: Vec<Replica>,
     certificate: Result<ClientCertificate, String>,
     server_name: Option<String>,
+}
+
+/// One discovery service replica.
+enum Replica {
+    /// A CSDS address (HOST:PORT).
+    Address(String),
+    /// A Pod, reached through a port-forward by the API server of `client`.
+    Pod {
+        client: kube::Client,
+        namespace: String,
+        target: PodTarget,
+    },
+}
+
+impl Replica {
+    /// Its name in the ENVOYS table and in messages.
+    fn label(&self) -> String {
+        match self {
+            Replica::Address(address) => address.clone(),
+            Replica::Pod { target, .. } => target.label(),
+        }
+    }
 }
 
 /// What the replicas answered.
@@ -114,9 +140,56 @@ struct Envoys {
     several: bool,
 }
 
+/// CSDS of one replica.
+async fn ask_one(
+    replica: &Replica,
+    certificate: &ClientCertificate,
+    server_name: Option<&str>,
+    query: &Query,
+    timeout: Duration,
+) -> Result<envoy_types::pb::envoy::service::status::v3::ClientStatusResponse, String> {
+    match replica {
+        Replica::Address(address) => csds::fetch(address, certificate, server_name, query, timeout)
+            .await
+            .map_err(|e| e.to_string()),
+        Replica::Pod {
+            client,
+            namespace,
+            target,
+        } => {
+            let label = target.label();
+            let opened = tokio::time::timeout(timeout, forward::open(client, namespace, target))
+                .await
+                .map_err(|_| format!("{label}: no port-forward within {timeout:?}"))?;
+            let (stream, mut forwarder) = opened.map_err(|e| e.to_string())?;
+            let pod_error = forwarder.take_error(target.port);
+            let name = server_name.unwrap_or_default();
+            let answer = csds::fetch_over(&label, stream, certificate, name, query, timeout).await;
+            forwarder.abort();
+            match answer {
+                Ok(response) => Ok(response),
+                Err(e) => {
+                    // What the kubelet said about the port, if it said something.
+                    let said = match pod_error {
+                        Some(said) => tokio::time::timeout(Duration::ZERO, said)
+                            .await
+                            .ok()
+                            .flatten(),
+                        None => None,
+                    };
+                    Err(match said {
+                        Some(said) => format!("{e} ({})", marin3r_wire::quote::bounded(&said)),
+                        None => e.to_string(),
+                    })
+                }
+            }
+        }
+    }
+}
+
 async fn ask(target: &Target, options: &Options) -> Envoys {
     let mut out = Envoys {
-        several: target.addresses.len() > 1,
+        several: target.replicas.len() > 1,
         ..Envoys::default()
     };
     let certificate = match &target.certificate {
@@ -133,10 +206,11 @@ async fn ask(target: &Target, options: &Options) -> Envoys {
         Some(id) => Query::Node(id.clone()),
         None => Query::AllNodes,
     };
-    for address in &target.addresses {
-        let label = out.several.then_some(address.as_str());
-        match csds::fetch(
-            address,
+    for replica in &target.replicas {
+        let name = replica.label();
+        let label = out.several.then_some(name.as_str());
+        match ask_one(
+            replica,
             certificate,
             target.server_name.as_deref(),
             &query,
@@ -148,9 +222,9 @@ async fn ask(target: &Target, options: &Options) -> Envoys {
                 out.rows.extend(envoys::envoys(&response, label));
                 out.dumps.extend(node::dump(&response, label));
             }
-            Err(e) => out.unavailable.push(Unavailable {
-                address: address.clone(),
-                reason: e.to_string(),
+            Err(reason) => out.unavailable.push(Unavailable {
+                address: name.clone(),
+                reason,
             }),
         }
     }
@@ -290,7 +364,7 @@ pub async fn local(url: &str, options: &Options, cwd: &Path) -> Result<Outcome, 
         }
     });
     let target = Target {
-        addresses,
+        replicas: addresses.into_iter().map(Replica::Address).collect(),
         certificate,
         server_name: options.server_name.clone(),
     };
@@ -299,8 +373,9 @@ pub async fn local(url: &str, options: &Options, cwd: &Path) -> Result<Outcome, 
 }
 
 /// Kubernetes mode through `client`: the EnvoyConfigs of `namespace` (every namespace
-/// when `None`), then CSDS at each `--csds-address` (the discovery service of
-/// `cert_namespace`) with the flags' certificate, else the sidecars' client certificate
+/// when `None`), then CSDS of the discovery service of `cert_namespace`: at each
+/// `--csds-address` when given, else at each of its replicas through a port-forward
+/// ([`forward`]); with the flags' certificate, else the sidecars' client certificate
 /// Secret of `cert_namespace`.
 pub async fn kubernetes(
     client: &kube::Client,
@@ -311,32 +386,48 @@ pub async fn kubernetes(
     let report = kubernetes::fetch(client, namespace, options.revisions)
         .await
         .map_err(Box::new)?;
-    let target = if options.csds_addresses.is_empty() {
-        Target {
-            addresses: Vec::new(),
-            certificate: Err(format!(
-                "no --csds-address: forward each discovery service replica's port first, e.g. \
-                 `kubectl -n {cert_namespace} port-forward deployment/{} {port}`, then \
-                 `marin3r status -n {cert_namespace} --csds-address 127.0.0.1:{port}`",
-                object_names::discovery_service(object_names::DEFAULT_DISCOVERY_SERVICE),
-                port = marin3r_wire::ports::XDSS,
-            )),
-            server_name: None,
-        }
+    let replicas = if options.csds_addresses.is_empty() {
+        forward::replicas(client, cert_namespace, &options.discovery_service)
+            .await
+            .map(|pods| {
+                pods.into_iter()
+                    .map(|target| Replica::Pod {
+                        client: client.clone(),
+                        namespace: cert_namespace.to_string(),
+                        target,
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
     } else {
-        let certificate = match files_certificate(&options.certificate) {
-            Some(c) => c,
-            None => kubernetes::client_certificate(client, cert_namespace)
-                .await
-                .map_err(|e| e.to_string()),
-        };
-        Target {
-            addresses: options.csds_addresses.clone(),
-            certificate,
-            server_name: Some(options.server_name.clone().unwrap_or_else(|| {
-                object_names::discovery_service(object_names::DEFAULT_DISCOVERY_SERVICE)
-            })),
+        Ok(options
+            .csds_addresses
+            .iter()
+            .cloned()
+            .map(Replica::Address)
+            .collect())
+    };
+    let target = match replicas {
+        Ok(replicas) => {
+            let certificate = match files_certificate(&options.certificate) {
+                Some(c) => c,
+                None => kubernetes::client_certificate(client, cert_namespace)
+                    .await
+                    .map_err(|e| e.to_string()),
+            };
+            Target {
+                replicas,
+                certificate,
+                server_name: Some(options.server_name.clone().unwrap_or_else(|| {
+                    object_names::discovery_service(&options.discovery_service)
+                })),
+            }
         }
+        Err(reason) => Target {
+            replicas: Vec::new(),
+            certificate: Err(reason),
+            server_name: None,
+        },
     };
     let envoys = ask(&target, options).await;
     render(report, &envoys, options, Some(cert_namespace))
@@ -371,6 +462,7 @@ mod tests {
             csds_addresses: Vec::new(),
             certificate: CertificateFiles::default(),
             server_name: None,
+            discovery_service: object_names::DEFAULT_DISCOVERY_SERVICE.into(),
             timeout: Duration::from_secs(1),
         }
     }

@@ -19,6 +19,7 @@ use crate::apply::{apply, write_status};
 use crate::objects::MANAGED_BY_SELECTOR;
 use marin3r_kube::watch::Inputs as _;
 use marin3r_kube::{Error, Lenient};
+use marin3r_process::IssuedCertificates;
 
 /// The DSCs in `all` that the CA DSC `ca` signs: CA-signed by its Secret, in its
 /// namespace (namespace AND name, operator-design.md §8 Q9). Nothing for a DSC that is
@@ -76,30 +77,24 @@ fn signed_valid_for(
         .collect()
 }
 
-/// `marin3r_certificate_expiration_timestamp_seconds` of every DiscoveryServiceCertificate
-/// (`certificate="discoveryservicecertificate/<namespace>/<name>"`), from the `notAfter`
-/// its status is written with; the series goes with the object. One set per process
-/// (every namespace's controller feeds it); `crate::serve` registers it.
-pub static ISSUED: std::sync::LazyLock<marin3r_process::IssuedCertificates> =
-    std::sync::LazyLock::new(marin3r_process::IssuedCertificates::default);
-
 const KIND: &str = "DiscoveryServiceCertificate";
 
-/// Updates [`ISSUED`] for `namespace/name`, whose status is now `status`, and drops the
-/// series of the objects of `namespace` no longer in `live`.
+/// Updates `issued` ([`Context::issued`]) for `namespace/name`, whose status is now
+/// `status`, and drops the series of the objects of `namespace` no longer in `live`.
 fn observe_expiry(
+    issued: &IssuedCertificates,
     namespace: &str,
     name: &str,
     status: &marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificateStatus,
     live: &[Arc<Lenient<DiscoveryServiceCertificate>>],
 ) {
     match &status.not_after {
-        Some(t) => ISSUED.set(KIND, namespace, name, t.0.as_second()),
-        None => ISSUED.remove(KIND, namespace, name),
+        Some(t) => issued.set(KIND, namespace, name, t.0.as_second()),
+        None => issued.remove(KIND, namespace, name),
     }
     // Only this namespace: with one controller per watched namespace, `live` holds the
     // objects of this one.
-    ISSUED.retain(KIND, |ns, n| {
+    issued.retain(KIND, |ns, n| {
         ns != namespace
             || live.iter().any(|d| {
                 d.meta().namespace.as_deref() == Some(ns)
@@ -114,6 +109,12 @@ pub struct Context {
     pub client: Client,
     /// Every watched DSC (the controller's own store).
     pub certificates: Store<Lenient<DiscoveryServiceCertificate>>,
+    /// `marin3r_certificate_expiration_timestamp_seconds` of every
+    /// DiscoveryServiceCertificate (`certificate="discoveryservicecertificate/<ns>/<name>"`),
+    /// from the `notAfter` its status is written with; the series goes with the object.
+    /// One set per operator process, shared by every namespace's controller (clones share
+    /// the series); `crate::serve` makes and registers it.
+    pub issued: IssuedCertificates,
 }
 
 /// Reconciles one DSC: reads its Secret and its CA Secret, [`plan`](super::plan())s, applies the
@@ -147,7 +148,7 @@ pub async fn reconcile_at(
         }
     };
     if dsc.metadata.deletion_timestamp.is_some() {
-        ISSUED.remove(KIND, &namespace, &name);
+        ctx.issued.remove(KIND, &namespace, &name);
         // Its Secret is garbage collected through its owner reference.
         return Ok(Action::await_change());
     }
@@ -224,7 +225,7 @@ pub async fn reconcile_at(
         &plan.status,
     )
     .await?;
-    observe_expiry(&namespace, &name, &plan.status, &all);
+    observe_expiry(&ctx.issued, &namespace, &name, &plan.status, &all);
     Ok(match plan.requeue {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
@@ -234,10 +235,11 @@ pub async fn reconcile_at(
 /// Runs the DiscoveryServiceCertificate controller until `shutdown` completes, over
 /// `namespaces` (`WATCH_NAMESPACE` split on commas): none means every namespace, one or
 /// more mean one controller per namespace (a CA only ever signs certificates of its own
-/// namespace, so they share nothing).
+/// namespace, so they share nothing but `issued`, [`Context::issued`]).
 pub async fn run(
     client: Client,
     namespaces: &[String],
+    issued: IssuedCertificates,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     use futures::FutureExt as _;
@@ -247,11 +249,14 @@ pub async fn run(
     } else {
         namespaces.iter().cloned().map(Some).collect()
     };
-    futures::future::join_all(
-        scopes
-            .into_iter()
-            .map(|ns| controller(client.clone(), ns.as_deref(), shutdown.clone())),
-    )
+    futures::future::join_all(scopes.into_iter().map(|ns| {
+        controller(
+            client.clone(),
+            ns.as_deref(),
+            issued.clone(),
+            shutdown.clone(),
+        )
+    }))
     .await;
 }
 
@@ -261,6 +266,7 @@ pub async fn run(
 pub fn controller<F>(
     client: Client,
     namespace: Option<&str>,
+    issued: IssuedCertificates,
     shutdown: F,
 ) -> impl std::future::Future<Output = ()> + Send + use<F>
 where
@@ -276,6 +282,7 @@ where
     let ctx = Arc::new(Context {
         client,
         certificates: store.clone(),
+        issued,
     });
     let shutdown = futures::FutureExt::shared(shutdown);
     let reconciling = controller
@@ -320,13 +327,13 @@ mod tests {
     fn an_issued_certificate_expiry_is_shown_until_its_object_goes() {
         use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertificateStatus;
         let mut registry = prometheus_client::registry::Registry::default();
-        ISSUED.register(&mut registry);
+        let issued = IssuedCertificates::default();
+        issued.register(&mut registry);
         let text = || {
             let mut out = String::new();
             prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
             out
         };
-        // A namespace of this test only (ISSUED is the process's).
         let ns = "observe-expiry-test";
         let lenient = |d: DiscoveryServiceCertificate| Arc::new(Lenient::Valid(d));
         let (a, b) = (leaf("a", ns, 3600), leaf("b", ns, 3600));
@@ -338,9 +345,9 @@ mod tests {
             ..DiscoveryServiceCertificateStatus::default()
         };
         let all = vec![lenient(a), lenient(b), lenient(elsewhere)];
-        observe_expiry(ns, "a", &status(1_000), &all);
-        observe_expiry(ns, "b", &status(2_000), &all);
-        observe_expiry("observe-expiry-other", "c", &status(3_000), &all);
+        observe_expiry(&issued, ns, "a", &status(1_000), &all);
+        observe_expiry(&issued, ns, "b", &status(2_000), &all);
+        observe_expiry(&issued, "observe-expiry-other", "c", &status(3_000), &all);
         let series = |name: &str, value: u64| {
             format!(
                 "marin3r_certificate_expiration_timestamp_seconds{{certificate=\"discoveryservicecertificate/{name}\"}} {value}"
@@ -357,7 +364,7 @@ mod tests {
         // `b` deleted (no reconcile sees it go): gone at the next reconcile of its
         // namespace; the other namespace's series stays.
         let left = vec![all[0].clone()];
-        observe_expiry(ns, "a", &status(1_500), &left);
+        observe_expiry(&issued, ns, "a", &status(1_500), &left);
         let out = text();
         assert!(
             out.lines()
@@ -368,6 +375,7 @@ mod tests {
         assert!(out.contains("observe-expiry-other/c"), "{out}");
         // No certificate (any more): no series.
         observe_expiry(
+            &issued,
             ns,
             "a",
             &DiscoveryServiceCertificateStatus::default(),

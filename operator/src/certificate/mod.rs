@@ -105,7 +105,7 @@ mod controller;
 mod fixtures;
 mod plan;
 
-pub use controller::{Context, ISSUED, controller, reconcile, reconcile_at, run, signed_by};
+pub use controller::{Context, controller, reconcile, reconcile_at, run, signed_by};
 pub use plan::{
     CA_CRT, KUBELET_SYNC, PROPAGATION, Plan, REASON_CERTIFICATE_VALID,
     REASON_CROSS_NAMESPACE_SIGNER, REASON_EXPIRED, REASON_ISSUE_FAILED, REASON_SIGNER_NOT_READY,

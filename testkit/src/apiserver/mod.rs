@@ -61,6 +61,9 @@
 //!   owner references all point to objects that no longer exist are deleted the same
 //!   way, recursively; `propagationPolicy: Orphan` removes the owner references
 //!   instead. Deletions of collections.
+//! - The Pod `portforward` subresource over a websocket (`v4.channel.k8s.io`, as kube's
+//!   `Api::<Pod>::portforward` speaks it), each port bridged to a TCP address the test
+//!   registers with [`FakeApiServer::forward_pod_port`].
 //! - Errors are `metav1.Status` objects (`code`, `reason`, `message`, `details`);
 //!   a malformed request (bad JSON, query, selector, path) is answered `400`/`404`,
 //!   never a panic.
@@ -87,6 +90,7 @@ mod fields;
 mod kinds;
 mod log;
 mod object;
+mod portforward;
 mod request;
 mod selector;
 mod server;

@@ -2,8 +2,10 @@
 //! from it talks to, outages, faults, the request log and the direct (client-less)
 //! access tests use for setup and assertions.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -20,6 +22,7 @@ use super::error::ApiError;
 use super::faults::{self, Fault, FaultAction};
 use super::kinds::ResourceKind;
 use super::log::{Mark, RequestRecord};
+use super::portforward::{self, Forward};
 use super::request::Call;
 use super::store::Store;
 use super::watch::{self, WatchSink};
@@ -54,6 +57,8 @@ struct State {
     log: Vec<RequestRecord>,
     faults: Vec<Fault>,
     outage: Outage,
+    /// Where `portforward` of (namespace, pod, port) leads.
+    port_forwards: BTreeMap<(String, String, u16), SocketAddr>,
 }
 
 impl State {
@@ -241,6 +246,16 @@ impl FakeApiServer {
         state.watches.iter().for_each(|w| w.bookmark(rv));
     }
 
+    /// Makes `portforward` of `port` on the Pod `namespace/pod` lead to `address` (the
+    /// Pod's container, e.g. a server of the test on 127.0.0.1). The Pod object must exist
+    /// for the request to be served; a port with no address gets an error on its
+    /// channel, as an unreachable container does.
+    pub fn forward_pod_port(&self, namespace: &str, pod: &str, port: u16, address: SocketAddr) {
+        lock(&self.state)
+            .port_forwards
+            .insert((namespace.to_string(), pod.to_string(), port), address);
+    }
+
     /// How many watches are open (and served).
     pub fn open_watches(&self) -> usize {
         let mut state = lock(&self.state);
@@ -298,6 +313,9 @@ async fn serve(
         tokio::time::sleep(*delay).await;
         gate(&state).await?;
     }
+    if fault.is_none() && is_portforward(&call) {
+        return serve_portforward(&state, call, &parts.headers).await;
+    }
     let mut state = lock(&state);
     let reply = match fault {
         Some(FaultAction::Fail(error)) => Reply::from(error),
@@ -319,11 +337,73 @@ async fn serve(
     record.code = code;
     state.log.push(record);
     drop(state);
+    json_response(code, body)
+}
+
+fn json_response(code: u16, body: ResponseBody) -> Result<Response<ResponseBody>, ServiceError> {
     Response::builder()
         .status(code)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(body)
         .map_err(Into::into)
+}
+
+/// `GET /api/v1/namespaces/<ns>/pods/<name>/portforward`.
+fn is_portforward(call: &Call) -> bool {
+    call.path.as_ref().is_some_and(|p| {
+        p.group.is_empty()
+            && p.plural == "pods"
+            && p.subresource.as_deref() == Some("portforward")
+            && p.namespace.is_some()
+    })
+}
+
+/// The Pod `portforward` subresource ([`portforward`]): the Pod must exist, the request
+/// must be a websocket upgrade naming its ports.
+async fn serve_portforward(
+    state: &Shared,
+    mut call: Call,
+    headers: &http::HeaderMap,
+) -> Result<Response<ResponseBody>, ServiceError> {
+    let namespace = call.record.namespace.clone().unwrap_or_default();
+    let pod = call.record.name.clone().unwrap_or_default();
+    let found = {
+        let state = lock(state);
+        let forwards = |ports: Vec<u16>| {
+            ports
+                .into_iter()
+                .map(|port| Forward {
+                    port,
+                    target: state
+                        .port_forwards
+                        .get(&(namespace.clone(), pod.clone(), port))
+                        .copied(),
+                })
+                .collect::<Vec<_>>()
+        };
+        state
+            .store
+            .kinds
+            .by_name("pods")
+            .ok_or_else(|| ApiError::new(404, "pods are not served"))
+            .and_then(|kind| state.store.get(kind, &namespace, &pod).map(|_| ()))
+            .and_then(|()| portforward::ports(call.param("ports")))
+            .and_then(|ports| portforward::upgrade_key(headers).map(|key| (key, forwards(ports))))
+    };
+    let answer = match found {
+        Ok((key, forwards)) => portforward::open(headers, key, forwards)
+            .await
+            .map(|head| Response::from_parts(head, Full::new(Bytes::new()).boxed_unsync())),
+        Err(error) => json_response(
+            error.code,
+            Full::new(Bytes::from(error.to_status().to_string())).boxed_unsync(),
+        ),
+    };
+    call.record.code = answer
+        .as_ref()
+        .map_or(0, |response| response.status().as_u16());
+    lock(state).log.push(call.record);
+    answer
 }
 
 /// The time now, as the API server writes timestamps (RFC 3339, whole seconds, UTC).

@@ -1,6 +1,7 @@
 //! The opt-in monitoring component `manifests/observability/`: PodMonitors, the alert
 //! rules (a PrometheusRule) and the Grafana dashboards (JSON files, also rendered as
-//! ConfigMaps). This module reads them for the tests: the dashboards' panel queries, the
+//! ConfigMaps). This module (feature `observability`; test support, never in a shipped
+//! binary) reads them for the tests: the dashboards' panel queries, the
 //! alerts' expressions, the rules as a Prometheus rules file for `promtool`, and the
 //! metric names and selectors an expression uses, so a test can ask a real Prometheus
 //! (or the code's registries) whether each one exists.
@@ -10,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::Error;
+/// What went wrong reading the component (the file and why).
+pub type Error = String;
 
 /// The `job` label each PodMonitor sets (the rules and dashboards select on it), by
 /// process: the webhook, the discovery services, the operator.
@@ -42,7 +44,10 @@ pub const GRAFANA_VARIABLES: [(&str, &str); 3] = [
 
 /// `manifests/observability/`.
 pub fn dir() -> PathBuf {
-    crate::kustomize::manifests_dir().join("observability")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("manifests")
+        .join("observability")
 }
 
 /// One PromQL expression of the component and where it comes from.
@@ -66,33 +71,22 @@ pub struct Alert {
 }
 
 fn read(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|source| Error::Read {
-        path: path.display().to_string(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 fn invalid(path: &Path, message: impl Into<String>) -> Error {
-    Error::Invalid {
-        path: path.display().to_string(),
-        message: message.into(),
-    }
+    format!("{}: {}", path.display(), message.into())
 }
 
 /// Every dashboard under `dashboards/`: (file name, JSON), sorted by file name.
 pub fn dashboards() -> Result<Vec<(String, Value)>, Error> {
     let folder = dir().join("dashboards");
-    let entries = std::fs::read_dir(&folder).map_err(|source| Error::Read {
-        path: folder.display().to_string(),
-        source,
-    })?;
+    let entries =
+        std::fs::read_dir(&folder).map_err(|e| format!("cannot read {}: {e}", folder.display()))?;
     let mut out = Vec::new();
     for entry in entries {
         let path = entry
-            .map_err(|source| Error::Read {
-                path: folder.display().to_string(),
-                source,
-            })?
+            .map_err(|e| format!("cannot read {}: {e}", folder.display()))?
             .path();
         if path.extension().is_none_or(|e| e != "json") {
             continue;
