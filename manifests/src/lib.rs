@@ -34,6 +34,10 @@ pub enum Error {
         #[source]
         source: serde_saphyr::SerializeError,
     },
+    /// A source of the OLM bundle (the kustomize install it is generated from) that does
+    /// not read as it must.
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
 }
 
 /// Header of every generated file under `manifests/crds/`.
