@@ -20,7 +20,7 @@ use marin3r_xds::{ResourceType, SharedStats};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-const GROUP: &str = "marin3r.3scale.net";
+use marin3r_wire::DOMAIN;
 
 fn api_server() -> FakeApiServer {
     let api = FakeApiServer::new();
@@ -29,14 +29,14 @@ fn api_server() -> FakeApiServer {
         ("envoyconfigrevisions", "EnvoyConfigRevision"),
         ("discoveryservicereplicas", "DiscoveryServiceReplica"),
     ] {
-        api.register(ResourceKind::new(GROUP, "v1alpha1", plural, kind).with_status());
+        api.register(ResourceKind::new(DOMAIN, "v1alpha1", plural, kind).with_status());
     }
     api
 }
 
 fn envoyconfig(timeout: &str) -> Value {
     json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "EnvoyConfig",
+        "apiVersion": format!("{DOMAIN}/v1alpha1"), "kind": "EnvoyConfig",
         "metadata": {"name": "kuard", "namespace": "default"},
         "spec": {"nodeID": "kuard", "resources": [{"type": "cluster", "value": {
             "name": "kuard", "connect_timeout": timeout, "type": "STATIC"

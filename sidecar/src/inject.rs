@@ -6,6 +6,7 @@
 //! typed structs would drop fields this build does not know (newer Kubernetes versions).
 //! The patch names only the paths injection edits, so such fields are never touched.
 
+use marin3r_wire::DOMAIN;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -17,13 +18,10 @@ use serde_json::{Map, Value};
 
 use crate::Error;
 use crate::RunAs;
-use crate::annotations::{
-    self, AnnotationError, AnnotationErrors, DOMAIN, Defaults, SIDECAR_STATUS, STATUS_ENABLED,
-    STATUS_LABEL, SidecarConfig,
-};
+use crate::annotations::{self, AnnotationError, AnnotationErrors, Defaults, SidecarConfig};
 use crate::generate;
 use crate::host_ports::{self, HostPortUse};
-use crate::quote::{bounded, listed, quoted};
+use marin3r_wire::quote::{bounded, listed, quoted};
 
 /// Kubernetes' default `terminationGracePeriodSeconds`.
 pub const DEFAULT_TERMINATION_GRACE_PERIOD: i64 = 30;
@@ -335,7 +333,7 @@ pub fn plan_pod_as<'a, F: Added>(
         Some(_) => return Err(invalid("metadata", "must be an object")),
     };
     let labels = string_map(meta, "labels")?;
-    if labels.get(STATUS_LABEL).copied() != Some(STATUS_ENABLED) {
+    if labels.get(marin3r_wire::INJECTION_LABEL).copied() != Some(marin3r_wire::INJECTION_ENABLED) {
         return Ok(Plan::Skipped(SkipReason::NotLabelled));
     }
     let annotations = string_map(meta, "annotations")?;
@@ -350,7 +348,7 @@ pub fn plan_pod_as<'a, F: Added>(
 
     // A malformed status is reported together with the annotation errors.
     let mut status_error = None;
-    let previous: SidecarStatus = match annotations.get(SIDECAR_STATUS) {
+    let previous: SidecarStatus = match annotations.get(marin3r_wire::SIDECAR_STATUS_ANNOTATION) {
         None => SidecarStatus::default(),
         Some(s) => serde_json::from_str(s).unwrap_or_else(|e| {
             status_error = Some(AnnotationError {
@@ -715,16 +713,26 @@ impl<F: Added> Injection<'_, F> {
         }
         match at("metadata", "annotations") {
             Some(Value::Object(a)) => {
-                if a.get(SIDECAR_STATUS).and_then(Value::as_str) != Some(self.status.as_str()) {
+                if a.get(marin3r_wire::SIDECAR_STATUS_ANNOTATION)
+                    .and_then(Value::as_str)
+                    != Some(self.status.as_str())
+                {
                     ops.push(add(
-                        &["metadata", "annotations", SIDECAR_STATUS],
+                        &[
+                            "metadata",
+                            "annotations",
+                            marin3r_wire::SIDECAR_STATUS_ANNOTATION,
+                        ],
                         OpValue::Value(Value::String(self.status)),
                     ));
                 }
             }
             _ => {
                 let mut a = Map::new();
-                a.insert(SIDECAR_STATUS.into(), Value::String(self.status));
+                a.insert(
+                    marin3r_wire::SIDECAR_STATUS_ANNOTATION.into(),
+                    Value::String(self.status),
+                );
                 ops.push(add(
                     &["metadata", "annotations"],
                     OpValue::Value(Value::Object(a)),
@@ -787,7 +795,10 @@ impl Injection<'_> {
                 *annotations = Value::Object(Map::new());
             }
             if let Some(a) = annotations.as_object_mut() {
-                a.insert(SIDECAR_STATUS.into(), Value::String(self.status));
+                a.insert(
+                    marin3r_wire::SIDECAR_STATUS_ANNOTATION.into(),
+                    Value::String(self.status),
+                );
             }
         }
         out
@@ -807,7 +818,7 @@ fn looks_injected(c: &Value) -> bool {
     let command = strings(c, "command");
     let args = strings(c, "args").unwrap_or_default();
     let envoy = command.as_deref() == Some(&["envoy"][..])
-        && args.starts_with(&["-c", generate::CONFIG_FILE]);
+        && args.starts_with(&["-c", marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE]);
     let subcommand = |expected_name: &str, sub: &str| {
         name == expected_name && command.is_none() && args.first() == Some(&sub)
     };
@@ -867,8 +878,8 @@ fn strip_injected<F: Added>(
         };
         let is = |kind: &str| v.get(kind).is_some_and(Value::is_object);
         let kind_at = |path: &str| match path {
-            generate::TLS_MOUNT_PATH => is("secret"),
-            generate::CONFIG_MOUNT_PATH => is("emptyDir"),
+            marin3r_wire::paths::ENVOY_TLS_CLIENT => is("secret"),
+            marin3r_wire::paths::ENVOY_BOOTSTRAP => is("emptyDir"),
             _ => false,
         };
         let mounted_at = |path: &str| removed_mounts.iter().any(|(n, p)| *n == name && *p == path);
@@ -893,7 +904,7 @@ fn strip_injected<F: Added>(
 /// Whether a lifecycle handler is the `GET <port>/drain` preStop injection sets.
 fn is_drain_hook(pre_stop: Option<&Value>) -> bool {
     let get = pre_stop.and_then(|h| h.get("httpGet"));
-    get.and_then(|g| g.get("path")).and_then(Value::as_str) == Some(generate::DRAIN_PATH)
+    get.and_then(|g| g.get("path")).and_then(Value::as_str) == Some(marin3r_wire::http_paths::DRAIN)
         && get.and_then(|g| g.get("port")).is_some_and(Value::is_u64)
 }
 
@@ -1178,14 +1189,14 @@ mod tests {
     #[test]
     fn only_the_status_annotation_is_added() {
         let before = pod(
-            json!({STATUS_LABEL: STATUS_ENABLED}),
+            json!({marin3r_wire::INJECTION_LABEL: marin3r_wire::INJECTION_ENABLED}),
             json!({"marin3r.3scale.net/node-id": "n", "team": "a", "z-last": ""}),
         );
         let after = injected(&before);
         let mut annotations = after["metadata"]["annotations"].clone();
         let status = annotations
             .as_object_mut()
-            .and_then(|m| m.remove(SIDECAR_STATUS))
+            .and_then(|m| m.remove(marin3r_wire::SIDECAR_STATUS_ANNOTATION))
             .and_then(|s| s.as_str().map(str::to_string));
         assert_eq!(annotations, before["metadata"]["annotations"]);
         let status: SidecarStatus = serde_json::from_str(&status.unwrap_or_default()).unwrap();
@@ -1199,19 +1210,25 @@ mod tests {
     fn non_string_metadata_maps_name_the_entry() {
         let cases = [
             (
-                pod(json!({STATUS_LABEL: STATUS_ENABLED, "n": 1}), json!({})),
+                pod(
+                    json!({marin3r_wire::INJECTION_LABEL: marin3r_wire::INJECTION_ENABLED, "n": 1}),
+                    json!({}),
+                ),
                 "metadata.labels[\"n\"]",
             ),
             (pod(json!(["x"]), json!({})), "metadata.labels"),
             (
                 pod(
-                    json!({STATUS_LABEL: STATUS_ENABLED}),
+                    json!({marin3r_wire::INJECTION_LABEL: marin3r_wire::INJECTION_ENABLED}),
                     json!({"marin3r.3scale.net/node-id": true}),
                 ),
                 "metadata.annotations[\"marin3r.3scale.net/node-id\"]",
             ),
             (
-                pod(json!({STATUS_LABEL: STATUS_ENABLED}), json!("x")),
+                pod(
+                    json!({marin3r_wire::INJECTION_LABEL: marin3r_wire::INJECTION_ENABLED}),
+                    json!("x"),
+                ),
                 "metadata.annotations",
             ),
         ];
@@ -1237,7 +1254,7 @@ mod tests {
 
     fn labelled(annotations: Value, spec: Value) -> Value {
         json!({
-            "metadata": {"name": "p", "labels": {STATUS_LABEL: STATUS_ENABLED}, "annotations": annotations},
+            "metadata": {"name": "p", "labels": {marin3r_wire::INJECTION_LABEL: marin3r_wire::INJECTION_ENABLED}, "annotations": annotations},
             "spec": spec
         })
     }
@@ -1257,7 +1274,7 @@ mod tests {
     fn forged_status_does_not_remove_user_containers_or_volumes() {
         let forged = json!({
             "marin3r.3scale.net/node-id": "n",
-            SIDECAR_STATUS: r#"{"containers":["app"],"initContainers":["setup"],"volumes":["data","certs"]}"#,
+            marin3r_wire::SIDECAR_STATUS_ANNOTATION: r#"{"containers":["app"],"initContainers":["setup"],"volumes":["data","certs"]}"#,
         });
         let before = labelled(
             forged,
@@ -1299,7 +1316,7 @@ mod tests {
         let before = labelled(
             json!({
                 "marin3r.3scale.net/node-id": "n",
-                SIDECAR_STATUS: r#"{"containers":["envoy-sidecar"],"volumes":["envoy-sidecar-tls"]}"#,
+                marin3r_wire::SIDECAR_STATUS_ANNOTATION: r#"{"containers":["envoy-sidecar"],"volumes":["envoy-sidecar-tls"]}"#,
             }),
             json!({
                 "containers": [{"name": "app", "image": "app:1"},
@@ -1376,7 +1393,7 @@ mod tests {
         // The status names the user's Secret and ConfigMap volumes as extra volumes: one
         // is mounted by the app at the recorded path, the other by no container.
         let mut before = with_extra_volumes(Some("a:/etc/envoy/a"));
-        before["metadata"]["annotations"][SIDECAR_STATUS] = json!(
+        before["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION] = json!(
             r#"{"containers":["app"],"extraVolumes":[{"name":"creds","mountPath":"/creds"},{"name":"settings","mountPath":"/settings"}]}"#
         );
         let after = injected(&before);
@@ -1576,7 +1593,7 @@ mod tests {
             "marin3r.3scale.net/shutdown-manager.extra-lifecycle-hooks": "app,worker",
         });
         if let Some(s) = status {
-            annotations[SIDECAR_STATUS] = json!(s);
+            annotations[marin3r_wire::SIDECAR_STATUS_ANNOTATION] = json!(s);
         }
         labelled(
             annotations,
@@ -1607,8 +1624,8 @@ mod tests {
         let again = injected(&turned_off);
         assert_eq!(again["spec"], plain["spec"]);
         assert_eq!(
-            again["metadata"]["annotations"][SIDECAR_STATUS],
-            plain["metadata"]["annotations"][SIDECAR_STATUS]
+            again["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION],
+            plain["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION]
         );
         assert_eq!(injected(&again), again);
     }

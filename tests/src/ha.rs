@@ -29,8 +29,7 @@ use crate::xds::issue_bundle;
 pub const NS: &str = "default";
 /// The DiscoveryService the replicas belong to (Service `marin3r-<DS>`).
 pub const DS: &str = "discoveryservice";
-/// Marin3r's API group.
-const GROUP: &str = "marin3r.3scale.net";
+use marin3r_wire::DOMAIN;
 
 /// The fake API server with marin3r's kinds registered.
 pub fn api_server() -> FakeApiServer {
@@ -40,7 +39,7 @@ pub fn api_server() -> FakeApiServer {
         ("envoyconfigrevisions", "EnvoyConfigRevision"),
         ("discoveryservicereplicas", "DiscoveryServiceReplica"),
     ] {
-        api.register(ResourceKind::new(GROUP, "v1alpha1", plural, kind).with_status());
+        api.register(ResourceKind::new(DOMAIN, "v1alpha1", plural, kind).with_status());
     }
     api
 }
@@ -48,7 +47,7 @@ pub fn api_server() -> FakeApiServer {
 /// An EnvoyConfig object named `name` in [`NS`] with `spec`.
 pub fn envoyconfig(name: &str, spec: Value) -> Value {
     json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"),
+        "apiVersion": format!("{DOMAIN}/v1alpha1"),
         "kind": "EnvoyConfig",
         "metadata": {"name": name, "namespace": NS},
         "spec": spec,

@@ -196,7 +196,7 @@ fn generated_container_breaches(pod: &Value) -> Vec<String> {
         name == marin3r_sidecar::generate::INIT_MANAGER_NAME
             || name == marin3r_sidecar::generate::SHUTDOWN_MANAGER_NAME
             || (c["command"] == json!(["envoy"])
-                && c["args"][1] == marin3r_sidecar::generate::CONFIG_FILE)
+                && c["args"][1] == marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE)
     };
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
@@ -212,8 +212,7 @@ fn generated_container_breaches(pod: &Value) -> Vec<String> {
         }
     }
     // The volumes injection added (named in its status): types `restricted` allows.
-    let status: Value = pod["metadata"]["annotations"]
-        [marin3r_sidecar::annotations::SIDECAR_STATUS]
+    let status: Value = pod["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION]
         .as_str()
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();

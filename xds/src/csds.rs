@@ -57,13 +57,12 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::google::protobuf::{Struct, Timestamp, Value, value::Kind};
 
 use crate::events::Api;
-use crate::node::POD_NAME_METADATA_KEY;
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::stats::StreamId;
 use marin3r_envoyconfig::resource::{Resource, ResourceType, version_string};
+use marin3r_wire::POD_NAME_METADATA_KEY;
 
-/// Node metadata key of the Envoy pod's namespace (set by the injected bootstrap).
-pub const POD_NAMESPACE_METADATA_KEY: &str = "pod_namespace";
+use marin3r_wire::POD_NAMESPACE_METADATA_KEY;
 /// Node metadata key, in a `ClientConfig`'s node, of the stream's API: `sotw` or
 /// `delta` (envoy-types 0.7's `ClientConfig` has no `client_type` field).
 pub const API_METADATA_KEY: &str = "marin3r_api";
@@ -74,7 +73,7 @@ pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 /// so both factors are bounded (`marin3r status` sends one; a fleet tool a few).
 pub const MAX_STRING_MATCHERS: usize = 64;
 /// Most bytes of all the patterns of one query together (a pattern longer than a
-/// node's fields, [`crate::node::MAX_NODE_NAME_BYTES`], matches nothing but `contains`
+/// node's fields, [`marin3r_wire::MAX_NODE_NAME_BYTES`], matches nothing but `contains`
 /// still scans for it).
 pub const MAX_PATTERN_BYTES: usize = 16 * 1024;
 /// Queries answered at once by one replica; more wait their turn. A query runs on a

@@ -5,8 +5,7 @@
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
-/// Node metadata key holding the Envoy pod's name (set by the injected bootstrap).
-pub const POD_NAME_METADATA_KEY: &str = "pod_name";
+use marin3r_wire::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
 
 /// The identity of the Envoy on a stream.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -65,10 +64,7 @@ pub fn metadata_string<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
         })
 }
 
-/// Largest `node.id`, `node.cluster`, `node.user_agent_name`, `node.metadata.pod_name`
-/// and `node.metadata.pod_namespace` accepted, in bytes
-/// (one home: the injector refuses longer `node-id`/`cluster-id` annotations).
-pub use marin3r_wire::MAX_NODE_NAME_BYTES;
+use marin3r_wire::MAX_NODE_NAME_BYTES;
 /// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
 /// few short keys (the pod name); 64 KiB allows rich metadata from other bootstraps and
 /// still bounds every request that carries the node (Envoy sends it on each request by
@@ -92,8 +88,7 @@ pub fn check_node(node: &Node) -> Result<(), NodeTooLarge> {
     let over = |field, size, limit| (size > limit).then_some(NodeTooLarge { field, size, limit });
     let metadata = node.metadata.as_ref().map_or(0, |m| m.encoded_len());
     let pod_name = NodeInfo::pod_name_of(node).map_or(0, str::len);
-    let pod_namespace =
-        metadata_string(node, crate::csds::POD_NAMESPACE_METADATA_KEY).map_or(0, str::len);
+    let pod_namespace = metadata_string(node, POD_NAMESPACE_METADATA_KEY).map_or(0, str::len);
     let refused = over("node.metadata", metadata, MAX_NODE_METADATA_BYTES)
         .or_else(|| over("node.id", node.id.len(), MAX_NODE_NAME_BYTES))
         .or_else(|| over("node.cluster", node.cluster.len(), MAX_NODE_NAME_BYTES))
@@ -247,7 +242,7 @@ pub(crate) mod tests {
         let mut namespaced = ok.clone();
         if let Some(m) = namespaced.metadata.as_mut() {
             m.fields.insert(
-                crate::csds::POD_NAMESPACE_METADATA_KEY.into(),
+                POD_NAMESPACE_METADATA_KEY.into(),
                 Value {
                     kind: Some(Kind::StringValue("n".repeat(MAX_NODE_NAME_BYTES + 1))),
                 },
