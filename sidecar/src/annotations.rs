@@ -170,9 +170,10 @@ pub struct PortSpec {
     pub host_port: Option<u16>,
 }
 
-/// Envoy's `--drain-strategy`: how Envoy drains listeners when the shutdown manager
-/// stops it (annotation `shutdown-manager.drain-strategy`, EnvoyDeployment
-/// `spec.shutdownManager.drainStrategy`).
+// How Envoy drains listeners when the shutdown manager stops it: annotation
+// `shutdown-manager.drain-strategy`, EnvoyDeployment `spec.shutdownManager.drainStrategy`.
+// The doc line below is the CRD schema's description.
+/// Envoy's `--drain-strategy`.
 #[derive(
     serde::Deserialize,
     serde::Serialize,
