@@ -4,8 +4,8 @@
 use json_patch::Patch;
 use serde_json::{Map, Value};
 
+use super::edit::{Added, GraceEdit, Injection, LISTS};
 use super::patch::{InjectionPatch, OpValue, add, remove};
-use super::plan::{Added, GraceEdit, Injection, LISTS};
 
 impl<F: Added> Injection<'_, F> {
     /// The JSON patch (RFC 6902) that turns the Pod into [`Injection::into_pod`], built from

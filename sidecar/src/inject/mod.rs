@@ -8,6 +8,7 @@
 
 mod apply;
 mod conflicts;
+mod edit;
 mod patch;
 mod plan;
 mod pod;
@@ -17,9 +18,9 @@ mod undo;
 #[cfg(test)]
 mod tests;
 
+pub use edit::{Added, Injection};
 pub use patch::InjectionPatch;
 pub use plan::{
-    Added, DEFAULT_TERMINATION_GRACE_PERIOD, Injection, Mutation, Plan, SkipReason, mutate_pod,
-    plan_pod, plan_pod_as,
+    DEFAULT_TERMINATION_GRACE_PERIOD, Mutation, Plan, SkipReason, mutate_pod, plan_pod, plan_pod_as,
 };
 pub use status::{ExtraVolumeMount, GracePeriodChange, PreStopChange, SidecarStatus};

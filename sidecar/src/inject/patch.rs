@@ -5,7 +5,7 @@ use serde::ser::{SerializeSeq as _, SerializeStruct as _};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use super::plan::Added;
+use super::edit::Added;
 use crate::Error;
 
 /// A JSON pointer from its unescaped tokens (RFC 6901).

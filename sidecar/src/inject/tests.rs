@@ -1,11 +1,10 @@
+use serde_json::Value;
 use serde_json::json;
 
-use super::plan::{Mutation, SkipReason, mutate_pod};
 use super::pod::names;
-use super::status::SidecarStatus;
+use super::{Mutation, SidecarStatus, SkipReason, mutate_pod};
 use crate::Error;
 use crate::annotations::Defaults;
-use serde_json::Value;
 
 fn pod(labels: Value, annotations: Value) -> Value {
     json!({

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use marin3r_wire::quote::quoted;
 use serde_json::{Map, Value};
 
-use super::plan::{Added, GraceEdit, ListEdit, VOLUMES};
+use super::edit::{Added, GraceEdit, ListEdit, VOLUMES};
 use super::pod::invalid;
 use super::status::SidecarStatus;
 use crate::Error;
