@@ -55,7 +55,10 @@ async fn a_released_lease_is_taken_at_once() {
     // about 14.5 s from here (15 s after a's last renewal), whatever its polls see.
     until_current(&b, Duration::from_secs(30)).await;
     let took = released.elapsed();
-    assert!(took < POLL, "b took the released lease after {took:?}, not at once");
+    assert!(
+        took < POLL,
+        "b took the released lease after {took:?}, not at once"
+    );
     let lease = api
         .get("leases", "default", "marin3r-discoveryservice-leader")
         .unwrap();
