@@ -16,11 +16,11 @@ use marin3r_control_plane::kubernetes::ha::HaConfig;
 use marin3r_control_plane::{Backend as _, Context};
 use marin3r_kube::client::{RESPONSE_TIMEOUT, SILENCE};
 use marin3r_testkit::apiserver::{FakeApiServer, Outage, ResourceKind};
+use marin3r_testkit::wait::wait_until;
+use marin3r_wire::DOMAIN;
 use marin3r_xds::{ResourceType, SharedStats};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-
-use marin3r_wire::DOMAIN;
 
 fn api_server() -> FakeApiServer {
     let api = FakeApiServer::new();
@@ -84,13 +84,7 @@ fn revisions(api: &FakeApiServer) -> usize {
 
 async fn until(what: &str, bound: Duration, check: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
-    tokio::time::timeout(bound, async {
-        while !check() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what}: not within {bound:?}"));
+    wait_until(what, bound, check).await;
     start.elapsed()
 }
 

@@ -11,11 +11,10 @@ use std::time::Duration;
 use marin3r_control_plane::kubernetes::KubernetesBackend;
 use marin3r_control_plane::{Backend as _, Context};
 use marin3r_testkit::apiserver::{FakeApiServer, Fault, Outage, ResourceKind, Verb};
+use marin3r_wire::DOMAIN;
 use marin3r_xds::{ResourceType, SharedStats};
 use prost::Message as _;
 use serde_json::{Value, json};
-
-use marin3r_wire::DOMAIN;
 
 fn api_server() -> FakeApiServer {
     let api = FakeApiServer::new();

@@ -19,6 +19,7 @@ use marin3r_control_plane::kubernetes::ha::HaConfig;
 use marin3r_testkit::apiserver::{FakeApiServer, ResourceKind};
 use marin3r_testkit::proxy::TcpBalancer;
 use marin3r_testkit::wait::poll_ok;
+use marin3r_wire::DOMAIN;
 use marin3r_xds::AdsConfig;
 use serde_json::{Value, json};
 
@@ -29,7 +30,6 @@ use crate::xds::issue_bundle;
 pub const NS: &str = "default";
 /// The DiscoveryService the replicas belong to (Service `marin3r-<DS>`).
 pub const DS: &str = "discoveryservice";
-use marin3r_wire::DOMAIN;
 
 /// The fake API server with marin3r's kinds registered.
 pub fn api_server() -> FakeApiServer {
