@@ -199,7 +199,7 @@ pub struct InjectionDefaults {
     #[arg(long, env = "MARIN3R_DEFAULT_ENVOY_IMAGE", default_value = marin3r_wire::images::ENVOY)]
     pub default_envoy_image: String,
     /// Discovery service name when `marin3r.3scale.net/discovery-service.name` is not set.
-    #[arg(long, env = "MARIN3R_DEFAULT_DISCOVERY_SERVICE", default_value = marin3r_sidecar::annotations::DEFAULT_DISCOVERY_SERVICE)]
+    #[arg(long, env = "MARIN3R_DEFAULT_DISCOVERY_SERVICE", default_value = marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE)]
     pub default_discovery_service: String,
     /// Image of the init and shutdown managers (normally this marin3r image).
     #[arg(long, env = "MARIN3R_MARIN3R_IMAGE", default_value = marin3r_wire::images::MARIN3R)]

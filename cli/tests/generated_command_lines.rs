@@ -232,7 +232,7 @@ fn check_discovery_service(what: &str, a: &DiscoveryServiceArgs, c: &Value) {
 
 /// The names an injection added (its `sidecar-status` annotation).
 fn injected_names(pod: &Value) -> BTreeSet<String> {
-    let status = pod["metadata"]["annotations"][marin3r_sidecar::annotations::SIDECAR_STATUS]
+    let status = pod["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION]
         .as_str()
         .unwrap();
     let status: Value = serde_json::from_str(status).unwrap();

@@ -13,7 +13,6 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use marin3r_manifests::kustomize::{self, containers, describe};
-use marin3r_sidecar::annotations::DEFAULT_MARIN3R_IMAGE;
 use serde_json::Value;
 
 /// Environment variables read outside clap (`std::env`), per subcommand.
@@ -134,7 +133,7 @@ fn check_container(
 
 fn runs_marin3r(c: &Value, subcommands: &BTreeSet<String>) -> bool {
     let image = c["image"].as_str().unwrap_or_default();
-    image == DEFAULT_MARIN3R_IMAGE
+    image == marin3r_wire::images::MARIN3R
         || c["args"][0]
             .as_str()
             .is_some_and(|a| subcommands.contains(a))
@@ -256,7 +255,7 @@ fn the_checker_catches_unknown_flags_and_env() {
     let subcommands = subcommands();
     let mut help = BTreeMap::new();
     let c: Value = serde_json::json!({
-        "name": "webhook", "image": DEFAULT_MARIN3R_IMAGE,
+        "name": "webhook", "image": marin3r_wire::images::MARIN3R,
         "args": ["webhook", "--webhook-port=9443", "--tls-dir", "/tls", "--no-such-flag=1", "-q"],
         "env": [{"name": "MARIN3R_TLS_DIR", "value": "/x"}, {"name": "MARIN3R_NOPE", "value": "1"}]
     });
@@ -269,7 +268,7 @@ fn the_checker_catches_unknown_flags_and_env() {
         ]
     );
     let c: Value =
-        serde_json::json!({"name": "x", "image": DEFAULT_MARIN3R_IMAGE, "args": ["serve"]});
+        serde_json::json!({"name": "x", "image": marin3r_wire::images::MARIN3R, "args": ["serve"]});
     assert_eq!(
         check_container("test", &c, &subcommands, &mut help),
         ["test container \"x\": args [\"serve\"] do not start with a subcommand"]

@@ -16,11 +16,11 @@ use marin3r_control_plane::kubernetes::ha::HaConfig;
 use marin3r_control_plane::{Backend as _, Context};
 use marin3r_kube::client::{RESPONSE_TIMEOUT, SILENCE};
 use marin3r_testkit::apiserver::{FakeApiServer, Outage, ResourceKind};
+use marin3r_testkit::wait::wait_until;
+use marin3r_wire::DOMAIN;
 use marin3r_xds::{ResourceType, SharedStats};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-
-const GROUP: &str = "marin3r.3scale.net";
 
 fn api_server() -> FakeApiServer {
     let api = FakeApiServer::new();
@@ -29,14 +29,14 @@ fn api_server() -> FakeApiServer {
         ("envoyconfigrevisions", "EnvoyConfigRevision"),
         ("discoveryservicereplicas", "DiscoveryServiceReplica"),
     ] {
-        api.register(ResourceKind::new(GROUP, "v1alpha1", plural, kind).with_status());
+        api.register(ResourceKind::new(DOMAIN, "v1alpha1", plural, kind).with_status());
     }
     api
 }
 
 fn envoyconfig(timeout: &str) -> Value {
     json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "EnvoyConfig",
+        "apiVersion": format!("{DOMAIN}/v1alpha1"), "kind": "EnvoyConfig",
         "metadata": {"name": "kuard", "namespace": "default"},
         "spec": {"nodeID": "kuard", "resources": [{"type": "cluster", "value": {
             "name": "kuard", "connect_timeout": timeout, "type": "STATIC"
@@ -84,13 +84,7 @@ fn revisions(api: &FakeApiServer) -> usize {
 
 async fn until(what: &str, bound: Duration, check: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
-    tokio::time::timeout(bound, async {
-        while !check() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what}: not within {bound:?}"));
+    wait_until(what, bound, check).await;
     start.elapsed()
 }
 

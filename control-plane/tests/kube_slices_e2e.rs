@@ -11,11 +11,10 @@ use std::time::Duration;
 use marin3r_control_plane::kubernetes::KubernetesBackend;
 use marin3r_control_plane::{Backend as _, Context};
 use marin3r_testkit::apiserver::{FakeApiServer, Fault, Outage, ResourceKind, Verb};
+use marin3r_wire::DOMAIN;
 use marin3r_xds::{ResourceType, SharedStats};
 use prost::Message as _;
 use serde_json::{Value, json};
-
-const GROUP: &str = "marin3r.3scale.net";
 
 fn api_server() -> FakeApiServer {
     let api = FakeApiServer::new();
@@ -23,7 +22,7 @@ fn api_server() -> FakeApiServer {
         ("envoyconfigs", "EnvoyConfig"),
         ("envoyconfigrevisions", "EnvoyConfigRevision"),
     ] {
-        api.register(ResourceKind::new(GROUP, "v1alpha1", plural, kind).with_status());
+        api.register(ResourceKind::new(DOMAIN, "v1alpha1", plural, kind).with_status());
     }
     api
 }
@@ -161,7 +160,7 @@ async fn a_secret_changed_while_the_watch_was_down_is_served_after_the_relist() 
     let api = api_server();
     api.put(tls_secret(0)).unwrap();
     api.put(json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "EnvoyConfig",
+        "apiVersion": format!("{DOMAIN}/v1alpha1"), "kind": "EnvoyConfig",
         "metadata": {"name": "kuard", "namespace": "default"},
         "spec": {"nodeID": "kuard", "resources": [{"type": "secret", "generateFromTlsSecret": "kuard-tls"}]},
     }))
@@ -222,7 +221,7 @@ async fn served_endpoints_follow_relabels_deletions_and_changes_made_while_the_w
         api.put(s).unwrap();
     }
     api.put(json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": "EnvoyConfig",
+        "apiVersion": format!("{DOMAIN}/v1alpha1"), "kind": "EnvoyConfig",
         "metadata": {"name": "kuard", "namespace": "default"},
         "spec": {"nodeID": "kuard", "resources": [{"type": "endpoint", "generateFromEndpointSlices": {
             "clusterName": "kuard", "targetPort": "http",

@@ -19,20 +19,6 @@ use crate::envoyconfig::{EnvoyApi, EnvoyConfigSpec, EnvoyResources, ResourceSpec
 use crate::resource::ResourceType;
 use crate::text::Serialization;
 
-/// Annotation (RFC 3339, microseconds): when this revision's resources were last made
-/// the desired ones. Orders the revisions of an EnvoyConfig (newest last), so applying a
-/// known config again moves its revision to the top without recreating it.
-pub use marin3r_wire::APPLIED_AT_ANNOTATION;
-/// Label: the config version (hash of the resources) of the revision.
-pub use marin3r_wire::CONFIG_VERSION_LABEL;
-/// Label: the Envoy API of the revision (`v3`).
-pub use marin3r_wire::ENVOY_API_LABEL;
-/// Label: the node id of the revision (the key of the Pod annotation naming it).
-pub use marin3r_wire::NODE_ID_ANNOTATION as NODE_ID_LABEL;
-/// Finalizer: lets the discovery service forget the node's snapshot when the revision
-/// (and its EnvoyConfig) goes away.
-pub use marin3r_wire::REVISION_FINALIZER as FINALIZER;
-
 /// Condition: this revision is the one served for its node.
 pub const REVISION_PUBLISHED: &str = "RevisionPublished";
 /// Condition: this revision must not be published (rejected by Envoy, or undecodable).

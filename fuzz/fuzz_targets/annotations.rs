@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use marin3r_sidecar::annotations::{self, DOMAIN, Defaults, STATUS_ENABLED, STATUS_LABEL, keys};
+use marin3r_sidecar::annotations::{self, Defaults, keys};
 use marin3r_sidecar::{Mutation, mutate_pod};
+use marin3r_wire::{DOMAIN, INJECTION_ENABLED, INJECTION_LABEL};
 use serde_json::{Value, json};
 
 const KEYS: &[&str] = &[
@@ -89,7 +90,7 @@ fuzz_target!(|input: Input| {
     };
     let mut labels = serde_json::Map::new();
     if input.labelled {
-        labels.insert(STATUS_LABEL.into(), json!(STATUS_ENABLED));
+        labels.insert(INJECTION_LABEL.into(), json!(INJECTION_ENABLED));
     }
     let mut spec = json!({
         "containers": named(&input.containers),

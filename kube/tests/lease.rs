@@ -3,7 +3,7 @@
 //! the released lock would have expired.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use marin3r_kube::lease::{Leadership, LeaseSettings, POLL, elect};
 use marin3r_testkit::apiserver::{FakeApiServer, Outage};
@@ -25,7 +25,9 @@ async fn until_current(who: &Leadership, within: Duration) {
         .expect("not leading in time");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On tokio's paused clock (the fake API server is an in-process `tower::Service`), so the
+/// time b takes to lead is measured, not bounded by the wall clock.
+#[tokio::test(start_paused = true)]
 async fn a_released_lease_is_taken_at_once() {
     let api = FakeApiServer::new();
     let a = Leadership::new(settings("a").write_window());
@@ -48,11 +50,19 @@ async fn a_released_lease_is_taken_at_once() {
 
     stop_a.send(()).unwrap();
     first.await.unwrap().unwrap();
-    let released = Instant::now();
+    let released = tokio::time::Instant::now();
     // Without cutting b's wait short, it would take the lock only when a's expired,
-    // up to 15 s after a's last renewal.
-    until_current(&b, Duration::from_secs(5)).await;
-    assert!(released.elapsed() < Duration::from_secs(5));
+    // about 14.5 s from here (15 s after a's last renewal), whatever its polls see.
+    until_current(&b, Duration::from_secs(30)).await;
+    let took = released.elapsed();
+    assert!(
+        took < POLL,
+        "b took the released lease after {took:?}, not at once"
+    );
+    let lease = api
+        .get("leases", "default", "marin3r-discoveryservice-leader")
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "b");
     second.abort();
 }
 

@@ -15,6 +15,7 @@ use kube::runtime::watcher;
 use marin3r_kube::client::{RESPONSE_TIMEOUT, SILENCE, bounded, watch_is_stale};
 use marin3r_kube::watch::{drive, watch};
 use marin3r_testkit::apiserver::{FakeApiServer, Outage};
+use marin3r_testkit::wait::wait_until;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -55,17 +56,13 @@ where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
     let start = Instant::now();
-    tokio::time::timeout(bound, async {
-        while !store
+    wait_until(format!("{name} seen"), bound, || {
+        store
             .state()
             .iter()
             .any(|c| c.meta().name.as_deref() == Some(name))
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     })
-    .await
-    .unwrap_or_else(|_| panic!("{name} not seen within {bound:?}"));
+    .await;
     start.elapsed()
 }
 

@@ -37,12 +37,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use marin3r_kube::rbac::{NamedAccess, named_grants};
 use marin3r_manifests::kustomize::{self, containers, describe};
-use marin3r_sidecar::annotations::DEFAULT_DISCOVERY_SERVICE;
-use marin3r_wire::images::{ENVOY as DEFAULT_ENVOY_IMAGE, MARIN3R as DEFAULT_MARIN3R_IMAGE};
-use marin3r_wire::{
-    INJECTION_ENABLED as STATUS_ENABLED, INJECTION_LABEL as STATUS_LABEL, object_names, ports,
-    secret_keys,
-};
+use marin3r_wire::{INJECTION_ENABLED, INJECTION_LABEL, images, object_names, ports, secret_keys};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -708,7 +703,7 @@ fn check_hardened(deployment: &Value) {
             c["resources"]["limits"]["memory"].is_string(),
             "{what}: limits.memory"
         );
-        assert_eq!(c["image"], DEFAULT_MARIN3R_IMAGE, "{what}");
+        assert_eq!(c["image"], images::MARIN3R, "{what}");
     }
 }
 
@@ -810,8 +805,8 @@ fn the_mutating_webhook_is_spec_1_1_field_by_field() {
     assert_eq!(
         selector.match_labels,
         Some(BTreeMap::from([(
-            STATUS_LABEL.to_string(),
-            STATUS_ENABLED.to_string()
+            INJECTION_LABEL.to_string(),
+            INJECTION_ENABLED.to_string()
         )]))
     );
     assert!(selector.match_expressions.is_none());
@@ -941,7 +936,7 @@ fn the_webhook_deployment_is_highly_available_hardened_and_probed() {
     let marin3r_image = env(c, "MARIN3R_MARIN3R_IMAGE")
         .and_then(|e| e["value"].as_str())
         .or_else(|| flag(&a, "--marin3r-image"))
-        .unwrap_or(DEFAULT_MARIN3R_IMAGE);
+        .unwrap_or(images::MARIN3R);
     assert_eq!(marin3r_image, c["image"].as_str().unwrap());
 
     let pdb: PodDisruptionBudget =
@@ -1015,7 +1010,7 @@ fn the_discovery_service_role_grants_exactly_what_the_controllers_use() {
     // Several replicas (the base runs 3): the Lease rule names its leader Lease.
     let needed = named_grants(
         marin3r_kube::rbac::discovery_service(true),
-        DEFAULT_DISCOVERY_SERVICE,
+        marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE,
     );
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
@@ -1072,7 +1067,8 @@ fn the_discovery_service_runs_in_kubernetes_mode_behind_the_sidecars_default_add
     );
 
     // The Service the sidecars dial: marin3r-<default name>:18000, port "discovery".
-    let name = object_names::discovery_service(DEFAULT_DISCOVERY_SERVICE);
+    let name =
+        object_names::discovery_service(marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE);
     let svc = find(objs, "Service", &name);
     let discovery = svc["spec"]["ports"]
         .as_array()
@@ -1302,7 +1298,11 @@ fn mebibytes(quantity: &str) -> u64 {
 #[test]
 fn the_discovery_service_base_runs_three_replicas_as_ha_md_6_says() {
     let objs = objects("discovery-service");
-    let d = check_replicas(objs, DEFAULT_DISCOVERY_SERVICE, 3);
+    let d = check_replicas(
+        objs,
+        marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE,
+        3,
+    );
     // Its PriorityClass comes with the CRDs (manifests/default).
     find(
         objects("default"),
@@ -1406,8 +1406,8 @@ fn walkthrough_1_kuard_is_upstreams() {
     let objs = objects("examples/kuard");
     let d = find(objs, "Deployment", "kuard");
     assert_eq!(
-        pod_labels(d).get(STATUS_LABEL).map(String::as_str),
-        Some(STATUS_ENABLED)
+        pod_labels(d).get(INJECTION_LABEL).map(String::as_str),
+        Some(INJECTION_ENABLED)
     );
     let a = annotations(d);
     assert_eq!(a["marin3r.3scale.net/node-id"], "kuard");
@@ -1527,7 +1527,7 @@ fn example_deployments_get_the_expected_sidecar() {
             assert_eq!(names(&pod["initContainers"]), ["envoy-init-mgr"], "{what}");
 
             let envoy = container(&injected, "envoy-sidecar");
-            assert_eq!(envoy["image"], DEFAULT_ENVOY_IMAGE, "{what}");
+            assert_eq!(envoy["image"], images::ENVOY, "{what}");
             let mut ports: Vec<(String, i64)> = a["marin3r.3scale.net/ports"]
                 .split(',')
                 .map(|p| {
@@ -1550,7 +1550,7 @@ fn example_deployments_get_the_expected_sidecar() {
                 .collect();
             assert_eq!(got, ports, "{what}");
             let init = container(&injected, "envoy-init-mgr");
-            assert_eq!(init["image"], DEFAULT_MARIN3R_IMAGE, "{what}");
+            assert_eq!(init["image"], images::MARIN3R, "{what}");
             assert_eq!(
                 flag(&args(init), "--node-id"),
                 Some(a["marin3r.3scale.net/node-id"].as_str())
@@ -1572,7 +1572,7 @@ fn example_deployments_get_the_expected_sidecar() {
                     "{what}"
                 );
                 let shtdn = container(&injected, "envoy-shtdn-mgr");
-                assert_eq!(shtdn["image"], DEFAULT_MARIN3R_IMAGE);
+                assert_eq!(shtdn["image"], images::MARIN3R);
                 assert_eq!(shtdn["lifecycle"]["preStop"]["httpGet"]["path"], "/drain");
                 assert!(shtdn["livenessProbe"].is_null());
                 assert_eq!(pod["terminationGracePeriodSeconds"], 300, "{what}");
@@ -1669,7 +1669,11 @@ fn the_single_replica_overlay_of_install_md_is_the_single_process() {
         assert_eq!(obj["metadata"]["namespace"], "my-app", "{}", describe(obj));
         check_object(obj).unwrap();
     }
-    check_replicas(&objs, DEFAULT_DISCOVERY_SERVICE, 1);
+    check_replicas(
+        &objs,
+        marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE,
+        1,
+    );
 }
 
 #[test]
@@ -1802,7 +1806,7 @@ fn every_pod_template_passes_openshift_restricted_v2_and_ours_pod_security_restr
             let spec = &template["spec"];
             let marin3r = containers(o)
                 .into_iter()
-                .any(|c| c["image"] == DEFAULT_MARIN3R_IMAGE);
+                .any(|c| c["image"] == images::MARIN3R);
             if !marin3r {
                 continue;
             }

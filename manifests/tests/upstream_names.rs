@@ -53,9 +53,14 @@ fn api_groups_labels_finalizer_and_revision_names_are_upstreams() {
     );
     assert_eq!(wire::ENVOY_API_LABEL, "marin3r.3scale.net/envoy-api");
     assert_eq!(wire::REVISION_FINALIZER, "finalizer.marin3r.3scale.net");
-    use marin3r_envoyconfig::envoyconfigrevision::{FINALIZER, NODE_ID_LABEL};
-    assert_eq!(NODE_ID_LABEL, "marin3r.3scale.net/node-id");
-    assert_eq!(FINALIZER, "finalizer.marin3r.3scale.net");
+    assert_eq!(
+        marin3r_wire::NODE_ID_ANNOTATION,
+        "marin3r.3scale.net/node-id"
+    );
+    assert_eq!(
+        marin3r_wire::REVISION_FINALIZER,
+        "finalizer.marin3r.3scale.net"
+    );
     assert_eq!(
         marin3r_control_plane::kubernetes::plan::revision_name("kuard", EnvoyApi::V3, "abc"),
         "kuard-v3-abc",

@@ -5,10 +5,6 @@
 
 /// The object's children are applied and available.
 pub const READY: &str = "Ready";
-/// A rollout is in progress.
-pub const PROGRESSING: &str = "Progressing";
-/// Something the object needs is missing or failing.
-pub const DEGRADED: &str = "Degraded";
 
 /// Reason: `spec.discoveryServiceRef` names no DiscoveryService in the namespace.
 pub const REASON_DISCOVERY_SERVICE_NOT_FOUND: &str = "DiscoveryServiceNotFound";

@@ -25,20 +25,10 @@ use crate::validate::{Errors, FieldError, Rule, certificate_lifetime};
 
 pub use generated::DiscoveryServiceSpec;
 
-/// Default `metricsPort`.
-pub use marin3r_wire::ports::METRICS as DEFAULT_METRICS_PORT;
-/// Default `probePort`.
-pub use marin3r_wire::ports::PROBES as DEFAULT_PROBE_PORT;
-/// Default `xdsServerPort`.
-pub use marin3r_wire::ports::XDSS as DEFAULT_XDS_SERVER_PORT;
 /// Default `pkiConfg.rootCertificateAuthority.duration` (3 years).
 pub const DEFAULT_CA_DURATION: &str = "26280h";
 /// Default `pkiConfg.serverCertificate.duration` (90 days).
 pub const DEFAULT_SERVER_CERTIFICATE_DURATION: &str = "2160h";
-/// Validity of the namespace's sidecar client certificate (hard-coded upstream).
-pub const CLIENT_CERTIFICATE_DURATION: &str = "48h";
-/// The namespace-wide sidecar client certificate Secret (and DSC), not suffixed.
-pub use marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE as SIDECAR_CLIENT_CERTIFICATE_NAME;
 /// Prefix of the CA DSC and Secret names.
 pub const CA_CERTIFICATE_PREFIX: &str = "marin3r-ca-cert";
 /// Prefix of the CA common name.
@@ -52,8 +42,6 @@ pub const SERVICE_TYPES: [&str; 3] = ["ClusterIP", "LoadBalancer", "Headless"];
 /// Default `replicas`: several replicas behind the Service, one leader writing
 /// (`docs/ha.md`).
 pub const DEFAULT_REPLICAS: i32 = 3;
-/// Default `podPriorityClass` (shipped by `manifests/operator`); `""` sets none.
-pub use marin3r_wire::object_names::DISCOVERY_SERVICE_PRIORITY_CLASS as DEFAULT_POD_PRIORITY_CLASS;
 
 mod generated {
     use super::*;
@@ -384,8 +372,8 @@ impl DiscoveryService {
     /// The namespace's sidecar client certificate: `envoy-sidecar-client-cert`, 48h.
     pub fn client_certificate(&self) -> CertificateOptions {
         CertificateOptions {
-            secret_name: SIDECAR_CLIENT_CERTIFICATE_NAME.to_string(),
-            common_name: SIDECAR_CLIENT_CERTIFICATE_NAME.to_string(),
+            secret_name: marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE.to_string(),
+            common_name: marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE.to_string(),
             duration: Duration::from_secs(48 * 3600),
         }
     }
@@ -394,7 +382,7 @@ impl DiscoveryService {
     pub fn xds_server_port(&self) -> Result<u16, Error> {
         self.spec
             .xds_server_port
-            .map_or(Ok(DEFAULT_XDS_SERVER_PORT), |p| {
+            .map_or(Ok(marin3r_wire::ports::XDSS), |p| {
                 crate::port("spec.xdsServerPort", p)
             })
     }
@@ -403,7 +391,7 @@ impl DiscoveryService {
     pub fn metrics_port(&self) -> Result<u16, Error> {
         self.spec
             .metrics_port
-            .map_or(Ok(DEFAULT_METRICS_PORT), |p| {
+            .map_or(Ok(marin3r_wire::ports::METRICS), |p| {
                 crate::port("spec.metricsPort", p)
             })
     }
@@ -412,16 +400,18 @@ impl DiscoveryService {
     pub fn probe_port(&self) -> Result<u16, Error> {
         self.spec
             .probe_port
-            .map_or(Ok(DEFAULT_PROBE_PORT), |p| crate::port("spec.probePort", p))
+            .map_or(Ok(marin3r_wire::ports::PROBES), |p| {
+                crate::port("spec.probePort", p)
+            })
     }
 
-    /// `spec.podPriorityClass`, default [`DEFAULT_POD_PRIORITY_CLASS`]; `""`: none.
+    /// `spec.podPriorityClass`, default [`marin3r_wire::object_names::DISCOVERY_SERVICE_PRIORITY_CLASS`]; `""`: none.
     pub fn pod_priority_class(&self) -> Option<&str> {
         let class = self
             .spec
             .pod_priority_class
             .as_deref()
-            .unwrap_or(DEFAULT_POD_PRIORITY_CLASS);
+            .unwrap_or(marin3r_wire::object_names::DISCOVERY_SERVICE_PRIORITY_CLASS);
         (!class.is_empty()).then_some(class)
     }
 
@@ -534,9 +524,13 @@ impl DiscoveryServiceSpec {
         errors.port("spec.probePort", self.probe_port);
         let xds = self
             .xds_server_port
-            .unwrap_or(i32::from(DEFAULT_XDS_SERVER_PORT));
-        let metrics = self.metrics_port.unwrap_or(i32::from(DEFAULT_METRICS_PORT));
-        let probe = self.probe_port.unwrap_or(i32::from(DEFAULT_PROBE_PORT));
+            .unwrap_or(i32::from(marin3r_wire::ports::XDSS));
+        let metrics = self
+            .metrics_port
+            .unwrap_or(i32::from(marin3r_wire::ports::METRICS));
+        let probe = self
+            .probe_port
+            .unwrap_or(i32::from(marin3r_wire::ports::PROBES));
         // The container binds all three; the Service exposes xDS (and, when it is not
         // 18000, 18000 too as `discovery-default`) and metrics.
         errors.distinct_ports(&[
@@ -544,7 +538,7 @@ impl DiscoveryServiceSpec {
             ("spec.metricsPort", metrics),
             ("spec.probePort", probe),
         ]);
-        let conventional = i32::from(DEFAULT_XDS_SERVER_PORT);
+        let conventional = i32::from(marin3r_wire::ports::XDSS);
         if xds != conventional && metrics == conventional {
             errors.push(
                 "spec.metricsPort",

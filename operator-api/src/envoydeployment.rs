@@ -16,17 +16,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::validate::{Errors, Rule, certificate_lifetime};
+use marin3r_sidecar::annotations::DrainStrategy;
 
 /// Default client certificate validity (`spec.duration`).
 pub const DEFAULT_CLIENT_CERTIFICATE_DURATION: &str = "48h";
-/// Default Envoy admin access log path.
-pub use marin3r_wire::paths::ENVOY_ADMIN_ACCESS_LOG as DEFAULT_ADMIN_ACCESS_LOG_PATH;
-/// Default Envoy admin port.
-pub use marin3r_wire::ports::ENVOY_ADMIN as DEFAULT_ADMIN_PORT;
 /// Default static replicas.
 pub const DEFAULT_REPLICAS: i32 = 1;
-/// Default shutdown manager port.
-pub use marin3r_wire::ports::SHUTDOWN_MANAGER as DEFAULT_SHUTDOWN_MANAGER_PORT;
 /// Default drain time in seconds (also the pod's termination grace period).
 pub const DEFAULT_DRAIN_TIME: i64 = 300;
 /// The container port names `ports[].name` may not take: the generator adds `admin`.
@@ -283,27 +278,6 @@ pub struct ShutdownManager {
     pub drain_strategy: Option<DrainStrategy>,
 }
 
-/// Envoy's `--drain-strategy`.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DrainStrategy {
-    /// Envoy discourages connections gradually over the drain time.
-    #[default]
-    Gradual,
-    /// Envoy discourages all connections at once.
-    Immediate,
-}
-
-impl DrainStrategy {
-    /// `gradual` or `immediate`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DrainStrategy::Gradual => "gradual",
-            DrainStrategy::Immediate => "immediate",
-        }
-    }
-}
-
 /// `initManager`.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct InitManager {
@@ -325,7 +299,7 @@ pub struct EnvoyDeploymentStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Progressing`, `Degraded` (reasons such as `DiscoveryServiceNotFound`).
+    /// `Ready` (reasons such as `DiscoveryServiceNotFound`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -421,7 +395,9 @@ impl EnvoyDeploymentSpec {
     /// `spec.adminPort`, default 9901.
     pub fn admin_port(&self) -> Result<u16, Error> {
         self.admin_port
-            .map_or(Ok(DEFAULT_ADMIN_PORT), |p| crate::port("spec.adminPort", p))
+            .map_or(Ok(marin3r_wire::ports::ENVOY_ADMIN), |p| {
+                crate::port("spec.adminPort", p)
+            })
     }
 
     /// `spec.adminAccessLogPath`, default `/dev/null`.
@@ -429,7 +405,7 @@ impl EnvoyDeploymentSpec {
         self.admin_access_log_path
             .as_deref()
             .filter(|s| !s.is_empty())
-            .unwrap_or(DEFAULT_ADMIN_ACCESS_LOG_PATH)
+            .unwrap_or(marin3r_wire::paths::ENVOY_ADMIN_ACCESS_LOG)
     }
 
     /// The replica mode: `static` wins if both are set (which validation rejects);
@@ -646,7 +622,9 @@ impl EnvoyDeploymentSpec {
         }
         errors.certificate_lifetime("spec.duration", self.client_certificate_duration.as_deref());
         errors.port("spec.adminPort", self.admin_port);
-        let admin = self.admin_port.unwrap_or(i32::from(DEFAULT_ADMIN_PORT));
+        let admin = self
+            .admin_port
+            .unwrap_or(i32::from(marin3r_wire::ports::ENVOY_ADMIN));
         for (i, p) in self.ports().iter().enumerate() {
             if p.port == admin {
                 errors.push(
@@ -732,7 +710,7 @@ impl EnvoyDeploymentSpec {
             errors.at_least("spec.shutdownManager.drainTime", sm.drain_time, 0);
             let port = sm
                 .server_port
-                .unwrap_or(i32::from(DEFAULT_SHUTDOWN_MANAGER_PORT));
+                .unwrap_or(i32::from(marin3r_wire::ports::SHUTDOWN_MANAGER));
             if port == admin || self.ports().iter().any(|p| p.port == port) {
                 errors.push(
                     "spec.shutdownManager.serverPort",
@@ -758,7 +736,7 @@ impl ShutdownManager {
     /// `serverPort`, default 8090 (honoured, unlike upstream: operator-design.md §8 Q4).
     pub fn server_port(&self) -> Result<u16, Error> {
         self.server_port
-            .map_or(Ok(DEFAULT_SHUTDOWN_MANAGER_PORT), |p| {
+            .map_or(Ok(marin3r_wire::ports::SHUTDOWN_MANAGER), |p| {
                 crate::port("spec.shutdownManager.serverPort", p)
             })
     }

@@ -42,11 +42,6 @@ pub use validate::{
     unknown_fields,
 };
 
-/// The only version of the API.
-pub use marin3r_wire::API_VERSION as VERSION;
-/// The API group of the operator's resources.
-pub use marin3r_wire::OPERATOR_GROUP as GROUP;
-
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
@@ -165,9 +160,15 @@ mod tests {
             + 'static,
     {
         let ar = K::api_resource();
-        assert_eq!((ar.group.as_str(), ar.version.as_str()), (GROUP, VERSION));
+        assert_eq!(
+            (ar.group.as_str(), ar.version.as_str()),
+            (marin3r_wire::OPERATOR_GROUP, marin3r_wire::API_VERSION)
+        );
         assert_eq!(ar.kind, K::kind(&()));
-        assert_eq!(K::crd_name(), format!("{}.{GROUP}", K::plural(&())));
+        assert_eq!(
+            K::crd_name(),
+            format!("{}.{}", K::plural(&()), marin3r_wire::OPERATOR_GROUP)
+        );
         assert!(K::shortnames().is_empty());
     }
 

@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use marin3r_operator_api::envoydeployment::{DrainStrategy, Replicas};
+use marin3r_operator_api::envoydeployment::Replicas;
+use marin3r_sidecar::annotations::DrainStrategy;
 
 /// The Envoy image the operator passes as the default (sidecar injection's).
 const DEFAULT_ENVOY_IMAGE: &str = "envoyproxy/envoy:v1.40.0";

@@ -67,12 +67,6 @@ use super::objects::{DISCOVERY_SERVICE_COMPONENT, labels, metadata};
 use super::security::{overlay, pod_security_context};
 use crate::Error;
 
-/// Where the CA trust bundle (`ca.crt` only) is mounted.
-pub use marin3r_wire::paths::DISCOVERY_SERVICE_CA as CA_CERT_PATH;
-/// Where the server certificate Secret is mounted.
-pub use marin3r_wire::paths::DISCOVERY_SERVICE_SERVER_CERT as SERVER_CERT_PATH;
-/// The port sidecars dial by convention (`marin3r-<ds>.<namespace>.svc:18000`).
-pub use marin3r_wire::ports::XDSS as CONVENTIONAL_XDS_PORT;
 /// Mode of the Secret volumes: read-only for any user (the pod sets no user and no
 /// `fsGroup`, which OpenShift's restricted-v2 would refuse unless in its range).
 pub const SECRET_MODE: i32 = 0o444;
@@ -229,10 +223,10 @@ pub fn generate(
         ..ServicePort::default()
     };
     let mut ports = vec![service_port(XDSS_NAME, xds_port, XDSS_NAME)];
-    if xds_port != CONVENTIONAL_XDS_PORT {
+    if xds_port != marin3r_wire::ports::XDSS {
         ports.push(service_port(
             "discovery-default",
-            CONVENTIONAL_XDS_PORT,
+            marin3r_wire::ports::XDSS,
             XDSS_NAME,
         ));
     }
@@ -374,8 +368,14 @@ fn pod_spec(
     let mut args = vec![
         "discovery-service".to_string(),
         format!("--xdss-port={xds_port}"),
-        format!("--server-certificate-path={SERVER_CERT_PATH}"),
-        format!("--ca-certificate-path={CA_CERT_PATH}"),
+        format!(
+            "--server-certificate-path={}",
+            marin3r_wire::paths::DISCOVERY_SERVICE_SERVER_CERT
+        ),
+        format!(
+            "--ca-certificate-path={}",
+            marin3r_wire::paths::DISCOVERY_SERVICE_CA
+        ),
         format!("--metrics-bind-address=:{metrics_port}"),
         format!("--health-probe-bind-address=:{probe_port}"),
         "--log-format=json".to_string(),
@@ -458,8 +458,11 @@ fn pod_spec(
             ds.security_context(),
         )),
         volume_mounts: Some(vec![
-            mount("server-cert", SERVER_CERT_PATH),
-            mount("ca-cert", CA_CERT_PATH),
+            mount(
+                "server-cert",
+                marin3r_wire::paths::DISCOVERY_SERVICE_SERVER_CERT,
+            ),
+            mount("ca-cert", marin3r_wire::paths::DISCOVERY_SERVICE_CA),
         ]),
         ..Container::default()
     };

@@ -36,7 +36,6 @@ use marin3r_operator_api::{DiscoveryService, DiscoveryServiceCertificate, Discov
 use super::Images;
 use super::apply::{apply, delete_if_exists, get, scoped, write_status};
 use super::discovery_service::generate;
-use super::objects::MANAGED_BY_SELECTOR;
 use super::render::primary_discovery_service;
 use marin3r_kube::conditions::set_condition;
 use marin3r_kube::watch::Inputs as _;
@@ -254,7 +253,9 @@ pub async fn run(
     let namespace = namespace.as_deref();
     let discovery_services: Api<Lenient<DiscoveryService>> = scoped(&client, namespace);
     let wc = watcher::Config::default();
-    let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
+    let owned = wc
+        .clone()
+        .labels(marin3r_wire::app_labels::MANAGED_BY_OPERATOR);
     let controller = marin3r_kube::watch::controller(discovery_services.clone(), wc.clone());
     let store = controller.store();
     let own = controller.store();

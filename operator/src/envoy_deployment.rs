@@ -36,9 +36,7 @@ use marin3r_operator_api::envoydeployment::{ProbeSpec, Replicas};
 use marin3r_operator_api::{
     DiscoveryService, DiscoveryServiceCertificate, DiscoveryServiceCertificateSpec, EnvoyDeployment,
 };
-use marin3r_sidecar::annotations::{
-    DrainStrategy, PortSpec, Protocol, Resources, ShutdownManager, SidecarConfig,
-};
+use marin3r_sidecar::annotations::{PortSpec, Protocol, Resources, ShutdownManager, SidecarConfig};
 use marin3r_sidecar::{RunAs, generate};
 
 use super::Images;
@@ -150,14 +148,7 @@ pub fn generate(
             image: sm.image(&images.marin3r).to_string(),
             extra_lifecycle_hooks: Vec::new(),
             drain_time_seconds: sm.drain_time(),
-            drain_strategy: match sm.drain_strategy() {
-                marin3r_operator_api::envoydeployment::DrainStrategy::Gradual => {
-                    DrainStrategy::Gradual
-                }
-                marin3r_operator_api::envoydeployment::DrainStrategy::Immediate => {
-                    DrainStrategy::Immediate
-                }
-            },
+            drain_strategy: sm.drain_strategy(),
         }),
     };
     let ports = spec

@@ -45,7 +45,6 @@ use super::discovery_service_controller::{
     REASON_INVALID_SPEC, RECHECK,
 };
 use super::envoy_deployment::generate;
-use super::objects::MANAGED_BY_SELECTOR;
 use marin3r_kube::conditions::set_condition;
 use marin3r_kube::watch::Inputs as _;
 use marin3r_kube::{Error, Lenient};
@@ -248,7 +247,9 @@ pub async fn run(
 ) {
     let namespace = namespace.as_deref();
     let wc = watcher::Config::default();
-    let owned = wc.clone().labels(MANAGED_BY_SELECTOR);
+    let owned = wc
+        .clone()
+        .labels(marin3r_wire::app_labels::MANAGED_BY_OPERATOR);
     let controller = marin3r_kube::watch::controller(
         scoped::<Lenient<EnvoyDeployment>>(&client, namespace),
         wc.clone(),

@@ -6,13 +6,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use marin3r_wire::app_labels;
 
-/// The label selector that matches every object the operator generates.
-pub use marin3r_wire::app_labels::MANAGED_BY_OPERATOR as MANAGED_BY_SELECTOR;
-/// `app.kubernetes.io/managed-by` of every generated object; also the label selector of the
-/// operator's Secret and Deployment watches (operator-design.md §10), so that they only
-/// hold what the operator manages.
-pub use marin3r_wire::app_labels::OPERATOR as MANAGED_BY;
-
 /// Component label of what a DiscoveryService generates.
 pub const DISCOVERY_SERVICE_COMPONENT: &str = "discovery-service";
 /// Component label of what an EnvoyDeployment generates.
@@ -26,7 +19,10 @@ pub fn labels(component: &str, instance: &str) -> BTreeMap<String, String> {
             app_labels::NAME.to_string(),
             app_labels::MARIN3R.to_string(),
         ),
-        (app_labels::MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+        (
+            app_labels::MANAGED_BY.to_string(),
+            app_labels::OPERATOR.to_string(),
+        ),
         (app_labels::COMPONENT.to_string(), component.to_string()),
         (app_labels::INSTANCE.to_string(), instance.to_string()),
     ])
@@ -94,11 +90,11 @@ mod tests {
             (Some(true), Some(true))
         );
         let labels = meta.labels.unwrap();
-        assert_eq!(labels["app.kubernetes.io/managed-by"], MANAGED_BY);
+        assert_eq!(labels["app.kubernetes.io/managed-by"], app_labels::OPERATOR);
         assert_eq!(labels["app.kubernetes.io/instance"], "instance");
         assert_eq!(
-            MANAGED_BY_SELECTOR,
-            format!("app.kubernetes.io/managed-by={MANAGED_BY}")
+            marin3r_wire::app_labels::MANAGED_BY_OPERATOR,
+            format!("app.kubernetes.io/managed-by={}", app_labels::OPERATOR)
         );
     }
 }

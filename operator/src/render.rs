@@ -40,9 +40,6 @@ use marin3r_wire::openshift::UID_RANGE_ANNOTATION;
 use super::Images;
 use super::{discovery_service, envoy_deployment};
 
-/// Namespace of a manifest without `metadata.namespace` (as in local mode).
-pub use marin3r_wire::DEFAULT_NAMESPACE;
-
 /// What `render` produced: the objects, and what could not be rendered (with why).
 #[derive(Debug, Default, PartialEq)]
 pub struct Rendered {

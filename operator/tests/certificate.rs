@@ -164,6 +164,25 @@ async fn expect_secret_apply(api: &mut ApiServer, owner: &Value) -> Value {
     stored(b)
 }
 
+/// One issuing pass of `owner`: the Secrets `reads` are read in order (`None`: not
+/// found), then its Secret is applied and its status written; returns both.
+async fn expect_pass(
+    api: &mut ApiServer,
+    owner: &Value,
+    reads: Vec<(&str, Option<Value>)>,
+) -> (Value, Value) {
+    for (name, secret) in reads {
+        let uri = format!("{SECRETS}/{name}");
+        match secret {
+            None => api.expect("GET", &uri, 404, |_| not_found(name)).await,
+            Some(secret) => api.expect("GET", &uri, 200, move |_| secret).await,
+        };
+    }
+    let secret = expect_secret_apply(api, owner).await;
+    let status = expect_status(api, owner).await;
+    (secret, status)
+}
+
 /// Expects the status apply of `owner` and returns its `status`.
 async fn expect_status(api: &mut ApiServer, owner: &Value) -> Value {
     let name = owner["metadata"]["name"].as_str().unwrap();
@@ -220,27 +239,18 @@ async fn a_new_pki_is_issued_and_a_second_pass_writes_nothing() {
 
     // The CA: no Secret → the Secrets it signs are read (nothing to recover yet), issued,
     // status written.
-    let (action, (ca_secret, ca_status)) =
-        run(reconcile_at(typed(&ca), ctx.clone(), now()), async {
-            api.expect(
-                "GET",
-                &format!("{SECRETS}/marin3r-ca-cert-instance"),
-                404,
-                |_| not_found("marin3r-ca-cert-instance"),
-            )
-            .await;
-            api.expect(
-                "GET",
-                &format!("{SECRETS}/marin3r-server-cert-instance"),
-                404,
-                |_| not_found("marin3r-server-cert-instance"),
-            )
-            .await;
-            let secret = expect_secret_apply(&mut api, &ca).await;
-            let status = expect_status(&mut api, &ca).await;
-            (secret, status)
-        })
-        .await;
+    let (action, (ca_secret, ca_status)) = run(
+        reconcile_at(typed(&ca), ctx.clone(), now()),
+        expect_pass(
+            &mut api,
+            &ca,
+            vec![
+                ("marin3r-ca-cert-instance", None),
+                ("marin3r-server-cert-instance", None),
+            ],
+        ),
+    )
+    .await;
     assert_eq!(
         action.unwrap(),
         Action::requeue(HOUR),
@@ -254,26 +264,17 @@ async fn a_new_pki_is_issued_and_a_second_pass_writes_nothing() {
     assert!(ca_secret["metadata"].get("annotations").is_none());
 
     // The server certificate: its CA Secret read, issued with the CA's ca.crt.
-    let (action, (secret, status)) = run(reconcile_at(typed(&server), ctx.clone(), now()), async {
-        api.expect(
-            "GET",
-            &format!("{SECRETS}/marin3r-server-cert-instance"),
-            404,
-            |_| not_found("marin3r-server-cert-instance"),
-        )
-        .await;
-        let ca_secret = ca_secret.clone();
-        api.expect(
-            "GET",
-            &format!("{SECRETS}/marin3r-ca-cert-instance"),
-            200,
-            move |_| ca_secret,
-        )
-        .await;
-        let secret = expect_secret_apply(&mut api, &server).await;
-        let status = expect_status(&mut api, &server).await;
-        (secret, status)
-    })
+    let (action, (secret, status)) = run(
+        reconcile_at(typed(&server), ctx.clone(), now()),
+        expect_pass(
+            &mut api,
+            &server,
+            vec![
+                ("marin3r-server-cert-instance", None),
+                ("marin3r-ca-cert-instance", Some(ca_secret.clone())),
+            ],
+        ),
+    )
     .await;
     assert_eq!(action.unwrap(), Action::requeue(HOUR));
     assert_ready(&status, &secret);
@@ -340,26 +341,17 @@ async fn a_garbage_tls_crt_is_healed() {
     let (ctx, _) = context(client, &[&ca_json(), &client_dsc]);
     let mut garbage = leaf_secret.clone();
     garbage["data"]["tls.crt"] = json!(base64::engine::general_purpose::STANDARD.encode("garbage"));
-    let (action, (secret, status)) = run(reconcile_at(typed(&client_dsc), ctx, now()), async {
-        api.expect(
-            "GET",
-            &format!("{SECRETS}/envoy-sidecar-client-cert"),
-            200,
-            move |_| garbage,
-        )
-        .await;
-        let c = ca_secret.clone();
-        api.expect(
-            "GET",
-            &format!("{SECRETS}/marin3r-ca-cert-instance"),
-            200,
-            move |_| c,
-        )
-        .await;
-        let secret = expect_secret_apply(&mut api, &client_dsc).await;
-        let status = expect_status(&mut api, &client_dsc).await;
-        (secret, status)
-    })
+    let (action, (secret, status)) = run(
+        reconcile_at(typed(&client_dsc), ctx, now()),
+        expect_pass(
+            &mut api,
+            &client_dsc,
+            vec![
+                ("envoy-sidecar-client-cert", Some(garbage)),
+                ("marin3r-ca-cert-instance", Some(ca_secret.clone())),
+            ],
+        ),
+    )
     .await;
     // 48 h, renewed at 80 %: looked at again within the hour.
     assert_eq!(action.unwrap(), Action::requeue(HOUR));
@@ -388,21 +380,15 @@ async fn a_ca_rotation_reaches_a_leaf_with_the_overlap_bundle() {
     let (ctx, store) = context(client, &[&ca, &server, &client_dsc]);
     let t = now();
 
-    let (action, (new_ca_secret, ca_status)) =
-        run(reconcile_at(typed(&ca), ctx.clone(), t), async {
-            let old = old_ca_secret.clone();
-            api.expect(
-                "GET",
-                &format!("{SECRETS}/marin3r-ca-cert-instance"),
-                200,
-                move |_| old,
-            )
-            .await;
-            let secret = expect_secret_apply(&mut api, &ca).await;
-            let status = expect_status(&mut api, &ca).await;
-            (secret, status)
-        })
-        .await;
+    let (action, (new_ca_secret, ca_status)) = run(
+        reconcile_at(typed(&ca), ctx.clone(), t),
+        expect_pass(
+            &mut api,
+            &ca,
+            vec![("marin3r-ca-cert-instance", Some(old_ca_secret.clone()))],
+        ),
+    )
+    .await;
     assert_eq!(action.unwrap(), Action::requeue(HOUR));
     assert_ready(&ca_status, &new_ca_secret);
     let new_ca = decoded(&new_ca_secret, "tls.crt");
@@ -475,27 +461,17 @@ async fn a_ca_rotation_reaches_a_leaf_with_the_overlap_bundle() {
 
     // Phase 2: not signed by the current CA → re-issued, ca.crt = bundle.
     let t = t + certificate::PROPAGATION;
-    let (action, (secret, status)) = run(reconcile_at(typed(&server), ctx.clone(), t), async {
-        let held = held.clone();
-        api.expect(
-            "GET",
-            &format!("{SECRETS}/marin3r-server-cert-instance"),
-            200,
-            move |_| held,
-        )
-        .await;
-        let ca = new_ca_secret.clone();
-        api.expect(
-            "GET",
-            &format!("{SECRETS}/marin3r-ca-cert-instance"),
-            200,
-            move |_| ca,
-        )
-        .await;
-        let secret = expect_secret_apply(&mut api, &server).await;
-        let status = expect_status(&mut api, &server).await;
-        (secret, status)
-    })
+    let (action, (secret, status)) = run(
+        reconcile_at(typed(&server), ctx.clone(), t),
+        expect_pass(
+            &mut api,
+            &server,
+            vec![
+                ("marin3r-server-cert-instance", Some(held.clone())),
+                ("marin3r-ca-cert-instance", Some(new_ca_secret.clone())),
+            ],
+        ),
+    )
     .await;
     assert_eq!(action.unwrap(), Action::requeue(HOUR));
     assert_ready(&status, &secret);

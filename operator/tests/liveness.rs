@@ -25,7 +25,7 @@ async fn every_watch_of_the_operator_is_re_established_after_a_hang() {
         ),
     ] {
         api.register(
-            ResourceKind::new(marin3r_operator_api::GROUP, "v1alpha1", plural, kind).with_status(),
+            ResourceKind::new(marin3r_wire::OPERATOR_GROUP, "v1alpha1", plural, kind).with_status(),
         );
     }
     let start = api.mark();

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use marin3r_operator::Images;
 use marin3r_operator::render::render;
+use marin3r_testkit::golden;
 use marin3r_testkit::pod_security::{container_violations, volume_violations};
 use marin3r_testkit::scc::{self, Scc};
 use serde_json::Value;
@@ -128,13 +129,7 @@ fn scc_refusals(
 
 #[test]
 fn golden_render_cases() {
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
+    let dirs = golden::cases(&fixtures());
     assert!(dirs.len() >= 8, "{} cases", dirs.len());
     let mut failures = Vec::new();
     let mut containers = 0;
@@ -147,21 +142,10 @@ fn golden_render_cases() {
             .iter()
             .map(|p| format!("{p}\n"))
             .collect::<String>();
-        if update {
-            std::fs::write(dir.join("expected.yaml"), &yaml).unwrap();
-            std::fs::write(dir.join("problems.txt"), &problems).unwrap();
-        }
-        let want_yaml = std::fs::read_to_string(dir.join("expected.yaml")).unwrap_or_default();
-        let want_problems = std::fs::read_to_string(dir.join("problems.txt")).unwrap_or_default();
-        if yaml != want_yaml {
-            failures.push(format!(
-                "{name}: objects differ\n got:\n{yaml}\nwant:\n{want_yaml}"
-            ));
-        }
-        if problems != want_problems {
-            failures.push(format!(
-                "{name}: problems differ\n got:\n{problems}\nwant:\n{want_problems}"
-            ));
+        for (file, got) in [("expected.yaml", &yaml), ("problems.txt", &problems)] {
+            if let Err(e) = golden::check(&dir.join(file), got) {
+                failures.push(format!("{name}: {e}"));
+            }
         }
         let (checked, breaches) = restricted_breaches(&objects);
         containers += checked;

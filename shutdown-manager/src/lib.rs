@@ -196,8 +196,5 @@ pub enum ShutdownManagerError {
     },
 }
 
-/// `error: cause: cause…` — the error with all its sources, for log fields.
-pub use marin3r_wire::error_chain;
-
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::drain::{Decision, DoneReason, DrainSettings, DrainState, PollResult, backoff_delay};
 use crate::envoy::{Admin, AdminClient};
-use crate::{Config, ShutdownManagerError, error_chain, format_duration};
+use crate::{Config, ShutdownManagerError, format_duration};
 
 /// Timeout of every single call to Envoy's admin (connect, request and body).
 pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -384,14 +384,14 @@ async fn drain_steps(state: &AppState, started: Instant) -> DoneReason {
                 | ShutdownManagerError::InvalidStats { .. }),
             ) => {
                 warn!(
-                    error = %error_chain(&e),
+                    error = %marin3r_wire::error_chain(&e),
                     "envoy admin answered, but the open connections are unknown; polling on"
                 );
                 PollResult::Unknown
             }
             Err(e) => {
                 warn!(
-                    error = %error_chain(&e),
+                    error = %marin3r_wire::error_chain(&e),
                     consecutive_failures = drain.consecutive_failures() + 1,
                     "cannot poll open connections from envoy admin"
                 );
@@ -424,7 +424,7 @@ async fn fail_healthcheck(admin: &dyn Admin) -> bool {
                     attempt,
                 );
                 warn!(
-                    error = %error_chain(&e),
+                    error = %marin3r_wire::error_chain(&e),
                     attempt = attempt + 1,
                     retry_in = %format_duration(delay),
                     "cannot fail envoy health check, retrying"
@@ -433,7 +433,7 @@ async fn fail_healthcheck(admin: &dyn Admin) -> bool {
             }
             Err(e) => {
                 warn!(
-                    error = %error_chain(&e),
+                    error = %marin3r_wire::error_chain(&e),
                     attempts = HEALTHCHECK_FAIL_ATTEMPTS,
                     "cannot fail envoy health check, giving up and polling connections"
                 );
@@ -473,7 +473,7 @@ async fn finish(state: &AppState, reason: DoneReason) -> DrainOutcome {
                 path: path.clone(),
                 source,
             };
-            let message = error_chain(&e);
+            let message = marin3r_wire::error_chain(&e);
             error!(error = %message, "drain finished but the ready file cannot be created");
             DrainOutcome::ReadyFileFailed(message)
         }

@@ -265,7 +265,7 @@ fn error_chain_includes_sources() {
         source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such dir"),
     };
     assert_eq!(
-        error_chain(&e),
+        marin3r_wire::error_chain(&e),
         "cannot create ready file /x/y: no such dir"
     );
 }

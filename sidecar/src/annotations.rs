@@ -12,26 +12,12 @@ use marin3r_wire::{paths, ports};
 
 use crate::extra_volumes::{self, ExtraVolume};
 use crate::host_ports::{self, HostPortUse};
-use crate::quote::{listed, quoted};
 use crate::validate::{self, Quantity};
+use marin3r_wire::quote::{listed, quoted};
 
-/// Prefix of every MARIN3R annotation and label.
-pub use marin3r_wire::DOMAIN;
-/// Value of [`STATUS_LABEL`] that enables injection.
-pub use marin3r_wire::INJECTION_ENABLED as STATUS_ENABLED;
-/// Label that opts a Pod into injection (value [`STATUS_ENABLED`]).
-pub use marin3r_wire::INJECTION_LABEL as STATUS_LABEL;
-/// Annotation in which the webhook records what it injected (idempotent re-injection).
-pub use marin3r_wire::SIDECAR_STATUS_ANNOTATION as SIDECAR_STATUS;
+use marin3r_wire::DOMAIN;
 
-/// Default Envoy image (flag `--default-envoy-image`).
-pub use marin3r_wire::images::ENVOY as DEFAULT_ENVOY_IMAGE;
-/// Default image for the init and shutdown managers (flag `--marin3r-image`).
-pub use marin3r_wire::images::MARIN3R as DEFAULT_MARIN3R_IMAGE;
-/// Default discovery service name (flag `--default-discovery-service`).
-pub use marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE;
-/// Port of the discovery service behind `discovery-service.name`.
-pub use marin3r_wire::ports::XDSS as DEFAULT_XDSS_PORT;
+use marin3r_wire::object_names::DEFAULT_DISCOVERY_SERVICE;
 
 /// Every annotation this crate understands, without the prefix.
 pub mod keys {
@@ -115,9 +101,9 @@ pub struct Defaults {
 impl Default for Defaults {
     fn default() -> Self {
         Self {
-            envoy_image: DEFAULT_ENVOY_IMAGE.into(),
+            envoy_image: marin3r_wire::images::ENVOY.into(),
             discovery_service: DEFAULT_DISCOVERY_SERVICE.into(),
-            marin3r_image: DEFAULT_MARIN3R_IMAGE.into(),
+            marin3r_image: marin3r_wire::images::MARIN3R.into(),
         }
     }
 }
@@ -184,14 +170,33 @@ pub struct PortSpec {
     pub host_port: Option<u16>,
 }
 
-/// How Envoy drains listeners when the shutdown manager stops it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// How Envoy drains listeners when the shutdown manager stops it: annotation
+// `shutdown-manager.drain-strategy`, EnvoyDeployment `spec.shutdownManager.drainStrategy`.
+// The doc line below is the CRD schema's description.
+/// Envoy's `--drain-strategy`.
+#[derive(
+    serde::Deserialize,
+    serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum DrainStrategy {
+    /// Envoy discourages connections gradually over the drain time.
+    #[default]
     Gradual,
+    /// Envoy discourages all connections at once.
     Immediate,
 }
 
 impl DrainStrategy {
+    /// `gradual` or `immediate`.
     pub fn as_str(self) -> &'static str {
         match self {
             DrainStrategy::Gradual => "gradual",
@@ -381,7 +386,7 @@ fn parse_port_spec(entry: &str) -> Result<PortSpec, String> {
         }
         _ => return Err(format!("{} is not name:port[:protocol]", quoted(entry))),
     };
-    validate::port_name(name)?;
+    marin3r_wire::port_name(name)?;
     let port = validate::port(port)?;
     Ok(PortSpec {
         name: name.to_string(),
@@ -421,7 +426,7 @@ where
         Some(_) => p.string(NODE_ID, "", node_name),
     };
     let cluster_id = p.string(CLUSTER_ID, &node_id, node_name);
-    let container_name = p.string(CONTAINER_NAME, "envoy-sidecar", validate::dns1123_label);
+    let container_name = p.string(CONTAINER_NAME, "envoy-sidecar", marin3r_wire::dns1123_label);
     let envoy_image = p.string(ENVOY_IMAGE, &defaults.envoy_image, validate::image);
     p.parse(ENVOY_API_VERSION, (), api_version);
 
@@ -522,9 +527,9 @@ where
     let config_volume = p.string(
         CONFIG_VOLUME,
         "envoy-sidecar-bootstrap",
-        validate::dns1123_label,
+        marin3r_wire::dns1123_label,
     );
-    let tls_volume = p.string(TLS_VOLUME, "envoy-sidecar-tls", validate::dns1123_label);
+    let tls_volume = p.string(TLS_VOLUME, "envoy-sidecar-tls", marin3r_wire::dns1123_label);
     if config_volume == tls_volume {
         p.error(
             TLS_VOLUME,
@@ -537,21 +542,21 @@ where
     let client_certificate = p.string(
         CLIENT_CERTIFICATE,
         marin3r_wire::object_names::SIDECAR_CLIENT_CERTIFICATE,
-        validate::dns1123_subdomain,
+        marin3r_wire::dns1123_subdomain,
     );
 
     let ds_name = p.string(DISCOVERY_SERVICE_NAME, &defaults.discovery_service, |v| {
-        validate::dns1123_label(&discovery_service(v))
+        marin3r_wire::dns1123_label(&discovery_service(v))
     });
     let (xdss_host, xdss_port) = match p.get(DISCOVERY_SERVICE_ADDRESS) {
         Some(_) => p.parse(
             DISCOVERY_SERVICE_ADDRESS,
-            (String::new(), DEFAULT_XDSS_PORT),
+            (String::new(), marin3r_wire::ports::XDSS),
             validate::host_port,
         ),
         None => (
             format!("{}.{namespace}.svc", discovery_service(&ds_name)),
-            DEFAULT_XDSS_PORT,
+            marin3r_wire::ports::XDSS,
         ),
     };
 
@@ -798,7 +803,7 @@ mod tests {
         assert_eq!(c.node_id, "kuard");
         assert_eq!(c.cluster_id, "kuard");
         assert_eq!(c.container_name, "envoy-sidecar");
-        assert_eq!(c.envoy_image, DEFAULT_ENVOY_IMAGE);
+        assert_eq!(c.envoy_image, marin3r_wire::images::ENVOY);
         assert_eq!(c.xdss_host, "marin3r-discoveryservice.ns.svc");
         assert_eq!(c.xdss_port, 18000);
         assert_eq!(c.admin_port, 9901);

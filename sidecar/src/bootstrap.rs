@@ -26,13 +26,6 @@ pub const XDS_CLUSTER_NAME: &str = "xds_cluster";
 pub const SDS_SECRET_NAME: &str = "xds_client_certificate";
 /// File name, under [`BootstrapOptions::resources_path`], of the SDS secret file.
 pub const SDS_SECRET_FILE_NAME: &str = "tls_certificate_sds_secret.json";
-/// CA bundle (trusted to sign the discovery service's certificate) under
-/// [`BootstrapOptions::client_certificate_path`].
-pub use marin3r_wire::secret_keys::CA_CRT as CA_CERT_FILE_NAME;
-/// Client certificate chain file under [`BootstrapOptions::client_certificate_path`].
-pub use marin3r_wire::secret_keys::TLS_CRT as TLS_CERT_FILE_NAME;
-/// Client private key file under [`BootstrapOptions::client_certificate_path`].
-pub use marin3r_wire::secret_keys::TLS_KEY as TLS_KEY_FILE_NAME;
 
 const SECRET_TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
@@ -306,7 +299,9 @@ fn validate(opts: &BootstrapOptions) -> Result<Validated<'_>, BootstrapError> {
     // means `write_files` never writes a lossily converted path.
     path_str(
         "client_certificate_path",
-        &opts.client_certificate_path.join(TLS_CERT_FILE_NAME),
+        &opts
+            .client_certificate_path
+            .join(marin3r_wire::secret_keys::TLS_CRT),
     )?;
     Ok(Validated {
         xdss_host,
@@ -314,7 +309,9 @@ fn validate(opts: &BootstrapOptions) -> Result<Validated<'_>, BootstrapError> {
         sds_secret_path: path_str("resources_path", &opts.sds_secret_path())?,
         ca_cert_path: path_str(
             "client_certificate_path",
-            &opts.client_certificate_path.join(CA_CERT_FILE_NAME),
+            &opts
+                .client_certificate_path
+                .join(marin3r_wire::secret_keys::CA_CRT),
         )?,
     })
 }
@@ -365,8 +362,8 @@ pub fn bootstrap(opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
             "id": opts.node_id,
             "cluster": opts.cluster_id,
             "metadata": {
-                "pod_name": opts.pod_name,
-                "pod_namespace": opts.pod_namespace,
+                marin3r_wire::POD_NAME_METADATA_KEY: opts.pod_name,
+                marin3r_wire::POD_NAMESPACE_METADATA_KEY: opts.pod_namespace,
                 "host_name": opts.host_name,
                 "envoy_image": opts.envoy_image,
             },
@@ -479,8 +476,8 @@ pub fn sds_secret(opts: &BootstrapOptions) -> Value {
             "@type": SECRET_TYPE_URL,
             "name": SDS_SECRET_NAME,
             "tls_certificate": {
-                "certificate_chain": { "filename": file(TLS_CERT_FILE_NAME) },
-                "private_key": { "filename": file(TLS_KEY_FILE_NAME) },
+                "certificate_chain": { "filename": file(marin3r_wire::secret_keys::TLS_CRT) },
+                "private_key": { "filename": file(marin3r_wire::secret_keys::TLS_KEY) },
             },
         }],
     })

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::quote::quoted;
+use marin3r_wire::quote::quoted;
 
 /// Most extra volumes one Envoy container may mount (both kinds together).
 pub const MAX_EXTRA_VOLUMES: usize = 16;

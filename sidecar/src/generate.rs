@@ -15,20 +15,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::annotations::{ShutdownManager, SidecarConfig};
 use crate::extra_volumes::{ExtraVolume, Source};
 
-/// Where the bootstrap written by the init manager is mounted.
-pub use marin3r_wire::paths::ENVOY_BOOTSTRAP as CONFIG_MOUNT_PATH;
-/// The bootstrap file Envoy is started with.
-pub use marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE as CONFIG_FILE;
-/// Where the client certificate Secret is mounted in Envoy and the init manager.
-pub use marin3r_wire::paths::ENVOY_TLS_CLIENT as TLS_MOUNT_PATH;
 /// Name of the init container that writes the bootstrap.
 pub const INIT_MANAGER_NAME: &str = "envoy-init-mgr";
 /// Name of the shutdown manager container.
 pub const SHUTDOWN_MANAGER_NAME: &str = "envoy-shtdn-mgr";
-/// Shutdown manager endpoint that starts draining.
-pub use marin3r_wire::http_paths::DRAIN as DRAIN_PATH;
-/// Shutdown manager endpoint Envoy's preStop calls: blocks until draining finished.
-pub use marin3r_wire::http_paths::SHUTDOWN as SHUTDOWN_PATH;
 /// User and group the Envoy container runs as when the Pod names no user ([`RunAs`]):
 /// the `envoy` user of Envoy's official images (their entrypoint, which
 /// `command: [envoy]` bypasses, switches to it too).
@@ -61,7 +51,7 @@ fn pre_stop(path: &str, port: u16) -> Lifecycle {
 /// preStop handler that makes a container wait for the shutdown manager's drain.
 pub fn drain_pre_stop(port: u16) -> LifecycleHandler {
     LifecycleHandler {
-        http_get: Some(http_get(DRAIN_PATH, port)),
+        http_get: Some(http_get(marin3r_wire::http_paths::DRAIN, port)),
         ..Default::default()
     }
 }
@@ -113,7 +103,7 @@ fn resource_list(pairs: [(&str, Option<&str>); 2]) -> Option<BTreeMap<String, Qu
 pub fn envoy_container(cfg: &SidecarConfig) -> Container {
     let mut args = vec![
         "-c".to_string(),
-        CONFIG_FILE.to_string(),
+        marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE.to_string(),
         "--service-node".to_string(),
         cfg.node_id.clone(),
         "--service-cluster".to_string(),
@@ -175,8 +165,12 @@ pub fn envoy_container(cfg: &SidecarConfig) -> Container {
         resources: Some(resources),
         volume_mounts: Some(
             [
-                mount(&cfg.tls_volume, TLS_MOUNT_PATH, true),
-                mount(&cfg.config_volume, CONFIG_MOUNT_PATH, true),
+                mount(&cfg.tls_volume, marin3r_wire::paths::ENVOY_TLS_CLIENT, true),
+                mount(
+                    &cfg.config_volume,
+                    marin3r_wire::paths::ENVOY_BOOTSTRAP,
+                    true,
+                ),
             ]
             .into_iter()
             .chain(
@@ -191,7 +185,7 @@ pub fn envoy_container(cfg: &SidecarConfig) -> Container {
         lifecycle: cfg
             .shutdown_manager
             .as_ref()
-            .map(|sm| pre_stop(SHUTDOWN_PATH, sm.port)),
+            .map(|sm| pre_stop(marin3r_wire::http_paths::SHUTDOWN, sm.port)),
         restart_policy: cfg.native_sidecar.then(|| "Always".to_string()),
         security_context: Some(cfg.run_as.security_context(ENVOY_UID)),
         ..Default::default()
@@ -216,11 +210,11 @@ pub fn init_manager_container(cfg: &SidecarConfig) -> Container {
         "--admin-access-log-path",
         &cfg.admin_access_log_path,
         "--client-certificate-path",
-        TLS_MOUNT_PATH,
+        marin3r_wire::paths::ENVOY_TLS_CLIENT,
         "--config-file",
-        CONFIG_FILE,
+        marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE,
         "--resources-path",
-        CONFIG_MOUNT_PATH,
+        marin3r_wire::paths::ENVOY_BOOTSTRAP,
         "--envoy-image",
         &cfg.envoy_image,
     ]
@@ -237,8 +231,12 @@ pub fn init_manager_container(cfg: &SidecarConfig) -> Container {
             field_env("HOST_NAME", "spec.nodeName"),
         ]),
         volume_mounts: Some(vec![
-            mount(&cfg.config_volume, CONFIG_MOUNT_PATH, false),
-            mount(&cfg.tls_volume, TLS_MOUNT_PATH, true),
+            mount(
+                &cfg.config_volume,
+                marin3r_wire::paths::ENVOY_BOOTSTRAP,
+                false,
+            ),
+            mount(&cfg.tls_volume, marin3r_wire::paths::ENVOY_TLS_CLIENT, true),
         ]),
         security_context: Some(cfg.run_as.security_context(MARIN3R_UID)),
         ..Default::default()
@@ -271,7 +269,7 @@ pub fn shutdown_manager_container(cfg: &SidecarConfig, sm: &ShutdownManager) -> 
             ])),
             ..Default::default()
         }),
-        lifecycle: Some(pre_stop(DRAIN_PATH, sm.port)),
+        lifecycle: Some(pre_stop(marin3r_wire::http_paths::DRAIN, sm.port)),
         restart_policy: cfg.native_sidecar.then(|| "Always".to_string()),
         security_context: Some(cfg.run_as.security_context(MARIN3R_UID)),
         ..Default::default()

@@ -9,6 +9,9 @@
 
 use std::fmt;
 
+use marin3r_wire::quote::quoted;
+use serde_json::Value;
+
 /// One port of the Pod that takes a host port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPortUse {
@@ -49,6 +52,50 @@ pub fn clash_message(first: &HostPortUse, again: &HostPortUse) -> String {
     )
 }
 
+/// The host ports a container of `spec[list]` (at `index`) declares: each port's
+/// `hostPort`, or with `hostNetwork` its `containerPort` when it has none (Kubernetes
+/// defaults the one to the other there). A port the API server would reject by itself
+/// (a number out of range) is left to it.
+pub(crate) fn container_host_ports(
+    list: &str,
+    index: usize,
+    container: &Value,
+    host_network: bool,
+) -> Vec<HostPortUse> {
+    let name = container
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let number = |port: &Value, key: &str| {
+        port.get(key)
+            .and_then(Value::as_u64)
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| *n != 0)
+    };
+    container
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(j, port)| {
+            let host_port = number(port, "hostPort")
+                .or_else(|| number(port, "containerPort").filter(|_| host_network))?;
+            Some(HostPortUse {
+                host_port,
+                protocol: port
+                    .get("protocol")
+                    .and_then(Value::as_str)
+                    .unwrap_or("TCP")
+                    .to_string(),
+                declarer: format!(
+                    "container {} (spec.{list}[{index}].ports[{j}])",
+                    quoted(name)
+                ),
+            })
+        })
+        .collect()
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,6 @@ pub mod extra_volumes;
 pub mod generate;
 pub mod host_ports;
 pub mod inject;
-pub use marin3r_wire::quote;
 pub mod run_as;
 pub mod validate;
 pub mod workload;
@@ -32,7 +31,7 @@ pub enum Error {
     /// A workload kind `marin3r inject` does not know.
     #[error(
         "unsupported kind {}: expected Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob",
-        quote::quoted(kind)
+        marin3r_wire::quote::quoted(kind)
     )]
     UnsupportedKind { kind: String },
     /// Serialising a generated object failed.

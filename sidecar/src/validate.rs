@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::net::IpAddr;
 
-use crate::quote::quoted;
+use marin3r_wire::quote::quoted;
 
 /// Lowest port a sidecar may use: privileged ports need capabilities Envoy does not get.
 pub const MIN_PORT: u32 = 1024;
@@ -34,11 +34,6 @@ pub fn boolean(s: &str) -> Result<bool, String> {
         _ => Err(format!("{} is not a boolean (true or false)", quoted(s))),
     }
 }
-
-/// Kubernetes' name rules, from their one home (their messages quote values bounded):
-/// DNS-1123 labels (container and volume names), DNS-1123 subdomains (Secret names) and
-/// IANA service names (port names).
-pub use marin3r_wire::{dns1123_label, dns1123_subdomain, port_name};
 
 /// A container image reference: `[host[:port]/]path[:tag][@algo:hex]`.
 pub fn image(s: &str) -> Result<(), String> {
@@ -365,20 +360,6 @@ mod tests {
         ] {
             assert!(image(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn names() {
-        assert!(dns1123_label("envoy-sidecar").is_ok());
-        assert!(dns1123_label("Envoy").is_err());
-        assert!(dns1123_label("-x").is_err());
-        assert!(dns1123_label(&"a".repeat(64)).is_err());
-        assert!(dns1123_subdomain("my.secret-1").is_ok());
-        assert!(dns1123_subdomain("my..secret").is_err());
-        assert!(port_name("envoy-https").is_ok());
-        assert!(port_name("123").is_err());
-        assert!(port_name("a--b").is_err());
-        assert!(port_name("abcdefghijklmnop").is_err());
     }
 
     #[test]

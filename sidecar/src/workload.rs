@@ -65,7 +65,10 @@ pub fn inject_documents(docs: Vec<Value>, defaults: &Defaults) -> Result<Vec<Val
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
                     .unwrap_or("<unnamed>");
-                errors.push(format!("{kind}/{}: {e}", crate::quote::bounded(name)));
+                errors.push(format!(
+                    "{kind}/{}: {e}",
+                    marin3r_wire::quote::bounded(name)
+                ));
             }
         }
     }

@@ -11,7 +11,6 @@
 
 use std::path::Path;
 
-use marin3r_sidecar::annotations::{SIDECAR_STATUS, STATUS_ENABLED, STATUS_LABEL};
 use marin3r_sidecar::{Defaults, Plan, plan_pod, plan_pod_as};
 use proptest::prelude::*;
 use serde_json::value::RawValue;
@@ -219,7 +218,7 @@ fn pod() -> impl Strategy<Value = Value> {
                 spec["terminationGracePeriodSeconds"] = grace;
             }
             json!({
-                "metadata": {"name": "p", "labels": {STATUS_LABEL: STATUS_ENABLED},
+                "metadata": {"name": "p", "labels": {marin3r_wire::INJECTION_LABEL: marin3r_wire::INJECTION_ENABLED},
                              "annotations": annotations},
                 "spec": spec
             })
@@ -253,7 +252,7 @@ proptest! {
         Just("not json"),
     ]) {
         let mut pod = pod;
-        pod["metadata"]["annotations"][SIDECAR_STATUS] = json!(status);
+        pod["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION] = json!(status);
         check(&pod);
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`http`]: an HTTP/1.1 client on hyper (any method, optional body; status, headers,
 //!   body back), async and blocking.
+//! - [`golden`]: the one golden-file runner (compare, or rewrite with `UPDATE_GOLDEN=1`).
 //! - [`wait`]: the one polling helper: a condition (or a fallible probe) under a
 //!   deadline; the async forms panic with a description on timeout ([`wait::poll_ok`]
 //!   reports it instead).
@@ -35,6 +36,7 @@ pub mod admission;
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
 pub mod envoy;
+pub mod golden;
 pub mod http;
 #[cfg(feature = "kube")]
 pub mod kube;

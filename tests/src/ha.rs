@@ -20,6 +20,7 @@ use marin3r_control_plane::kubernetes::ha::HaConfig;
 use marin3r_testkit::apiserver::{FakeApiServer, ResourceKind};
 use marin3r_testkit::proxy::TcpBalancer;
 use marin3r_testkit::wait::poll_ok;
+use marin3r_wire::DOMAIN;
 use marin3r_xds::AdsConfig;
 use serde_json::{Value, json};
 
@@ -30,8 +31,6 @@ use crate::xds::issue_bundle_for;
 pub const NS: &str = "default";
 /// The DiscoveryService the replicas belong to (Service `marin3r-<DS>`).
 pub const DS: &str = "discoveryservice";
-/// Marin3r's API group.
-const GROUP: &str = "marin3r.3scale.net";
 
 /// The fake API server with marin3r's kinds registered.
 pub fn api_server() -> FakeApiServer {
@@ -41,7 +40,7 @@ pub fn api_server() -> FakeApiServer {
         ("envoyconfigrevisions", "EnvoyConfigRevision"),
         ("discoveryservicereplicas", "DiscoveryServiceReplica"),
     ] {
-        api.register(ResourceKind::new(GROUP, "v1alpha1", plural, kind).with_status());
+        api.register(ResourceKind::new(DOMAIN, "v1alpha1", plural, kind).with_status());
     }
     api
 }
@@ -49,7 +48,7 @@ pub fn api_server() -> FakeApiServer {
 /// An EnvoyConfig object named `name` in [`NS`] with `spec`.
 pub fn envoyconfig(name: &str, spec: Value) -> Value {
     json!({
-        "apiVersion": format!("{GROUP}/v1alpha1"),
+        "apiVersion": format!("{DOMAIN}/v1alpha1"),
         "kind": "EnvoyConfig",
         "metadata": {"name": name, "namespace": NS},
         "spec": spec,

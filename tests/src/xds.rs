@@ -200,6 +200,23 @@ pub fn metric_sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// The prelude of the end-to-end tests: a started discovery service and an Envoy (SotW)
+/// that serves a first answer.
+pub struct Serving {
+    pub xds: Xds,
+    pub envoy: Envoy,
+}
+
+impl Serving {
+    /// Starts an Envoy of `node` on `xds` and waits (up to [`CONVERGE`]) until
+    /// `http://127.0.0.1:port/` answers `body`.
+    pub async fn start(xds: Xds, node: &str, port: u16, body: &str) -> Result<Self, String> {
+        let mut envoy = Envoy::start(&xds, node, ApiType::Sotw)?;
+        envoy.wait_body(localhost(port), body, CONVERGE).await?;
+        Ok(Self { xds, envoy })
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Envoy, bootstrapped like `marin3r init-manager` does it.
 

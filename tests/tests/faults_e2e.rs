@@ -23,7 +23,8 @@ use marin3r_tests::configs::{
     direct, envoy_config, http_listener, resource, sds_tls, tls_secret_yaml,
 };
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, body_at, get_tls, init_tracing, issue_bundle, localhost, write_atomic,
+    CONVERGE, Envoy, Serving, Xds, body_at, get_tls, init_tracing, issue_bundle, localhost,
+    write_atomic,
 };
 use serde_json::json;
 
@@ -51,17 +52,19 @@ async fn a_restart_with_the_secret_missing_never_wipes_envoy() {
     let port = free_port().unwrap();
     let bundle = issue_bundle().must();
     let cert = tls_secret_yaml(secret, &bundle.server.cert_pem, &bundle.server.key_pem);
-    let mut xds = Xds::start(&[
-        ("config.json", config(node, port, "before", secret, None)),
-        ("secret.yaml", cert.clone()),
-    ])
+    let Serving { mut xds, mut envoy } = Serving::start(
+        Xds::start(&[
+            ("config.json", config(node, port, "before", secret, None)),
+            ("secret.yaml", cert.clone()),
+        ])
+        .await
+        .must(),
+        node,
+        port,
+        "before",
+    )
     .await
     .must();
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    envoy
-        .wait_body(localhost(port), "before", CONVERGE)
-        .await
-        .must();
 
     // While the discovery service is down its Secret file goes away: after the restart
     // the node's config cannot be resolved, so the node has no published snapshot.

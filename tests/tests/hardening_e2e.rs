@@ -28,8 +28,8 @@ use marin3r_testkit::{free_port, wait_ok};
 use marin3r_tests::Must;
 use marin3r_tests::configs::{direct, http_listener, resource};
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, body_at, direct_response_yaml, get, init_tracing, localhost, metric_sum,
-    write_atomic,
+    CONVERGE, Envoy, Serving, Xds, body_at, direct_response_yaml, get, init_tracing, localhost,
+    metric_sum, write_atomic,
 };
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -58,14 +58,16 @@ async fn envoy_keeps_serving_through_a_discovery_service_restart_and_resyncs() {
     let node = "hard-restart";
     let port = free_port().unwrap();
     let file = "config.yaml";
-    let mut xds = Xds::start(&[(file, direct_response_yaml(node, port, "before\n").must())])
-        .await
-        .must();
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    envoy
-        .wait_body(localhost(port), "before\n", CONVERGE)
-        .await
-        .must();
+    let Serving { mut xds, mut envoy } = Serving::start(
+        Xds::start(&[(file, direct_response_yaml(node, port, "before\n").must())])
+            .await
+            .must(),
+        node,
+        port,
+        "before\n",
+    )
+    .await
+    .must();
 
     // Stop the server, and while it is down edit the config it will load at start.
     let stopped_in = xds.stop_serving().await.must();
@@ -160,14 +162,16 @@ async fn envoy_keeps_getting_updates_while_other_clients_misbehave() {
     let node = "hard-neighbours";
     let port = free_port().unwrap();
     let file = "config.yaml";
-    let xds = Xds::start(&[(file, direct_response_yaml(node, port, "v0\n").must())])
-        .await
-        .must();
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    envoy
-        .wait_body(localhost(port), "v0\n", CONVERGE)
-        .await
-        .must();
+    let Serving { xds, mut envoy } = Serving::start(
+        Xds::start(&[(file, direct_response_yaml(node, port, "v0\n").must())])
+            .await
+            .must(),
+        node,
+        port,
+        "v0\n",
+    )
+    .await
+    .must();
 
     // An ADS client of the same node that subscribes and then never reads.
     let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", xds.xdss))
@@ -298,12 +302,14 @@ async fn a_malformed_config_file_never_replaces_what_envoy_serves() {
     let port = free_port().unwrap();
     let file = "config.yaml";
     let good = direct_response_yaml(node, port, "good\n").must();
-    let xds = Xds::start(&[(file, good.clone())]).await.must();
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    envoy
-        .wait_body(localhost(port), "good\n", CONVERGE)
-        .await
-        .must();
+    let Serving { xds, mut envoy } = Serving::start(
+        Xds::start(&[(file, good.clone())]).await.must(),
+        node,
+        port,
+        "good\n",
+    )
+    .await
+    .must();
     let path = xds.file(file);
     let good_version = xds.status_of(node).await.must().published_version;
     assert!(good_version.is_some());

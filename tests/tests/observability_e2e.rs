@@ -26,7 +26,6 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::free_port;
 use marin3r_testkit::http::{Request, get};
 use marin3r_testkit::observability::{
@@ -34,7 +33,7 @@ use marin3r_testkit::observability::{
 };
 use marin3r_tests::configs::{direct, envoy_config, http_listener, resource};
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, init_tracing, localhost, metric_sum, pod_name, write_atomic,
+    CONVERGE, Serving, Xds, init_tracing, localhost, metric_sum, pod_name, write_atomic,
 };
 use marin3r_tests::{KillOnDrop, Must, workspace_root};
 use rustls_pki_types::ServerName;
@@ -357,14 +356,16 @@ async fn every_dashboard_query_and_alert_expression_has_data_in_a_real_prometheu
             )],
         )
     };
-    let xds = Xds::start(&[("config.json", listener(direct("up\n")))])
-        .await
-        .must();
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    envoy
-        .wait_body(localhost(port), "up\n", CONVERGE)
-        .await
-        .must();
+    let Serving { xds, mut envoy } = Serving::start(
+        Xds::start(&[("config.json", listener(direct("up\n")))])
+            .await
+            .must(),
+        node,
+        port,
+        "up\n",
+    )
+    .await
+    .must();
 
     let webhook = Webhook::start().await;
     let operator_metrics = localhost(free_port().unwrap());

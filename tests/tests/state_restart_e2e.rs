@@ -12,12 +12,11 @@ use std::path::{Path, PathBuf};
 
 use marin3r_control_plane::local::LocalBackend;
 use marin3r_envoyconfig::envoyconfig::CacheState;
-use marin3r_sidecar::bootstrap::ApiType;
 use marin3r_testkit::{free_port, wait_ok};
 use marin3r_tests::Must;
 use marin3r_tests::configs::{answering_listener, envoy_config, rejected_listener};
 use marin3r_tests::xds::{
-    CONVERGE, Envoy, Xds, init_tracing, localhost, metric_sum, pod_name, write_atomic,
+    CONVERGE, Serving, Xds, init_tracing, localhost, metric_sum, pod_name, write_atomic,
 };
 
 /// A config Envoy accepts: `GET http://127.0.0.1:port/` answers 200 `body`.
@@ -71,17 +70,19 @@ async fn a_restart_on_a_corrupt_state_file_never_pushes_the_known_bad_listener_a
     let (port, moved) = (free_port().unwrap(), free_port().unwrap());
     let state = tempfile::tempdir().unwrap();
     let file = format!("{node}.json");
-    let mut xds = Xds::start_with(
-        &[(&file, good(node, port, "good\n"))],
-        backend(state.path().to_path_buf()),
+    let Serving { mut xds, mut envoy } = Serving::start(
+        Xds::start_with(
+            &[(&file, good(node, port, "good\n"))],
+            backend(state.path().to_path_buf()),
+        )
+        .await
+        .must(),
+        node,
+        port,
+        "good\n",
     )
     .await
     .must();
-    let mut envoy = Envoy::start(&xds, node, ApiType::Sotw).must();
-    envoy
-        .wait_body(localhost(port), "good\n", CONVERGE)
-        .await
-        .must();
 
     // The bad listener is NACKed and tainted: the taint is the state file's last change.
     write_atomic(&xds.file(&file), &broken(node, moved)).must();

@@ -4,10 +4,13 @@
 //! `marin3r-envoyconfig` decoder, and EnvoyDeployment validation at
 //! `POST /validate-operator-marin3r-3scale-net-v1alpha1-envoydeployment` with the rules of
 //! `marin3r-operator-api` (operator-design.md §5.8); probes and Prometheus metrics.
+//!
+//! Every value taken from a request and written to a log goes through
+//! `marin3r_wire::quote::bounded`, the function that also bounds the values echoed in
+//! denial messages: one rule for logs and messages.
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod validation;

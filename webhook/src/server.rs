@@ -15,9 +15,9 @@ use serde_json::json;
 use marin3r_sidecar::Defaults;
 
 use crate::admission::{self, BadRequest, Outcome, ReviewOut};
-use crate::logging::bounded;
 use crate::metrics::Metrics;
 use crate::validation::{self, Verdict};
+use marin3r_wire::quote::bounded;
 use marin3r_wire::quote::{MAX_MESSAGE_BYTES, bounded_to};
 
 /// Largest AdmissionReview body accepted: the API server caps objects at 3 MiB.

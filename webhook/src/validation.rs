@@ -23,10 +23,6 @@ use marin3r_wire::quote::{MAX_MESSAGE_BYTES, bounded, bounded_to, listed};
 
 use crate::admission::{BadRequest, ReviewOut, parse};
 
-/// API version of the EnvoyConfig.
-pub use marin3r_wire::API_VERSION as VERSION;
-/// API group of the EnvoyConfig.
-pub use marin3r_wire::DOMAIN as GROUP;
 /// Kind validated by this path.
 pub const KIND: &str = "EnvoyConfig";
 
@@ -78,8 +74,8 @@ pub struct Validated {
 
 /// The EnvoyConfig path: decoded as `marin3r validate` does.
 pub const ENVOYCONFIG: Validated = Validated {
-    group: GROUP,
-    version: VERSION,
+    group: marin3r_wire::DOMAIN,
+    version: marin3r_wire::API_VERSION,
     kind: KIND,
     check: |object| {
         validate_envoy_config(object, &NoSecrets).map_err(|errors| {
@@ -92,8 +88,8 @@ pub const ENVOYCONFIG: Validated = Validated {
 /// The EnvoyDeployment path: the object decodes and passes
 /// `marin3r_operator_api::EnvoyDeployment::validate` (its name and spec).
 pub const ENVOYDEPLOYMENT: Validated = Validated {
-    group: marin3r_operator_api::GROUP,
-    version: marin3r_operator_api::VERSION,
+    group: marin3r_wire::OPERATOR_GROUP,
+    version: marin3r_wire::API_VERSION,
     kind: "EnvoyDeployment",
     check: |object| {
         let ed: marin3r_operator_api::EnvoyDeployment = serde_path_to_error::deserialize(object)

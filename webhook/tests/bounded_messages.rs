@@ -4,11 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use axum::http::StatusCode;
+use marin3r_wire::DOMAIN;
 use serde_json::{Value, json};
 
 mod common;
 
-use marin3r_sidecar::annotations::{DOMAIN, SIDECAR_STATUS, keys};
+use marin3r_sidecar::annotations::keys;
 use marin3r_testkit::admission::Review;
 use marin3r_webhook::{MUTATE_PATH, VALIDATE_ENVOYCONFIG_PATH, VALIDATE_ENVOYDEPLOYMENT_PATH};
 
@@ -72,7 +73,7 @@ async fn a_megabyte_value_of_any_annotation_gives_a_small_denial_naming_it() {
 
     // The status annotation the webhook writes, with a megabyte field name.
     let status = format!("{{\"{}\":[]}}", huge('x'));
-    let message = denial(json!({SIDECAR_STATUS: status})).await;
+    let message = denial(json!({marin3r_wire::SIDECAR_STATUS_ANNOTATION: status})).await;
     assert!(message.len() <= SMALL, "{} bytes", message.len());
     assert!(message.contains("sidecar-status: "), "{message}");
 

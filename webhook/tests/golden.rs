@@ -26,6 +26,7 @@ mod common;
 
 use marin3r_sidecar::Defaults;
 use marin3r_testkit::admission::{Review, UID};
+use marin3r_testkit::golden;
 use marin3r_testkit::pod_security::{container_violations, volume_violations};
 use marin3r_testkit::scc::{self, Scc};
 use marin3r_webhook::MUTATE_PATH;
@@ -80,14 +81,17 @@ fn apply(pod: &Value, response: &Value) -> Value {
     out
 }
 
-fn write_yaml(path: &Path, v: &Value) {
-    let text = serde_saphyr::to_string(v).unwrap();
-    std::fs::write(path, text).unwrap();
+/// `got` against the golden YAML file `path`: equal once both are parsed
+/// ([`golden::check_by`]; `UPDATE_GOLDEN=1` rewrites the file).
+fn check_yaml(path: &Path, got: &Value) -> Result<(), String> {
+    let text = serde_saphyr::to_string(got).unwrap();
+    golden::check_by(path, &text, |_, want| {
+        serde_saphyr::from_str::<Value>(want).is_ok_and(|want| want == *got)
+    })
 }
 
 async fn run_case(dir: &Path) -> Result<(), String> {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
     let input = read_yaml(&dir.join("input.yaml"));
     let namespace = std::fs::read_to_string(dir.join("namespace"))
         .map(|s| s.trim().to_string())
@@ -99,16 +103,10 @@ async fn run_case(dir: &Path) -> Result<(), String> {
     if response["allowed"] == false {
         let got =
             json!({"code": response["status"]["code"], "message": response["status"]["message"]});
-        if update && !expected_path.exists() {
-            write_yaml(&denied_path, &got);
-        }
-        if !denied_path.exists() {
+        if expected_path.exists() {
             return Err(format!("{name}: denied unexpectedly: {got}"));
         }
-        let want = read_yaml(&denied_path);
-        if got != want {
-            return Err(format!("{name}: denial differs\n got: {got}\nwant: {want}"));
-        }
+        check_yaml(&denied_path, &got).map_err(|e| format!("{name}: denial: {e}"))?;
         assert!(
             response.get("patch").is_none(),
             "{name}: a denial carries no patch"
@@ -117,20 +115,10 @@ async fn run_case(dir: &Path) -> Result<(), String> {
     }
 
     let injected = apply(&input, &response);
-    if update && !denied_path.exists() {
-        write_yaml(&expected_path, &injected);
+    if denied_path.exists() {
+        return Err(format!("{name}: allowed, but the case expects a denial"));
     }
-    if !expected_path.exists() {
-        return Err(format!("{name}: allowed but the case has no expected.yaml"));
-    }
-    let want = read_yaml(&expected_path);
-    if injected != want {
-        return Err(format!(
-            "{name}: injected pod differs\n got: {}\nwant: {}",
-            serde_json::to_string_pretty(&injected).unwrap(),
-            serde_json::to_string_pretty(&want).unwrap()
-        ));
-    }
+    check_yaml(&expected_path, &injected).map_err(|e| format!("{name}: injected pod: {e}"))?;
 
     let scc_file = dir.join("scc.yaml");
     let admitted_by = if scc_file.exists() {
@@ -196,7 +184,7 @@ fn generated_container_breaches(pod: &Value) -> Vec<String> {
         name == marin3r_sidecar::generate::INIT_MANAGER_NAME
             || name == marin3r_sidecar::generate::SHUTDOWN_MANAGER_NAME
             || (c["command"] == json!(["envoy"])
-                && c["args"][1] == marin3r_sidecar::generate::CONFIG_FILE)
+                && c["args"][1] == marin3r_wire::paths::ENVOY_BOOTSTRAP_FILE)
     };
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
@@ -212,8 +200,7 @@ fn generated_container_breaches(pod: &Value) -> Vec<String> {
         }
     }
     // The volumes injection added (named in its status): types `restricted` allows.
-    let status: Value = pod["metadata"]["annotations"]
-        [marin3r_sidecar::annotations::SIDECAR_STATUS]
+    let status: Value = pod["metadata"]["annotations"][marin3r_wire::SIDECAR_STATUS_ANNOTATION]
         .as_str()
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();
@@ -280,13 +267,7 @@ async fn golden_injection_cases() {
 }
 
 fn case_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
+    golden::cases(&fixtures())
 }
 
 /// Whether a Pod uses the host's ports or network (which restricted-v2 refuses).

@@ -7,7 +7,6 @@ use serde_json::json;
 mod common;
 
 use marin3r_webhook::MUTATE_PATH;
-use marin3r_webhook::logging::MAX_LOGGED_BYTES;
 
 #[tokio::test]
 async fn a_denial_of_a_huge_annotation_logs_a_bounded_line_with_one_message() {
@@ -34,7 +33,7 @@ async fn a_denial_of_a_huge_annotation_logs_a_bounded_line_with_one_message() {
         .find(|l| l.contains("denied pod"))
         .unwrap_or_else(|| panic!("no denial logged in {logged:?}"));
     assert!(
-        denial.len() < 4 * MAX_LOGGED_BYTES,
+        denial.len() < 4 * marin3r_wire::quote::MAX_QUOTED_BYTES,
         "{} bytes",
         denial.len()
     );

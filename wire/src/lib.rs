@@ -49,6 +49,12 @@ pub const RETIRED_CA_UNTIL_ANNOTATION: &str = "operator.marin3r.3scale.net/retir
 /// CA Secrets during a rotation: when (RFC 3339) the CA was last re-issued.
 pub const RETIRED_CA_SINCE_ANNOTATION: &str = "operator.marin3r.3scale.net/retired-ca-since";
 
+/// Envoy node metadata key (`node.metadata`) holding the Envoy pod's name: written by the
+/// injected bootstrap, read by the discovery service (stats, CSDS) and `marin3r status`.
+pub const POD_NAME_METADATA_KEY: &str = "pod_name";
+/// Envoy node metadata key holding the Envoy pod's namespace (as [`POD_NAME_METADATA_KEY`]).
+pub const POD_NAMESPACE_METADATA_KEY: &str = "pod_namespace";
+
 /// The Kubernetes recommended labels (`app.kubernetes.io/*`) the operator puts on what
 /// it generates, and the value that marks an object as the operator's.
 pub mod app_labels {

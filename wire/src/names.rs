@@ -171,6 +171,20 @@ mod tests {
     }
 
     #[test]
+    fn kubernetes_names() {
+        assert!(dns1123_label("envoy-sidecar").is_ok());
+        assert!(dns1123_label("Envoy").is_err());
+        assert!(dns1123_label("-x").is_err());
+        assert!(dns1123_label(&"a".repeat(64)).is_err());
+        assert!(dns1123_subdomain("my.secret-1").is_ok());
+        assert!(dns1123_subdomain("my..secret").is_err());
+        assert!(port_name("envoy-https").is_ok());
+        assert!(port_name("123").is_err());
+        assert!(port_name("a--b").is_err());
+        assert!(port_name("abcdefghijklmnop").is_err());
+    }
+
+    #[test]
     fn dns1123_labels() {
         assert!(dns1123_label("envoy-sidecar").is_ok());
         assert!(dns1123_label("a").is_ok());

@@ -66,6 +66,14 @@ const LITERALS: &[(Match, &str)] = &[
         "marin3r_wire::{OPERATOR_GROUP, RETIRED_CA_UNTIL_ANNOTATION, RETIRED_CA_SINCE_ANNOTATION} or `<K as kube::Resource>::api_version`",
     ),
     (
+        Match::Text("\"pod_name\""),
+        "marin3r_wire::POD_NAME_METADATA_KEY",
+    ),
+    (
+        Match::Text("\"pod_namespace\""),
+        "marin3r_wire::POD_NAMESPACE_METADATA_KEY",
+    ),
+    (
         Match::Text("finalizer.marin3r"),
         "marin3r_wire::REVISION_FINALIZER",
     ),

@@ -558,7 +558,8 @@ impl AckNackStats {
 
     /// Streams opened while another stream of their pod was open, since the start
     /// (see [`Opened::overlaps`]).
-    pub fn overlapping_streams(&self) -> u64 {
+    #[cfg(test)]
+    fn overlapping_streams(&self) -> u64 {
         self.overlaps
     }
 

@@ -40,9 +40,7 @@ pub use drain::{SHUTTING_DOWN, close_offset};
 pub use events::{Api, StreamEvent};
 pub use marin3r_envoyconfig::{Resource, ResourceType};
 pub use metrics::{StreamCounters, XdsMetrics};
-pub use node::{
-    MAX_NODE_METADATA_BYTES, MAX_NODE_NAME_BYTES, NodeInfo, NodeTooLarge, check_node, log_prefix,
-};
+pub use node::{MAX_NODE_METADATA_BYTES, NodeInfo, NodeTooLarge, check_node, log_prefix};
 pub use snapshot::{DuplicateResource, EMPTY_VERSION, Snapshot, SnapshotCache, TypeSnapshot};
 pub use sotw::{SotwOutcome, SotwStream};
 pub use stats::SharedStats;

@@ -5,10 +5,7 @@
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
-/// Node metadata key holding the Envoy pod's name (set by the injected bootstrap).
-pub const POD_NAME_METADATA_KEY: &str = "pod_name";
-/// Node metadata key of the Envoy pod's namespace (set by the injected bootstrap).
-pub const POD_NAMESPACE_METADATA_KEY: &str = "pod_namespace";
+use marin3r_wire::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
 
 /// The identity of the Envoy on a stream.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -67,10 +64,7 @@ pub fn metadata_string<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
         })
 }
 
-/// Largest `node.id`, `node.cluster`, `node.user_agent_name`, `node.metadata.pod_name`
-/// and `node.metadata.pod_namespace` accepted, in bytes
-/// (one home: the injector refuses longer `node-id`/`cluster-id` annotations).
-pub use marin3r_wire::MAX_NODE_NAME_BYTES;
+use marin3r_wire::MAX_NODE_NAME_BYTES;
 /// Largest encoded `node.metadata` accepted, in bytes: the injected bootstrap sets a
 /// few short keys (the pod name); 64 KiB allows rich metadata from other bootstraps and
 /// still bounds every request that carries the node (Envoy sends it on each request by

@@ -20,7 +20,7 @@ pub use crate::acknack::{
 };
 pub use crate::events::{Api, StreamEvent};
 pub use crate::metrics::{PUSH_LATENCY_BUCKETS, StreamCounters, XdsMetrics};
-pub use crate::node::{NodeInfo, POD_NAME_METADATA_KEY};
+pub use crate::node::NodeInfo;
 
 /// The clock of the stats: tokio's (the wall clock, unless a test paused it).
 fn now() -> Instant {

@@ -20,10 +20,8 @@ use crate::terminal::cell;
 
 /// Node metadata keys the discovery service reports (the injected bootstrap sets the pod's;
 /// the CSDS server adds the stream's API).
-pub use marin3r_xds::csds::API_METADATA_KEY as API;
-pub use marin3r_xds::node::{
-    POD_NAME_METADATA_KEY as POD_NAME, POD_NAMESPACE_METADATA_KEY as POD_NAMESPACE,
-};
+use marin3r_wire::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
+use marin3r_xds::csds::API_METADATA_KEY;
 
 /// The NACK column shows at most this many characters of Envoy's message, which names
 /// the rejected resource (`-o json` has it whole, with the rejected version).
@@ -89,7 +87,10 @@ pub use marin3r_xds::node::metadata_string as metadata;
 
 /// `namespace/name` of the node's pod, its name alone, or empty.
 pub fn pod_of(node: &Node) -> String {
-    match (metadata(node, POD_NAMESPACE), metadata(node, POD_NAME)) {
+    match (
+        metadata(node, POD_NAMESPACE_METADATA_KEY),
+        metadata(node, POD_NAME_METADATA_KEY),
+    ) {
         (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => format!("{ns}/{name}"),
         (_, Some(name)) => name.to_string(),
         _ => String::new(),
@@ -198,7 +199,9 @@ pub fn envoys(response: &ClientStatusResponse, replica: Option<&str>) -> Vec<Env
                 node_id: node.id.clone(),
                 cluster: node.cluster.clone(),
                 pod: pod_of(&node),
-                api: metadata(&node, API).unwrap_or_default().to_string(),
+                api: metadata(&node, API_METADATA_KEY)
+                    .unwrap_or_default()
+                    .to_string(),
                 user_agent: node.user_agent_name.clone(),
                 types: by_type
                     .iter()
@@ -378,9 +381,9 @@ mod tests {
             id: id.into(),
             metadata: Some(Struct {
                 fields: [
-                    (POD_NAME.to_string(), s(pod)),
-                    (POD_NAMESPACE.to_string(), s("default")),
-                    (API.to_string(), s(api)),
+                    (POD_NAME_METADATA_KEY.to_string(), s(pod)),
+                    (POD_NAMESPACE_METADATA_KEY.to_string(), s("default")),
+                    (API_METADATA_KEY.to_string(), s(api)),
                 ]
                 .into(),
             }),

@@ -19,7 +19,8 @@ use marin3r_envoyconfig::{Resource, ResourceType, decode};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::envoys::{API, metadata, pod_of, type_name};
+use super::envoys::{metadata, pod_of, type_name};
+use marin3r_xds::csds::API_METADATA_KEY;
 
 /// The configuration one Envoy holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -114,7 +115,9 @@ pub fn dump(response: &ClientStatusResponse, replica: Option<&str>) -> Vec<Envoy
                 replica: replica.map(str::to_string),
                 node_id: node.id.clone(),
                 pod: pod_of(&node),
-                api: metadata(&node, API).unwrap_or_default().to_string(),
+                api: metadata(&node, API_METADATA_KEY)
+                    .unwrap_or_default()
+                    .to_string(),
                 resources,
             }
         })

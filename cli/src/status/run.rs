@@ -691,9 +691,15 @@ zAiGOwxEXf3x0jOlarx5NMg8ABmkpPRrUSZFzLcjJarpeSoU2gYDPgob
             user_agent_name: v("agent"),
             metadata: Some(Struct {
                 fields: [
-                    (envoys::POD_NAME.to_string(), s(v("pod"))),
-                    (envoys::POD_NAMESPACE.to_string(), s(v("podns"))),
-                    (envoys::API.to_string(), s(v("sotw"))),
+                    (marin3r_wire::POD_NAME_METADATA_KEY.to_string(), s(v("pod"))),
+                    (
+                        marin3r_wire::POD_NAMESPACE_METADATA_KEY.to_string(),
+                        s(v("podns")),
+                    ),
+                    (
+                        marin3r_xds::csds::API_METADATA_KEY.to_string(),
+                        s(v("sotw")),
+                    ),
                 ]
                 .into(),
             }),

@@ -163,7 +163,8 @@ impl Schedule {
     }
 
     /// When the last successful write happened.
-    pub fn last_write(&self) -> Option<Instant> {
+    #[cfg(test)]
+    fn last_write(&self) -> Option<Instant> {
         self.written.as_ref().map(|(_, _, at)| *at)
     }
 }

@@ -32,7 +32,7 @@ use super::source::{SliceIndex, StoreSource};
 use crate::publisher;
 use marin3r_envoyconfig::discoveryservicereplica::NodeDigest;
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
-use marin3r_envoyconfig::envoyconfigrevision::{EnvoyConfigRevision, FINALIZER};
+use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
 use marin3r_kube::Lenient;
 use marin3r_xds::ResourceType;
 use marin3r_xds::snapshot::Snapshot;
@@ -289,7 +289,7 @@ pub async fn reconcile_envoyconfig(
         && may_write()
     {
         let patch = json!({"metadata": {"annotations": {
-            marin3r_envoyconfig::envoyconfigrevision::APPLIED_AT_ANNOTATION: applied_at
+            marin3r_wire::APPLIED_AT_ANNOTATION: applied_at
         }}});
         revisions
             .patch(revision, &PatchParams::default(), &Patch::Merge(&patch))
@@ -400,7 +400,10 @@ pub(super) fn replicas_in_sync_verdict(
 }
 
 fn has_finalizer(meta: &ObjectMeta) -> bool {
-    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
+    meta.finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == marin3r_wire::REVISION_FINALIZER)
 }
 
 /// Sets the finalizer list with a merge patch guarded by the resource version: a
@@ -426,20 +429,20 @@ async fn set_finalizers(
     }
 }
 
-/// Adds [`FINALIZER`] to the revision.
+/// Adds [`marin3r_wire::REVISION_FINALIZER`] to the revision.
 async fn add_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> Result<(), Error> {
     let mut list = meta.finalizers.clone().unwrap_or_default();
-    list.push(FINALIZER.to_string());
+    list.push(marin3r_wire::REVISION_FINALIZER.to_string());
     set_finalizers(api, meta, list).await
 }
 
-/// Removes [`FINALIZER`] from the revision.
+/// Removes [`marin3r_wire::REVISION_FINALIZER`] from the revision.
 async fn remove_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> Result<(), Error> {
     let list = meta
         .finalizers
         .iter()
         .flatten()
-        .filter(|f| *f != FINALIZER)
+        .filter(|f| *f != marin3r_wire::REVISION_FINALIZER)
         .cloned()
         .collect();
     set_finalizers(api, meta, list).await

@@ -332,8 +332,9 @@ impl Ha {
         });
     }
 
-    /// How many nodes the replica keeps a lag or veto series of (for tests and bounds).
-    pub fn nodes_kept(&self) -> usize {
+    /// How many nodes the replica keeps a lag or veto series of (the bound's test).
+    #[cfg(test)]
+    fn nodes_kept(&self) -> usize {
         let lagging = self
             .lagging_since
             .lock()

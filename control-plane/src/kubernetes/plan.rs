@@ -5,7 +5,7 @@
 //!
 //! The revision engine [`Revisions`] is the core: it is rebuilt from the
 //! EnvoyConfigRevisions of an EnvoyConfig on every reconcile, ordered by the
-//! [`APPLIED_AT_ANNOTATION`] (when a revision last became the desired one), so both
+//! [`marin3r_wire::APPLIED_AT_ANNOTATION`] (when a revision last became the desired one), so both
 //! controllers agree on which revision is published without talking to each other.
 
 use std::collections::BTreeMap;
@@ -25,16 +25,15 @@ use marin3r_envoyconfig::envoyconfig::{
     ConfigRevisionRef, EnvoyApi, EnvoyConfig, EnvoyConfigStatus,
 };
 use marin3r_envoyconfig::envoyconfigrevision::{
-    APPLIED_AT_ANNOTATION, CONFIG_VERSION_LABEL, ENVOY_API_LABEL, EnvoyConfigRevision,
-    EnvoyConfigRevisionSpec, EnvoyConfigRevisionStatus, FINALIZER, NODE_ID_LABEL,
-    RESOURCES_IN_SYNC, REVISION_PUBLISHED, REVISION_TAINTED, VersionTracker,
+    EnvoyConfigRevision, EnvoyConfigRevisionSpec, EnvoyConfigRevisionStatus, RESOURCES_IN_SYNC,
+    REVISION_PUBLISHED, REVISION_TAINTED, VersionTracker,
 };
 use marin3r_envoyconfig::resource::{ResourceType, fnv1a64};
 
 pub use crate::status::{CACHE_OUT_OF_SYNC, REPLICAS_IN_SYNC, ROLLBACK_FAILED};
 pub use marin3r_kube::conditions::set_condition;
 pub use marin3r_kube::time::truncate_to_seconds;
-use marin3r_wire::{is_dns1123_subdomain as is_dns_subdomain, is_label_value};
+use marin3r_wire::{is_dns1123_subdomain, is_label_value};
 
 /// Why a plan could not be made (the object is logged and skipped).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,7 +73,7 @@ fn sanitized(text: &str, max: usize) -> String {
 pub fn revision_name(node_id: &str, api: EnvoyApi, version: &str) -> String {
     let api = api.as_str();
     let plain = format!("{node_id}-{api}-{version}");
-    if is_dns_subdomain(&plain) {
+    if is_dns1123_subdomain(&plain) {
         return plain;
     }
     let budget = 253 - api.len() - version.len() - 2;
@@ -115,7 +114,7 @@ fn is_deleting(meta: &ObjectMeta) -> bool {
 fn order_key(ecr: &EnvoyConfigRevision) -> (Option<Timestamp>, String) {
     let applied = ecr
         .annotations()
-        .get(APPLIED_AT_ANNOTATION)
+        .get(marin3r_wire::APPLIED_AT_ANNOTATION)
         .and_then(|t| t.parse::<Timestamp>().ok());
     let published = ecr
         .status
@@ -331,9 +330,18 @@ pub fn plan_envoyconfig<'a>(
         Some(_) => {}
         None => {
             let mut labels = BTreeMap::new();
-            labels.insert(NODE_ID_LABEL.to_string(), node_id_label(&ec.spec.node_id));
-            labels.insert(CONFIG_VERSION_LABEL.to_string(), desired.clone());
-            labels.insert(ENVOY_API_LABEL.to_string(), api.as_str().to_string());
+            labels.insert(
+                marin3r_wire::NODE_ID_ANNOTATION.to_string(),
+                node_id_label(&ec.spec.node_id),
+            );
+            labels.insert(
+                marin3r_wire::CONFIG_VERSION_LABEL.to_string(),
+                desired.clone(),
+            );
+            labels.insert(
+                marin3r_wire::ENVOY_API_LABEL.to_string(),
+                api.as_str().to_string(),
+            );
             let mut revision = EnvoyConfigRevision::new(
                 &desired_name,
                 EnvoyConfigRevisionSpec::from_config(&ec.spec, desired.clone()),
@@ -343,14 +351,14 @@ pub fn plan_envoyconfig<'a>(
                 namespace: Some(namespace.to_string()),
                 labels: Some(labels),
                 annotations: Some(BTreeMap::from([(
-                    APPLIED_AT_ANNOTATION.to_string(),
+                    marin3r_wire::APPLIED_AT_ANNOTATION.to_string(),
                     applied_at,
                 )])),
                 owner_references: Some(vec![OwnerReference {
                     block_owner_deletion: Some(true),
                     ..owner
                 }]),
-                finalizers: Some(vec![FINALIZER.to_string()]),
+                finalizers: Some(vec![marin3r_wire::REVISION_FINALIZER.to_string()]),
                 ..ObjectMeta::default()
             };
             plan.create = Some(revision);
@@ -665,7 +673,7 @@ mod tests {
         ];
         for (node, prefix) in cases {
             let name = revision_name(node, EnvoyApi::V3, "abc");
-            assert!(is_dns_subdomain(&name), "{node} → {name}");
+            assert!(is_dns1123_subdomain(&name), "{node} → {name}");
             assert!(name.starts_with(prefix), "{node} → {name}");
             assert!(name.ends_with("-v3-abc"), "{node} → {name}");
         }
@@ -677,7 +685,7 @@ mod tests {
         let long = "n".repeat(300);
         let name = revision_name(&long, EnvoyApi::V3, "0123456789abcdef");
         assert!(
-            is_dns_subdomain(&name) && name.len() <= 253,
+            is_dns1123_subdomain(&name) && name.len() <= 253,
             "{}",
             name.len()
         );
@@ -704,15 +712,18 @@ mod tests {
             Some(format!("kuard-v3-{version}").as_str())
         );
         let labels = created.metadata.labels.unwrap();
-        assert_eq!(labels[NODE_ID_LABEL], "kuard");
-        assert_eq!(labels[CONFIG_VERSION_LABEL], version);
-        assert_eq!(labels[ENVOY_API_LABEL], "v3");
+        assert_eq!(labels[marin3r_wire::NODE_ID_ANNOTATION], "kuard");
+        assert_eq!(labels[marin3r_wire::CONFIG_VERSION_LABEL], version);
+        assert_eq!(labels[marin3r_wire::ENVOY_API_LABEL], "v3");
         let owner = &created.metadata.owner_references.unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
             ("EnvoyConfig", "ec-uid", Some(true))
         );
-        assert_eq!(created.metadata.finalizers.unwrap(), [FINALIZER]);
+        assert_eq!(
+            created.metadata.finalizers.unwrap(),
+            [marin3r_wire::REVISION_FINALIZER]
+        );
         assert_eq!(created.spec.version, version);
         assert_eq!(created.spec.envoy_api, Some(EnvoyApi::V3));
         let status = plan.status.unwrap();
@@ -745,7 +756,7 @@ mod tests {
         let second = plan_envoyconfig(&ec(2), [&first], at(600)).unwrap();
         let second = second.create.unwrap();
         assert_eq!(
-            second.annotations()[APPLIED_AT_ANNOTATION],
+            second.annotations()[marin3r_wire::APPLIED_AT_ANNOTATION],
             "2023-11-14T22:13:20.600000Z"
         );
         for (a, b) in [(&first, &second), (&second, &first)] {
@@ -932,7 +943,7 @@ mod tests {
         e.metadata.annotations = None;
         e.metadata.creation_timestamp = Some(Time(ts(0)));
         if let Some(labels) = e.metadata.labels.as_mut() {
-            labels.insert(CONFIG_VERSION_LABEL.to_string(), version);
+            labels.insert(marin3r_wire::CONFIG_VERSION_LABEL.to_string(), version);
         }
         if let Some(s) = e.status.as_mut() {
             s.last_published_at = Some(Time(ts(published_at)));

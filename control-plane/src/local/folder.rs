@@ -227,12 +227,13 @@ impl LocalSource {
 
     /// Reads `dir` without inotify: a changed file is read once unchanged for
     /// [`super::settle::QUIET`].
-    pub fn without_watch(dir: impl Into<PathBuf>) -> Self {
+    #[cfg(test)]
+    fn without_watch(dir: impl Into<PathBuf>) -> Self {
         Self::with_watch(dir.into(), None, false)
     }
 
     /// `inotify`: whether a missing watch is to be set up again (never for
-    /// [`Self::without_watch`]).
+    /// a source read without inotify).
     fn with_watch(dir: PathBuf, watch: Option<Watch>, inotify: bool) -> Self {
         let now = Instant::now();
         Self {

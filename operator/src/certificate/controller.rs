@@ -16,7 +16,6 @@ use marin3r_operator_api::discoveryservicecertificate::DiscoveryServiceCertifica
 
 use super::plan::{needs_recovery, plan_recovering, signer_secret_name, trusted_cas};
 use crate::apply::{apply, write_status};
-use crate::objects::MANAGED_BY_SELECTOR;
 use marin3r_kube::watch::Inputs as _;
 use marin3r_kube::{Error, Lenient};
 use marin3r_process::IssuedCertificates;
@@ -286,7 +285,11 @@ where
     });
     let shutdown = futures::FutureExt::shared(shutdown);
     let reconciling = controller
-        .owns_objects(secrets, wc.clone().labels(MANAGED_BY_SELECTOR))
+        .owns_objects(
+            secrets,
+            wc.clone()
+                .labels(marin3r_wire::app_labels::MANAGED_BY_OPERATOR),
+        )
         .watches_objects(
             certificates,
             wc,

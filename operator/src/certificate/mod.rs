@@ -27,9 +27,9 @@
 //! | `retired-ca.crt` | CA Secrets only, during a rotation: the replaced CA certificate(s) (PEM), still trusted |
 //!
 //! and, with `retired-ca.crt`, two annotations (RFC 3339 UTC):
-//! [`RETIRED_UNTIL_ANNOTATION`] (`operator.marin3r.3scale.net/retired-ca-until`), the
+//! [`marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION`] (`operator.marin3r.3scale.net/retired-ca-until`), the
 //! instant until which every certificate in `retired-ca.crt` stays in the trust bundles,
-//! and [`RETIRED_SINCE_ANNOTATION`] (`operator.marin3r.3scale.net/retired-ca-since`), when
+//! and [`marin3r_wire::RETIRED_CA_SINCE_ANNOTATION`] (`operator.marin3r.3scale.net/retired-ca-since`), when
 //! the CA was last re-issued. From the `until` instant on, the key and both annotations
 //! are dropped.
 //!
@@ -96,7 +96,7 @@
 //!
 //! # Watches
 //!
-//! `For(DSC)`; `Owns(Secret)` selected on [`MANAGED_BY_SELECTOR`](crate::objects::MANAGED_BY_SELECTOR); and every event of a
+//! `For(DSC)`; `Owns(Secret)` selected on [`marin3r_wire::app_labels::MANAGED_BY_OPERATOR`]; and every event of a
 //! CA DSC reconciles the DSCs it signs **in the same namespace** (Q9: namespace and
 //! name, [`signed_by`]).
 
@@ -107,9 +107,8 @@ mod plan;
 
 pub use controller::{Context, controller, reconcile, reconcile_at, run, signed_by};
 pub use plan::{
-    CA_CRT, KUBELET_SYNC, PROPAGATION, Plan, REASON_CERTIFICATE_VALID,
-    REASON_CROSS_NAMESPACE_SIGNER, REASON_EXPIRED, REASON_ISSUE_FAILED, REASON_SIGNER_NOT_READY,
-    RETIRED_CA_CRT, RETIRED_SINCE_ANNOTATION, RETIRED_UNTIL_ANNOTATION, SECRET_TYPE, SIGNER_RETRY,
-    TLS_CRT, TLS_KEY, certificate_hash, needs_recovery, plan, plan_recovering, profile,
+    KUBELET_SYNC, PROPAGATION, Plan, REASON_CERTIFICATE_VALID, REASON_CROSS_NAMESPACE_SIGNER,
+    REASON_EXPIRED, REASON_ISSUE_FAILED, REASON_SIGNER_NOT_READY, RETIRED_CA_CRT, SECRET_TYPE,
+    SIGNER_RETRY, certificate_hash, needs_recovery, plan, plan_recovering, profile,
     signer_secret_name, trusted_cas,
 };

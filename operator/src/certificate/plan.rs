@@ -15,22 +15,15 @@ use marin3r_operator_api::discoveryservicecertificate::{
     DiscoveryServiceCertificate, DiscoveryServiceCertificateStatus, Issuer,
 };
 
-use crate::objects::{MANAGED_BY, owner_reference};
+use crate::objects::owner_reference;
 
 /// Type of every certificate Secret.
 pub const SECRET_TYPE: &str = "kubernetes.io/tls";
-/// What a peer must trust.
-pub use marin3r_wire::secret_keys::CA_CRT;
-/// The certificate.
-pub use marin3r_wire::secret_keys::TLS_CRT;
-/// Its private key.
-pub use marin3r_wire::secret_keys::TLS_KEY;
+use marin3r_wire::secret_keys::CA_CRT;
+use marin3r_wire::secret_keys::TLS_CRT;
+use marin3r_wire::secret_keys::TLS_KEY;
 /// CA Secrets during a rotation: the replaced CA certificate(s), PEM.
 pub const RETIRED_CA_CRT: &str = "retired-ca.crt";
-/// CA Secrets during a rotation: when (RFC 3339) the CA was last re-issued.
-pub use marin3r_wire::RETIRED_CA_SINCE_ANNOTATION as RETIRED_SINCE_ANNOTATION;
-/// CA Secrets during a rotation: until when (RFC 3339) `retired-ca.crt` is trusted.
-pub use marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION as RETIRED_UNTIL_ANNOTATION;
 /// How long after a CA rotation the leaves it signed keep their old-CA certificates
 /// (with the new bundle as `ca.crt`), so that every peer has the bundle before any
 /// certificate of the new CA is presented: two kubelet syncs.
@@ -645,7 +638,7 @@ fn secret(
     let mut labels: BTreeMap<String, String> = dsc.labels().clone();
     labels.insert(
         marin3r_wire::app_labels::MANAGED_BY.to_string(),
-        MANAGED_BY.to_string(),
+        marin3r_wire::app_labels::OPERATOR.to_string(),
     );
     let mut data = BTreeMap::from([
         (TLS_CRT.to_string(), bytes(&cert.cert_pem)),
@@ -656,11 +649,11 @@ fn secret(
         data.insert(RETIRED_CA_CRT.to_string(), bytes(&r.ca.cert_pem));
         BTreeMap::from([
             (
-                RETIRED_UNTIL_ANNOTATION.to_string(),
+                marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION.to_string(),
                 marin3r_kube::time::rfc3339(r.ca.until),
             ),
             (
-                RETIRED_SINCE_ANNOTATION.to_string(),
+                marin3r_wire::RETIRED_CA_SINCE_ANNOTATION.to_string(),
                 marin3r_kube::time::rfc3339(r.since),
             ),
         ])
@@ -711,9 +704,12 @@ fn up_to_date(current: Option<&Secret>, desired: &Secret) -> bool {
         .labels()
         .iter()
         .all(|(k, v)| current.labels().get(k) == Some(v));
-    let annotation_ok = [RETIRED_UNTIL_ANNOTATION, RETIRED_SINCE_ANNOTATION]
-        .iter()
-        .all(|a| current.annotations().get(*a) == desired.annotations().get(*a));
+    let annotation_ok = [
+        marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION,
+        marin3r_wire::RETIRED_CA_SINCE_ANNOTATION,
+    ]
+    .iter()
+    .all(|a| current.annotations().get(*a) == desired.annotations().get(*a));
     let owner_ok = desired.owner_references().iter().all(|want| {
         current
             .owner_references()
@@ -725,7 +721,9 @@ fn up_to_date(current: Option<&Secret>, desired: &Secret) -> bool {
 }
 
 fn retired_annotation(secret: &Secret) -> Option<&String> {
-    secret.annotations().get(RETIRED_UNTIL_ANNOTATION)
+    secret
+        .annotations()
+        .get(marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION)
 }
 
 /// The retired CAs of a CA Secret still trusted at `now`.
@@ -735,9 +733,9 @@ fn live_retired(secret: Option<&Secret>, now: SystemTime) -> Option<Retired> {
         let t: k8s_openapi::jiff::Timestamp = secret.annotations().get(annotation)?.parse().ok()?;
         Some(SystemTime::from(t))
     };
-    let until = at(RETIRED_UNTIL_ANNOTATION)?;
+    let until = at(marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION)?;
     // Without it (written by hand): no propagation phase.
-    let since = at(RETIRED_SINCE_ANNOTATION).unwrap_or(SystemTime::UNIX_EPOCH);
+    let since = at(marin3r_wire::RETIRED_CA_SINCE_ANNOTATION).unwrap_or(SystemTime::UNIX_EPOCH);
     let cert_pem = text(secret, RETIRED_CA_CRT)?;
     (until > now && !cert_pem.trim().is_empty()).then_some(Retired {
         ca: RetiredCa { cert_pem, until },
@@ -1234,11 +1232,11 @@ mod tests {
             rotated.annotations(),
             &BTreeMap::from([
                 (
-                    RETIRED_UNTIL_ANNOTATION.to_string(),
+                    marin3r_wire::RETIRED_CA_UNTIL_ANNOTATION.to_string(),
                     marin3r_kube::time::rfc3339(until)
                 ),
                 (
-                    RETIRED_SINCE_ANNOTATION.to_string(),
+                    marin3r_wire::RETIRED_CA_SINCE_ANNOTATION.to_string(),
                     marin3r_kube::time::rfc3339(t1)
                 ),
             ])
@@ -1422,7 +1420,7 @@ mod tests {
         assert_eq!(data(&rotated, RETIRED_CA_CRT).trim(), ca1.trim());
         assert_eq!(certs_in(data(&rotated, CA_CRT)), 2);
         assert_eq!(
-            rotated.annotations()[RETIRED_SINCE_ANNOTATION],
+            rotated.annotations()[marin3r_wire::RETIRED_CA_SINCE_ANNOTATION],
             marin3r_kube::time::rfc3339(t1)
         );
         // The leaf is held with the bundle, then switched: the usual rotation.

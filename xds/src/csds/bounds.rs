@@ -7,7 +7,7 @@ pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 /// so both factors are bounded (`marin3r status` sends one; a fleet tool a few).
 pub const MAX_STRING_MATCHERS: usize = 64;
 /// Most bytes of all the patterns of one query together (a pattern longer than a
-/// node's fields, [`crate::node::MAX_NODE_NAME_BYTES`], matches nothing but `contains`
+/// node's fields, [`marin3r_wire::MAX_NODE_NAME_BYTES`], matches nothing but `contains`
 /// still scans for it).
 pub const MAX_PATTERN_BYTES: usize = 16 * 1024;
 /// Queries answered at once by one replica; more wait their turn. A query runs on a

@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::struct_matcher::path_segment::S
 use envoy_types::pb::envoy::r#type::matcher::v3::value_matcher::MatchPattern as ValuePattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 
-use crate::node::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
+use marin3r_wire::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
 
 use super::bounds::{CsdsError, MAX_PATTERN_BYTES, MAX_STRING_MATCHERS};
 use super::registry::ClientNode;

@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
 use crate::events::Api;
-use crate::node::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
+use marin3r_wire::{POD_NAME_METADATA_KEY, POD_NAMESPACE_METADATA_KEY};
 use crate::stats::StreamId;
 
 use super::view::ClientView;

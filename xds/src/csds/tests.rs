@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::google::protobuf::{Timestamp, value::Kind};
 
 use crate::events::Api;
-use crate::node::POD_NAME_METADATA_KEY;
+use marin3r_wire::POD_NAME_METADATA_KEY;
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::stats::StreamId;
 use marin3r_envoyconfig::resource::{Resource, ResourceType};
