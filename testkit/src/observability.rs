@@ -35,6 +35,11 @@ pub const EXTERNAL_METRICS: [(&str, &str); 2] = [
 /// several replicas exports (`docs/ha.md`).
 pub const HA_METRIC_PREFIXES: [&str; 2] = ["marin3r_ha_", "marin3r_fleet_"];
 
+/// Metrics of the API client's liveness (`marin3r_kube::client`): a process has them
+/// once it talks to an API server. The observability e2e runs the discovery service in
+/// local mode (no API server), so its job has none; the operator's are checked.
+pub const KUBERNETES_CLIENT_METRIC_PREFIX: &str = "marin3r_kube_";
+
 /// What Grafana substitutes in a panel query, and what the tests substitute instead.
 pub const GRAFANA_VARIABLES: [(&str, &str); 3] = [
     ("$__rate_interval", "1m"),

@@ -17,10 +17,10 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{NodeMatcher, StringMatcher};
 use envoy_types::pb::google::protobuf::{Timestamp, value::Kind};
 
 use crate::events::Api;
-use marin3r_wire::POD_NAME_METADATA_KEY;
 use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::stats::StreamId;
 use marin3r_envoyconfig::resource::{Resource, ResourceType};
+use marin3r_wire::POD_NAME_METADATA_KEY;
 
 use super::bounds::{CsdsError, MAX_ANSWER_BYTES, MAX_PATTERN_BYTES, MAX_STRING_MATCHERS};
 use super::fetch::fetch;
