@@ -69,11 +69,12 @@ impl CertificateFiles {
         ])
     }
 
-    /// Reads the three files.
+    /// Reads the three files through the one bounded, regular-file-only reader
+    /// (`marin3r_certs::read_pem`: a FIFO or `/dev/zero` named by a flag is refused).
     pub fn read(&self) -> Result<ClientCertificate, CsdsError> {
         let [ca, cert, key] = self.paths()?;
         let read = |(path, flag): &(PathBuf, &'static str)| {
-            std::fs::read(path).map_err(|source| CsdsError::File {
+            marin3r_certs::read_pem(path).map_err(|source| CsdsError::File {
                 flag,
                 path: path.clone(),
                 source,
@@ -104,7 +105,7 @@ pub enum CsdsError {
         flag: &'static str,
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: marin3r_certs::CertsError,
     },
     #[error("--csds-address {address:?} is not HOST:PORT")]
     Address { address: String },
@@ -361,6 +362,38 @@ pub fn describe_dir(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client certificate files go through the one bounded, regular-file-only reader:
+    /// every special-file kind is refused at once, naming the flag and the file.
+    #[test]
+    fn special_files_given_as_the_client_certificate_are_refused_naming_them() {
+        use marin3r_testkit::special_files::Special;
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["ca.crt", "tls.crt", "tls.key"] {
+            std::fs::write(dir.path().join(name), "-----BEGIN CERTIFICATE-----\n").unwrap();
+        }
+        let files = CertificateFiles {
+            dir: Some(dir.path().to_path_buf()),
+            ..CertificateFiles::default()
+        };
+        assert!(files.read().is_ok());
+        for kind in Special::ALL {
+            let key = dir.path().join("tls.key");
+            kind.make(&key);
+            let e = files.read().unwrap_err();
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
+            assert!(
+                text.contains("--csds-key") && text.contains(kind.expected_error()),
+                "{kind:?}: {text}"
+            );
+            marin3r_testkit::special_files::replace_with(&key, b"key");
+        }
+    }
 
     #[test]
     fn one_node_is_asked_exactly_with_contents_every_node_without() {
