@@ -77,7 +77,7 @@ impl CertificateFiles {
             marin3r_certs::read_pem(path).map_err(|source| CsdsError::File {
                 flag,
                 path: path.clone(),
-                source,
+                source: Box::new(source),
             })
         };
         Ok(ClientCertificate {
@@ -105,7 +105,7 @@ pub enum CsdsError {
         flag: &'static str,
         path: PathBuf,
         #[source]
-        source: marin3r_certs::CertsError,
+        source: Box<marin3r_certs::CertsError>,
     },
     #[error("--csds-address {address:?} is not HOST:PORT")]
     Address { address: String },
