@@ -14,7 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube_mock::*;
 use marin3r_control_plane::kubernetes::{
-    Lenient, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
+    Lenient, coalesce, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
 };
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
@@ -489,7 +489,7 @@ fn tls_secret(name: &str, cert: &str) -> Value {
     })
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn secret_change_is_republished_without_any_envoyconfig_change() {
     let (client, mut api) = mock_client();
     let mut world = World::new(client, 5);
@@ -516,6 +516,29 @@ async fn secret_change_is_republished_without_any_envoyconfig_change() {
         marin3r_control_plane::kubernetes::secret_readers(&world.shared.revisions, &secret),
         [ObjectRef::new(&name).within("default")]
     );
+    // Served at once; its status write waits for the window of the first one
+    // (re-publications are coalesced), then carries the last version.
+    let deferred = reconcile_quietly(
+        &mut api,
+        reconcile_revision(world.revision(&name), world.shared.clone()),
+    )
+    .await;
+    assert_ne!(
+        world
+            .xds()
+            .cache
+            .get("kuard")
+            .unwrap()
+            .version(ResourceType::Secret),
+        v1,
+        "served before the status is written"
+    );
+    assert_eq!(
+        deferred,
+        kube::runtime::controller::Action::requeue(coalesce::STATUS_WINDOW),
+        "looked at again when the window closes"
+    );
+    tokio::time::advance(coalesce::STATUS_WINDOW).await;
     let second = reconcile_revision_with_status(&mut world, &mut api, &name).await;
     let v2 = world
         .xds()
@@ -563,7 +586,67 @@ async fn secret_change_is_republished_without_any_envoyconfig_change() {
     );
 }
 
-#[tokio::test]
+/// The NACKs are judged against the versions served, not the status, whose
+/// re-publications are coalesced: a renewed Secret every pod rejects is tainted before
+/// its `providesVersions` is written.
+#[tokio::test(start_paused = true)]
+async fn a_republication_is_judged_before_its_status_is_written() {
+    let (client, mut api) = mock_client();
+    let mut world = World::new(client, 5);
+    world.put_secret(&tls_secret("kuard-tls", "CERT-1"));
+    let spec = json!({"nodeID": "kuard", "resources": [{"type": "secret", "generateFromTlsSecret": "kuard-tls"}]});
+    let ec = envoyconfig("kuard", spec, None);
+    let (revision, _) = create_revision(&mut world, &mut api, &ec, "uid-rev1").await;
+    let name = revision["metadata"]["name"].as_str().unwrap().to_string();
+    let first = reconcile_revision_with_status(&mut world, &mut api, &name).await;
+    world.put_secret(&tls_secret("kuard-tls", "CERT-2"));
+    reconcile_quietly(
+        &mut api,
+        reconcile_revision(world.revision(&name), world.shared.clone()),
+    )
+    .await;
+    let served = world
+        .xds()
+        .cache
+        .get("kuard")
+        .unwrap()
+        .version(ResourceType::Secret)
+        .to_string();
+    assert_ne!(first["status"]["providesVersions"]["secrets"], served);
+    for pod in ["kuard-0", "kuard-1"] {
+        let node = NodeInfo {
+            id: "kuard".into(),
+            pod_name: pod.to_string(),
+        };
+        let stats = &world.xds().stats;
+        stats.stream_opened(&node, marin3r_xds::Api::Sotw);
+        for _ in 0..5 {
+            stats.record(&[StreamEvent::Nack {
+                node_id: "kuard".into(),
+                pod_name: pod.to_string(),
+                resource_type: ResourceType::Secret,
+                version: served.clone(),
+                message: "bad certificate".into(),
+            }]);
+        }
+    }
+    assert_eq!(
+        rejected_revisions(&world.shared),
+        [ObjectRef::new(&name).within("default")],
+        "judged against what is served"
+    );
+    // The taint is written at once (not coalesced), within the window.
+    let tainted = reconcile_revision_with_status(&mut world, &mut api, &name).await;
+    assert_eq!(tainted["status"]["tainted"], true);
+    assert!(
+        condition(&tainted["status"], "RevisionTainted")["message"]
+            .as_str()
+            .unwrap()
+            .contains(&served)
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn endpoint_slices_become_a_cluster_load_assignment() {
     let (client, mut api) = mock_client();
     let mut world = World::new(client, 5);
@@ -634,6 +717,8 @@ async fn endpoint_slices_become_a_cluster_load_assignment() {
         marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changed),
         [ObjectRef::new(&name).within("default")]
     );
+    // Past the window of the first status write (re-publications are coalesced).
+    tokio::time::advance(coalesce::STATUS_WINDOW).await;
     reconcile_revision_with_status(&mut world, &mut api, &name).await;
     assert_eq!(addresses(&world).len(), 3);
 }
@@ -990,7 +1075,7 @@ impl Envoy {
 /// reordered or rebalanced between the slices of the Service) sends nothing to any
 /// stream and writes nothing; a real change sends exactly one EDS response per stream
 /// of the affected node and nothing to the others.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slice_updates_that_change_no_endpoint_push_nothing() {
     let (client, mut api) = mock_client();
     let mut world = World::new(client, 5);
@@ -1127,6 +1212,8 @@ async fn slice_updates_that_change_no_endpoint_push_nothing() {
         "7",
         &["10.0.0.2", "10.0.0.4"],
     ));
+    // Past the window of the first status write (re-publications are coalesced).
+    tokio::time::advance(coalesce::STATUS_WINDOW).await;
     reconcile_revision_with_status(&mut world, &mut api, &names[0]).await;
     let received: Vec<usize> = envoys.iter_mut().map(Envoy::received).collect();
     assert_eq!(received, [2, 0]);

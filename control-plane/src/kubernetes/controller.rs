@@ -37,6 +37,7 @@ use marin3r_kube::Lenient;
 use marin3r_xds::ResourceType;
 use marin3r_xds::snapshot::Snapshot;
 
+use super::coalesce::{self, Coalescer, Gate};
 use super::ha::{self, Ha, ServedNodes};
 use crate::fleet::{Fleet, FleetView, Judged, NoVerdict, Served};
 use crate::nacks::NackView;
@@ -79,6 +80,9 @@ pub struct Shared {
     /// One of several replicas: the leadership writes are gated on, and the fleet's
     /// reports. `None`: a single replica, which always writes.
     pub ha: Option<Arc<Ha>>,
+    /// The revisions' status writes per EnvoyConfig (namespace, UID): a re-publication
+    /// within the same revision is written at most once per [`coalesce::STATUS_WINDOW`].
+    status_writes: std::sync::Mutex<Coalescer<(String, String)>>,
 }
 
 impl Shared {
@@ -102,6 +106,7 @@ impl Shared {
             publish_lock: tokio::sync::Mutex::new(()),
             served: ServedNodes::default(),
             ha: None,
+            status_writes: std::sync::Mutex::new(Coalescer::new(coalesce::STATUS_WINDOW)),
         }
     }
 
@@ -202,6 +207,30 @@ impl Shared {
 
 fn now() -> Timestamp {
     Timestamp::now()
+}
+
+/// A lock that a panic elsewhere does not poison for good.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The per-type versions of `ecr` to judge against the NACKs: what this replica serves
+/// its node when it serves `ecr` (the status may lag behind, [`coalesce`]), else what
+/// its status says.
+pub(super) fn served_versions(
+    ctx: &Shared,
+    ecr: &EnvoyConfigRevision,
+) -> Option<BTreeMap<ResourceType, String>> {
+    match ctx.served.get(&ecr.spec.node_id) {
+        Some(s) if ecr.metadata.uid.as_deref() == Some(s.uid.as_str()) => Some(s.versions),
+        _ => Some(
+            ecr.status
+                .as_ref()?
+                .provides_versions
+                .as_ref()?
+                .to_versions(),
+        ),
+    }
 }
 
 /// Server-side apply of `status` on the status subresource of `name`, as [`FIELD_MANAGER`].
@@ -532,6 +561,16 @@ pub async fn reconcile_revision(
     if new_status != status && !ctx.may_write() {
         return Ok(ctx.write_skipped_or(retry));
     }
+    // A re-publication within the same revision (new endpoints, a renewed Secret) is
+    // written at most once per window, the last value at the window's end; the snapshot
+    // was set already.
+    let group = (namespace.clone(), owner_uid.to_string());
+    if new_status != status && plan::republished_only(&status, &new_status) {
+        let gate = lock(&ctx.status_writes).offer(group.clone(), tokio::time::Instant::now());
+        if let Gate::Defer(wait) = gate {
+            return Ok(Action::requeue(wait));
+        }
+    }
     if new_status != status {
         // Fenced: the taint is written only on the revision as it was judged (another
         // replica may have led meanwhile).
@@ -542,6 +581,7 @@ pub async fn reconcile_revision(
             .await
         {
             Ok(()) => {
+                lock(&ctx.status_writes).written(group, tokio::time::Instant::now());
                 if let Outcome::Tainted { reason, .. } = &outcome {
                     ctx.xds.revisions.tainted_reason(&ecr.spec.node_id, reason);
                 }
@@ -595,8 +635,22 @@ async fn publish(
     let all = ctx.revisions_in(namespace);
     let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
     let ordered = siblings(valid, owner_uid);
-    let revisions = plan::engine(node_id, &ordered);
-    let served = ctx.served.get(node_id).map(|s| s.version);
+    let mut revisions = plan::engine(node_id, &ordered);
+    let served = ctx.served.get(node_id);
+    // The NACKs are judged against what is served, which the (coalesced) status may
+    // not show yet.
+    if let Some(s) = &served
+        && let Some(r) = revisions
+            .revisions
+            .iter_mut()
+            .find(|r| r.version == s.version)
+        && ordered
+            .iter()
+            .any(|e| e.metadata.uid.as_deref() == Some(s.uid.as_str()))
+    {
+        r.provides_versions.clone_from(&s.versions);
+    }
+    let served = served.map(|s| s.version);
     let source = StoreSource {
         namespace,
         secrets: &ctx.secrets,

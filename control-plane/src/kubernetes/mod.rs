@@ -22,6 +22,7 @@
 //! tainted), which makes the next revision the elected one (rollback). A deleted Pod's
 //! NACK counts are forgotten.
 
+pub mod coalesce;
 pub mod controller;
 pub mod ha;
 pub mod plan;
@@ -651,7 +652,7 @@ fn rejected_revisions_in(shared: &Shared, fleet: Option<&crate::fleet::Fleet>) -
             if !status.is_published() || status.is_tainted() {
                 return None;
             }
-            let versions = status.provides_versions.as_ref()?.to_versions();
+            let versions = controller::served_versions(shared, r)?;
             match &fleet {
                 None => crate::nacks::rejected(
                     &r.spec.node_id,

@@ -435,6 +435,23 @@ pub enum Outcome {
     },
 }
 
+/// Whether `new` differs from `current` only by `providesVersions` on a revision that
+/// stays published and untainted: a re-publication within the same revision (an
+/// EndpointSlice or Secret it reads changed), the status write that is coalesced
+/// ([`super::coalesce`]). Any other change (published, tainted, a condition) is not.
+pub fn republished_only(
+    current: &EnvoyConfigRevisionStatus,
+    new: &EnvoyConfigRevisionStatus,
+) -> bool {
+    if !current.is_published() || current.is_tainted() || current.last_published_at.is_none() {
+        return false;
+    }
+    let mut same = new.clone();
+    same.provides_versions
+        .clone_from(&current.provides_versions);
+    same == *current
+}
+
 /// The revision's new status after `outcome` (the revision controller writes it when it
 /// differs from `current`):
 ///
@@ -1174,6 +1191,41 @@ mod tests {
             let again = plan_revision_status(&s, Some(1), &outcome, ts(60));
             assert_eq!(again, s, "{case}: idempotent");
         }
+    }
+
+    /// Only a re-publication within the same published revision is coalesced: the
+    /// first publication, a taint, a wait or an unpublication are written at once.
+    #[test]
+    fn only_a_republication_within_the_revision_is_coalescable() {
+        let versions = |v: &str| Outcome::Published {
+            versions: [(ResourceType::Endpoint, v.to_string())].into(),
+        };
+        let first = plan_revision_status(&Default::default(), Some(1), &versions("E1"), ts(0));
+        assert!(
+            !republished_only(&Default::default(), &first),
+            "first publication"
+        );
+        let again = plan_revision_status(&first, Some(1), &versions("E2"), ts(10));
+        assert!(republished_only(&first, &again), "new endpoints");
+        assert!(republished_only(&first, &first), "nothing changed");
+        for outcome in [
+            Outcome::Tainted {
+                reason: "NACK",
+                message: "rejected".into(),
+            },
+            Outcome::OutOfSync {
+                reason: "DependenciesNotReady",
+                message: "slice".into(),
+            },
+            Outcome::NotElected,
+        ] {
+            let s = plan_revision_status(&first, Some(1), &outcome, ts(10));
+            assert!(!republished_only(&first, &s), "{outcome:?}");
+        }
+        let mut tainted = first.clone();
+        tainted.tainted = Some(true);
+        let s = plan_revision_status(&tainted, Some(1), &versions("E2"), ts(10));
+        assert!(!republished_only(&tainted, &s), "tainted");
     }
 
     #[test]

@@ -238,10 +238,7 @@ impl SecretSource for StoreSource<'_> {
         self.secrets.get(&key).map(|s| secret_data(&s))
     }
 
-    fn endpoint_slices(
-        &self,
-        selector: Option<&LabelSelector>,
-    ) -> Option<Vec<Arc<EndpointSlice>>> {
+    fn endpoint_slices(&self, selector: Option<&LabelSelector>) -> Option<Vec<Arc<EndpointSlice>>> {
         // Sorted by name: a stable order, so the generated ClusterLoadAssignment (and its
         // version) is too.
         Some(self.slices.matching(self.namespace, selector))
