@@ -7,6 +7,7 @@
 mod fixtures;
 mod kube_mock;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -14,7 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube_mock::*;
 use marin3r_control_plane::kubernetes::{
-    Lenient, coalesce, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
+    Lenient, Shared, coalesce, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
 };
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
@@ -721,6 +722,82 @@ async fn endpoint_slices_become_a_cluster_load_assignment() {
     tokio::time::advance(coalesce::STATUS_WINDOW).await;
     reconcile_revision_with_status(&mut world, &mut api, &name).await;
     assert_eq!(addresses(&world).len(), 3);
+}
+
+/// A replica that does not lead writes nothing, whatever the write: every write of the
+/// reconcilers goes through the one writer, whose gate skips it. A follower over the
+/// leader's caches reconciles an edited EnvoyConfig (create, status), a revision
+/// without the finalizer (patch), one without a status (status apply) and a malformed
+/// one being deleted (patch): not one request. The writer's every kind of write is
+/// skipped too, and reported so.
+#[tokio::test]
+async fn a_replica_that_does_not_lead_writes_nothing_through_the_one_writer() {
+    use marin3r_control_plane::kubernetes::writer::Written;
+    let (client, mut api) = mock_client();
+    let mut world = World::new(client.clone(), 5);
+    in_sync(&mut world, &mut api).await;
+    let follower = Arc::new(
+        Shared::new(
+            client,
+            world.shared.configs.clone(),
+            world.shared.revisions.clone(),
+            world.shared.secrets.clone(),
+            marin3r_control_plane::kubernetes::SliceIndex::new(),
+            marin3r_control_plane::Context::new(marin3r_xds::SharedStats::new()),
+            5,
+        )
+        .with_leadership(marin3r_kube::lease::Leadership::new(Duration::from_secs(
+            15,
+        ))),
+    );
+    assert!(!follower.writer.leads());
+
+    // An edit: the leader would create a revision and write the status.
+    let mut ec = to_json(world.config("kuard").valid().unwrap());
+    ec["spec"] = spec(9090);
+    ec["metadata"]["generation"] = json!(2);
+    let obj = world.put_config(&ec);
+    reconcile_quietly(&mut api, reconcile_envoyconfig(obj, follower.clone())).await;
+
+    let name = revision_name(&spec(8080));
+    let published = to_json(world.revision(&name).valid().unwrap());
+    // No status: the leader would apply one (the follower serves it all the same).
+    let mut bare = published.clone();
+    bare.as_object_mut().unwrap().remove("status");
+    let obj = world.put_revision(&bare);
+    reconcile_quietly(&mut api, reconcile_revision(obj, follower.clone())).await;
+    assert!(
+        follower.xds.cache.get("kuard").is_some(),
+        "a follower serves"
+    );
+    // No finalizer: the leader would add it.
+    let mut unfinalized = published.clone();
+    unfinalized["metadata"]["finalizers"] = json!([]);
+    let obj = world.put_revision(&unfinalized);
+    reconcile_quietly(&mut api, reconcile_revision(obj, follower.clone())).await;
+    // Malformed and being deleted: the leader would remove its finalizer.
+    let mut malformed = published.clone();
+    malformed["spec"]["nodeID"] = json!(["not", "a", "string"]);
+    malformed["metadata"]["deletionTimestamp"] = json!("2025-01-02T00:00:00Z");
+    let obj = world.put_revision(&malformed);
+    assert!(matches!(obj.as_ref(), Lenient::Malformed { .. }));
+    reconcile_quietly(&mut api, reconcile_revision(obj, follower.clone())).await;
+
+    // The writer itself: every kind of write is skipped and reported so.
+    let w = &follower.writer;
+    let revision: EnvoyConfigRevision = serde_json::from_value(published).unwrap();
+    let written = reconcile_quietly(&mut api, async {
+        Ok::<_, kube::Error>([
+            w.create("default", &revision).await?,
+            w.merge_patch::<EnvoyConfigRevision>("default", &name, &json!({}))
+                .await?,
+            w.delete::<EnvoyConfigRevision>("default", &name).await?,
+            w.apply_status::<EnvoyConfigRevision>("default", &name, None, &json!({}))
+                .await?,
+        ])
+    })
+    .await;
+    assert_eq!(written, [Written::Skipped; 4]);
 }
 
 #[tokio::test]

@@ -28,6 +28,7 @@ pub mod ha;
 pub mod plan;
 pub mod rbac;
 pub mod source;
+pub mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -611,7 +612,7 @@ async fn evaluate_loop(
         }
         if let Some((ha, fleet)) = &fleet {
             ha.observe(fleet, shared.nack_threshold);
-            if shared.may_write() {
+            if shared.writer.leads() {
                 for target in replicas_in_sync_changes(&shared, ha, fleet) {
                     let _ = config_tx.send(target).await;
                 }
@@ -638,7 +639,7 @@ fn rejected_revisions_in(shared: &Shared, fleet: Option<&crate::fleet::Fleet>) -
     let fleet = match (&shared.ha, fleet) {
         (None, _) => None,
         // Only the leader judges, and only over the fleet.
-        (Some(_), _) if !shared.may_write() => return Vec::new(),
+        (Some(_), _) if !shared.writer.leads() => return Vec::new(),
         (Some(ha), Some(fleet)) => Some((ha, fleet)),
         (Some(_), None) => return Vec::new(),
     };
