@@ -342,7 +342,7 @@ fn replicas_in_sync(
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 ) -> Option<Duration> {
-    let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
+    let fleet = ha.this_tick(|| ctx.digests());
     let (verdict, again) =
         replicas_in_sync_verdict(ctx, ha, &fleet, ec, tokio::time::Instant::now())?;
     // The plan writes its own conditions afresh: carry this one over, so that its
@@ -645,7 +645,8 @@ async fn publish(
         // The leader judges over every replica's report; the others follow its taints.
         Some(ha) if ctx.writer.leads() => match judged(&revisions, &ordered) {
             Some(judged) => {
-                let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
+                // The fleet as the tick that triggered this reconcile judged it.
+                let fleet = ha.this_tick(|| ctx.digests());
                 let view = FleetView::new(&fleet, judged);
                 let decision = decide(&view);
                 ha.count_vetoes(&view.into_vetoes());

@@ -184,6 +184,9 @@ pub struct Ha {
     /// Per report: the (uid, resourceVersion) last seen and since when (this replica's
     /// clock): what its freshness is judged by.
     observed: Mutex<HashMap<String, Observed>>,
+    /// The fleet as the last evaluation tick judged it ([`Ha::judged`]): what the
+    /// reconciles it triggers read, so a tick's verdict is carried into them.
+    tick: Mutex<Option<Arc<Fleet>>>,
 }
 
 impl Ha {
@@ -204,6 +207,7 @@ impl Ha {
             vetoed: Mutex::default(),
             seq: std::sync::atomic::AtomicU64::new(0),
             observed: Mutex::default(),
+            tick: Mutex::default(),
         }
     }
 
@@ -223,6 +227,24 @@ impl Ha {
     /// whose clock runs behind does not look stale, one ahead (or a heartbeat dated
     /// 2099) does not look fresh for ever. Each [`Report::heartbeat`] is that instant of
     /// observation on this replica's clock.
+    /// Keeps `fleet` as this tick's ([`Ha::this_tick`]) and returns it.
+    pub fn judged(&self, fleet: Fleet) -> Arc<Fleet> {
+        let fleet = Arc::new(fleet);
+        *self.tick.lock().unwrap_or_else(PoisonError::into_inner) = Some(fleet.clone());
+        fleet
+    }
+
+    /// The fleet as the last tick judged it; before the first tick, judged now from
+    /// `own` (this replica's digests).
+    pub fn this_tick(&self, own: impl FnOnce() -> Vec<NodeDigest>) -> Arc<Fleet> {
+        let last = self
+            .tick
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        last.unwrap_or_else(|| self.judged(self.fleet(own(), SystemTime::now())))
+    }
+
     pub fn fleet(&self, own: Vec<NodeDigest>, now: SystemTime) -> Fleet {
         let seen_now = Instant::now();
         let slices = self.endpoints.state();
@@ -963,6 +985,32 @@ mod tests {
         let bytes = serde_json::to_vec(&status).unwrap().len();
         assert!(bytes < 1024, "{bytes} B");
         const { assert!(fleet::MAX_REPORT_BYTES * 3 <= 1_572_864) };
+    }
+
+    /// The fleet is judged once per tick: the reconciles the tick triggers read the
+    /// tick's fleet, without judging it again (before the first tick, they judge it once).
+    #[test]
+    fn the_reconciles_read_the_fleet_of_the_tick() {
+        let config = HaConfig::new("d", "ns", "ds-0", None, 15);
+        let ha = Ha::new(
+            config,
+            Leadership::always(),
+            kube::runtime::reflector::store().0,
+            kube::runtime::reflector::store().0,
+            HaMetrics::default(),
+        );
+        let judged_now = std::cell::Cell::new(0);
+        let own = || {
+            judged_now.set(judged_now.get() + 1);
+            Vec::new()
+        };
+        let first = ha.this_tick(own);
+        assert_eq!(judged_now.get(), 1, "no tick yet: judged once");
+        assert!(Arc::ptr_eq(&first, &ha.this_tick(own)));
+        let tick = ha.judged(fleet_serving(&["new", "new"]));
+        let read = ha.this_tick(own);
+        assert!(Arc::ptr_eq(&tick, &read));
+        assert_eq!(judged_now.get(), 1, "the tick's fleet is not judged again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -603,11 +603,11 @@ async fn evaluate_loop(
         forget_unclaimed_nodes(&shared);
         // With several replicas, the fleet as this tick sees it: judged, observed and
         // compared with the statuses once.
-        let fleet = shared
-            .ha
-            .as_ref()
-            .map(|ha| (ha, ha.fleet(shared.digests(), std::time::SystemTime::now())));
-        for target in rejected_revisions_in(&shared, fleet.as_ref().map(|(_, f)| f)) {
+        let fleet = shared.ha.as_ref().map(|ha| {
+            let fleet = ha.fleet(shared.digests(), std::time::SystemTime::now());
+            (ha, ha.judged(fleet))
+        });
+        for target in rejected_revisions_in(&shared, fleet.as_ref().map(|(_, f)| &**f)) {
             let _ = revision_tx.send(target).await;
         }
         if let Some((ha, fleet)) = &fleet {
