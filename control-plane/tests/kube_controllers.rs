@@ -295,9 +295,35 @@ async fn spec_change_creates_a_new_revision_that_supersedes_the_old_one() {
         reconcile_revision_with_status(&mut world, &mut api, &revision_name(&spec(9090))).await;
     assert_eq!(new["status"]["published"], true);
     assert_ne!(listener_version(&world), old_listeners);
+    // The old one is neither elected nor served: it steps down without resolving
+    // anything (not even the elected spec), now and whenever a sibling's status
+    // write reconciles it again.
+    let resolved = world.shared.resolutions();
     let old =
         reconcile_revision_with_status(&mut world, &mut api, &revision_name(&spec(8080))).await;
     assert_eq!(old["status"]["published"], false);
+    reconcile_quietly(
+        &mut api,
+        reconcile_revision(
+            world.revision(&revision_name(&spec(8080))),
+            world.shared.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(world.shared.resolutions(), resolved, "no resolution");
+    reconcile_quietly(
+        &mut api,
+        reconcile_revision(
+            world.revision(&revision_name(&spec(9090))),
+            world.shared.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(
+        world.shared.resolutions(),
+        resolved + 1,
+        "the elected one resolves"
+    );
     assert_eq!(
         condition(&old["status"], "RevisionPublished")["status"],
         "False"

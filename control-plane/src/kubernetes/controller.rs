@@ -84,6 +84,8 @@ pub struct Shared {
     /// The revisions' status writes per EnvoyConfig (namespace, UID): a re-publication
     /// within the same revision is written at most once per [`coalesce::STATUS_WINDOW`].
     status_writes: std::sync::Mutex<Coalescer<(String, String)>>,
+    /// How many times a reconcile resolved a revision's spec ([`Shared::resolutions`]).
+    resolutions: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -109,6 +111,7 @@ impl Shared {
             served: ServedNodes::default(),
             ha: None,
             status_writes: std::sync::Mutex::new(Coalescer::new(coalesce::STATUS_WINDOW)),
+            resolutions: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -125,6 +128,12 @@ impl Shared {
         self = self.with_leadership(ha.leadership.clone());
         self.ha = Some(ha);
         self
+    }
+
+    /// How many times the revision reconciles resolved a spec (Secrets and
+    /// EndpointSlices read, resources decoded): for tests and profiles.
+    pub fn resolutions(&self) -> u64 {
+        self.resolutions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This replica's digest of every node it serves or has streams for.
@@ -609,8 +618,23 @@ async fn publish(
     let all = ctx.revisions_in(namespace);
     let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
     let ordered = siblings(valid, owner_uid);
-    let mut revisions = plan::engine(node_id, &ordered);
     let served = ctx.served.get(node_id);
+    // Only the elected revision is published and only it or the one served can be
+    // tainted: any other answers "not elected" without copying the group into an
+    // engine or resolving anything (each status write of the elected revision
+    // reconciles every sibling).
+    let same = |name: &str, uid: Option<&str>| {
+        Some(name) == ecr.metadata.name.as_deref() && uid == ecr.metadata.uid.as_deref()
+    };
+    let is_elected =
+        plan::elected(&ordered).is_some_and(|e| same(&e.name_any(), e.metadata.uid.as_deref()));
+    let is_served = served
+        .as_ref()
+        .is_some_and(|s| same(&s.name, Some(s.uid.as_str())));
+    if !is_elected && !is_served {
+        return Outcome::NotElected;
+    }
+    let mut revisions = plan::engine(node_id, &ordered);
     // The NACKs are judged against what is served, which the (coalesced) status may
     // not show yet.
     if let Some(s) = &served
@@ -634,7 +658,11 @@ async fn publish(
         publisher::decide(
             &revisions,
             served.as_deref(),
-            |rev| publisher::resolution(&rev.spec, &source),
+            |rev| {
+                ctx.resolutions
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                publisher::resolution(&rev.spec, &source)
+            },
             nacks,
             ctx.nack_threshold,
         )
