@@ -867,11 +867,7 @@ async fn cleanup(ctx: &Shared, ecr: &EnvoyConfigRevision) -> Result<(), Error> {
     let node_id = &ecr.spec.node_id;
     let namespace = ecr.namespace().unwrap_or_default();
     // Ask the API server about the owner: the cache may not have seen its deletion yet.
-    let owner_alive = match ecr
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-    {
+    let owner_alive = match plan::owner(&ecr.metadata) {
         Some(owner) => {
             let configs: Api<Lenient<EnvoyConfig>> =
                 Api::namespaced(ctx.client.clone(), &namespace);

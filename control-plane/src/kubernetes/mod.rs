@@ -441,16 +441,13 @@ fn revision_event_targets(
 ) -> Option<(ConfigRef, Vec<RevisionRef>)> {
     let changed = changed(event)?;
     let namespace = changed.namespace()?;
-    let owner = changed
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "EnvoyConfig")?;
+    let owner = plan::owner(changed.meta())?;
     let siblings = revisions
         .state()
         .iter()
         .filter(|r| {
             r.namespace().as_deref() == Some(namespace.as_str())
-                && r.owner_references().iter().any(|o| o.uid == owner.uid)
+                && plan::owner(r.meta()).is_some_and(|o| o.uid == owner.uid)
         })
         .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect();
