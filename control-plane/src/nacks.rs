@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use marin3r_envoyconfig::ResourceType;
 use marin3r_xds::SharedStats;
 
-/// Characters of Envoy's NACK message quoted in a taint reason.
-const MAX_NACK_MESSAGE: usize = 500;
+/// Characters of Envoy's NACK message quoted in a taint reason: one bound for one
+/// replica and several (whose reports carry the message, bounded the same).
+pub const MAX_NACK_MESSAGE: usize =
+    marin3r_envoyconfig::discoveryservicereplica::MAX_DIGEST_MESSAGE;
 /// Silent pods named in a taint reason (the rest are elided).
 const MAX_SILENT_PODS: usize = 10;
 

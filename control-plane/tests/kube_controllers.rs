@@ -7,6 +7,7 @@
 mod fixtures;
 mod kube_mock;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -14,7 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube_mock::*;
 use marin3r_control_plane::kubernetes::{
-    Lenient, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
+    Lenient, Shared, coalesce, reconcile_envoyconfig, reconcile_revision, rejected_revisions,
 };
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
@@ -294,9 +295,35 @@ async fn spec_change_creates_a_new_revision_that_supersedes_the_old_one() {
         reconcile_revision_with_status(&mut world, &mut api, &revision_name(&spec(9090))).await;
     assert_eq!(new["status"]["published"], true);
     assert_ne!(listener_version(&world), old_listeners);
+    // The old one is neither elected nor served: it steps down without resolving
+    // anything (not even the elected spec), now and whenever a sibling's status
+    // write reconciles it again.
+    let resolved = world.shared.resolutions();
     let old =
         reconcile_revision_with_status(&mut world, &mut api, &revision_name(&spec(8080))).await;
     assert_eq!(old["status"]["published"], false);
+    reconcile_quietly(
+        &mut api,
+        reconcile_revision(
+            world.revision(&revision_name(&spec(8080))),
+            world.shared.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(world.shared.resolutions(), resolved, "no resolution");
+    reconcile_quietly(
+        &mut api,
+        reconcile_revision(
+            world.revision(&revision_name(&spec(9090))),
+            world.shared.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(
+        world.shared.resolutions(),
+        resolved + 1,
+        "the elected one resolves"
+    );
     assert_eq!(
         condition(&old["status"], "RevisionPublished")["status"],
         "False"
@@ -489,7 +516,7 @@ fn tls_secret(name: &str, cert: &str) -> Value {
     })
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn secret_change_is_republished_without_any_envoyconfig_change() {
     let (client, mut api) = mock_client();
     let mut world = World::new(client, 5);
@@ -516,6 +543,29 @@ async fn secret_change_is_republished_without_any_envoyconfig_change() {
         marin3r_control_plane::kubernetes::secret_readers(&world.shared.revisions, &secret),
         [ObjectRef::new(&name).within("default")]
     );
+    // Served at once; its status write waits for the window of the first one
+    // (re-publications are coalesced), then carries the last version.
+    let deferred = reconcile_quietly(
+        &mut api,
+        reconcile_revision(world.revision(&name), world.shared.clone()),
+    )
+    .await;
+    assert_ne!(
+        world
+            .xds()
+            .cache
+            .get("kuard")
+            .unwrap()
+            .version(ResourceType::Secret),
+        v1,
+        "served before the status is written"
+    );
+    assert_eq!(
+        deferred,
+        kube::runtime::controller::Action::requeue(coalesce::STATUS_WINDOW),
+        "looked at again when the window closes"
+    );
+    tokio::time::advance(coalesce::STATUS_WINDOW).await;
     let second = reconcile_revision_with_status(&mut world, &mut api, &name).await;
     let v2 = world
         .xds()
@@ -563,7 +613,67 @@ async fn secret_change_is_republished_without_any_envoyconfig_change() {
     );
 }
 
-#[tokio::test]
+/// The NACKs are judged against the versions served, not the status, whose
+/// re-publications are coalesced: a renewed Secret every pod rejects is tainted before
+/// its `providesVersions` is written.
+#[tokio::test(start_paused = true)]
+async fn a_republication_is_judged_before_its_status_is_written() {
+    let (client, mut api) = mock_client();
+    let mut world = World::new(client, 5);
+    world.put_secret(&tls_secret("kuard-tls", "CERT-1"));
+    let spec = json!({"nodeID": "kuard", "resources": [{"type": "secret", "generateFromTlsSecret": "kuard-tls"}]});
+    let ec = envoyconfig("kuard", spec, None);
+    let (revision, _) = create_revision(&mut world, &mut api, &ec, "uid-rev1").await;
+    let name = revision["metadata"]["name"].as_str().unwrap().to_string();
+    let first = reconcile_revision_with_status(&mut world, &mut api, &name).await;
+    world.put_secret(&tls_secret("kuard-tls", "CERT-2"));
+    reconcile_quietly(
+        &mut api,
+        reconcile_revision(world.revision(&name), world.shared.clone()),
+    )
+    .await;
+    let served = world
+        .xds()
+        .cache
+        .get("kuard")
+        .unwrap()
+        .version(ResourceType::Secret)
+        .to_string();
+    assert_ne!(first["status"]["providesVersions"]["secrets"], served);
+    for pod in ["kuard-0", "kuard-1"] {
+        let node = NodeInfo {
+            id: "kuard".into(),
+            pod_name: pod.to_string(),
+        };
+        let stats = &world.xds().stats;
+        stats.stream_opened(&node, marin3r_xds::Api::Sotw);
+        for _ in 0..5 {
+            stats.record(&[StreamEvent::Nack {
+                node_id: "kuard".into(),
+                pod_name: pod.to_string(),
+                resource_type: ResourceType::Secret,
+                version: served.clone(),
+                message: "bad certificate".into(),
+            }]);
+        }
+    }
+    assert_eq!(
+        rejected_revisions(&world.shared),
+        [ObjectRef::new(&name).within("default")],
+        "judged against what is served"
+    );
+    // The taint is written at once (not coalesced), within the window.
+    let tainted = reconcile_revision_with_status(&mut world, &mut api, &name).await;
+    assert_eq!(tainted["status"]["tainted"], true);
+    assert!(
+        condition(&tainted["status"], "RevisionTainted")["message"]
+            .as_str()
+            .unwrap()
+            .contains(&served)
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn endpoint_slices_become_a_cluster_load_assignment() {
     let (client, mut api) = mock_client();
     let mut world = World::new(client, 5);
@@ -634,8 +744,86 @@ async fn endpoint_slices_become_a_cluster_load_assignment() {
         marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changed),
         [ObjectRef::new(&name).within("default")]
     );
+    // Past the window of the first status write (re-publications are coalesced).
+    tokio::time::advance(coalesce::STATUS_WINDOW).await;
     reconcile_revision_with_status(&mut world, &mut api, &name).await;
     assert_eq!(addresses(&world).len(), 3);
+}
+
+/// A replica that does not lead writes nothing, whatever the write: every write of the
+/// reconcilers goes through the one writer, whose gate skips it. A follower over the
+/// leader's caches reconciles an edited EnvoyConfig (create, status), a revision
+/// without the finalizer (patch), one without a status (status apply) and a malformed
+/// one being deleted (patch): not one request. The writer's every kind of write is
+/// skipped too, and reported so.
+#[tokio::test]
+async fn a_replica_that_does_not_lead_writes_nothing_through_the_one_writer() {
+    use marin3r_control_plane::kubernetes::writer::Written;
+    let (client, mut api) = mock_client();
+    let mut world = World::new(client.clone(), 5);
+    in_sync(&mut world, &mut api).await;
+    let follower = Arc::new(
+        Shared::new(
+            client,
+            world.shared.configs.clone(),
+            world.shared.revisions.clone(),
+            world.shared.secrets.clone(),
+            marin3r_control_plane::kubernetes::SliceIndex::new(),
+            marin3r_control_plane::Context::new(marin3r_xds::SharedStats::new()),
+            5,
+        )
+        .with_leadership(marin3r_kube::lease::Leadership::new(Duration::from_secs(
+            15,
+        ))),
+    );
+    assert!(!follower.writer.leads());
+
+    // An edit: the leader would create a revision and write the status.
+    let mut ec = to_json(world.config("kuard").valid().unwrap());
+    ec["spec"] = spec(9090);
+    ec["metadata"]["generation"] = json!(2);
+    let obj = world.put_config(&ec);
+    reconcile_quietly(&mut api, reconcile_envoyconfig(obj, follower.clone())).await;
+
+    let name = revision_name(&spec(8080));
+    let published = to_json(world.revision(&name).valid().unwrap());
+    // No status: the leader would apply one (the follower serves it all the same).
+    let mut bare = published.clone();
+    bare.as_object_mut().unwrap().remove("status");
+    let obj = world.put_revision(&bare);
+    reconcile_quietly(&mut api, reconcile_revision(obj, follower.clone())).await;
+    assert!(
+        follower.xds.cache.get("kuard").is_some(),
+        "a follower serves"
+    );
+    // No finalizer: the leader would add it.
+    let mut unfinalized = published.clone();
+    unfinalized["metadata"]["finalizers"] = json!([]);
+    let obj = world.put_revision(&unfinalized);
+    reconcile_quietly(&mut api, reconcile_revision(obj, follower.clone())).await;
+    // Malformed and being deleted: the leader would remove its finalizer.
+    let mut malformed = published.clone();
+    malformed["spec"]["nodeID"] = json!(["not", "a", "string"]);
+    malformed["metadata"]["deletionTimestamp"] = json!("2025-01-02T00:00:00Z");
+    let obj = world.put_revision(&malformed);
+    assert!(matches!(obj.as_ref(), Lenient::Malformed { .. }));
+    reconcile_quietly(&mut api, reconcile_revision(obj, follower.clone())).await;
+
+    // The writer itself: every kind of write is skipped and reported so.
+    let w = &follower.writer;
+    let revision: EnvoyConfigRevision = serde_json::from_value(published).unwrap();
+    let written = reconcile_quietly(&mut api, async {
+        Ok::<_, kube::Error>([
+            w.create("default", &revision).await?,
+            w.merge_patch::<EnvoyConfigRevision>("default", &name, &json!({}))
+                .await?,
+            w.delete::<EnvoyConfigRevision>("default", &name).await?,
+            w.apply_status::<EnvoyConfigRevision>("default", &name, None, &json!({}))
+                .await?,
+        ])
+    })
+    .await;
+    assert_eq!(written, [Written::Skipped; 4]);
 }
 
 #[tokio::test]
@@ -990,7 +1178,7 @@ impl Envoy {
 /// reordered or rebalanced between the slices of the Service) sends nothing to any
 /// stream and writes nothing; a real change sends exactly one EDS response per stream
 /// of the affected node and nothing to the others.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slice_updates_that_change_no_endpoint_push_nothing() {
     let (client, mut api) = mock_client();
     let mut world = World::new(client, 5);
@@ -1127,6 +1315,8 @@ async fn slice_updates_that_change_no_endpoint_push_nothing() {
         "7",
         &["10.0.0.2", "10.0.0.4"],
     ));
+    // Past the window of the first status write (re-publications are coalesced).
+    tokio::time::advance(coalesce::STATUS_WINDOW).await;
     reconcile_revision_with_status(&mut world, &mut api, &names[0]).await;
     let received: Vec<usize> = envoys.iter_mut().map(Envoy::received).collect();
     assert_eq!(received, [2, 0]);

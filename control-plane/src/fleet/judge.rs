@@ -212,11 +212,16 @@ impl Fleet {
         }
     }
 
-    /// The NACK message one of the rejecting replicas reported for the node.
-    pub fn message(&self, node_id: &str) -> Option<String> {
+    /// The NACK message one of the replicas that NACKed `version` of `t` reported for
+    /// the node (a digest's message is that of its most rejected version).
+    pub fn message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
         self.reports
             .values()
             .filter_map(|r| r.nodes.get(node_id))
+            .filter(|d| {
+                d.versions.get(t.as_str()).map(String::as_str) == Some(version)
+                    && d.min_nacks.get(t.as_str()).is_some_and(|n| *n > 0)
+            })
             .find_map(|d| d.message.clone())
     }
 
@@ -282,8 +287,8 @@ impl NackView for FleetView<'_> {
         }
     }
 
-    fn nack_message(&self, node_id: &str, _: ResourceType, _: &str) -> Option<String> {
-        self.fleet.message(node_id)
+    fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
+        self.fleet.message(node_id, t, version)
     }
 }
 

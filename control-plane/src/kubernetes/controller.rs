@@ -19,7 +19,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource as _, ResourceExt as _};
@@ -37,18 +36,18 @@ use marin3r_kube::Lenient;
 use marin3r_xds::ResourceType;
 use marin3r_xds::snapshot::Snapshot;
 
+use super::coalesce::{self, Coalescer, Gate};
 use super::ha::{self, Ha, ServedNodes};
+use super::writer::{Writer, Written};
 use crate::fleet::{Fleet, FleetView, Judged, NoVerdict, Served};
 use crate::nacks::NackView;
+use marin3r_kube::lease::Leadership;
 
-/// Field manager of every write (server-side apply of the status subresources).
-pub const FIELD_MANAGER: &str = "marin3r";
+pub use super::writer::FIELD_MANAGER;
 /// Retry delay while the desired revision's old copy is still being deleted.
 const WAIT_FOR_DELETION: Duration = Duration::from_secs(2);
 /// Retry delay while a Secret or EndpointSlice a revision needs is missing.
 const RETRY_OUT_OF_SYNC: Duration = Duration::from_secs(30);
-/// Retry delay of a write skipped while this replica's Lease renewal is late.
-const RETRY_RENEWAL: Duration = Duration::from_secs(1);
 /// Retry delay after a write refused because the object changed meanwhile.
 const RETRY_CONFLICT: Duration = Duration::from_secs(1);
 /// Retry delay while the owner of a revision is not in the cache yet.
@@ -60,7 +59,10 @@ pub use marin3r_kube::watch::error_policy;
 
 /// What the reconcilers read and write.
 pub struct Shared {
+    /// Reads not served by the caches (the owner of a revision being finalized).
     pub client: Client,
+    /// Every write, gated on the Lease ([`Writer`]).
+    pub writer: Writer,
     pub configs: Store<Lenient<EnvoyConfig>>,
     pub revisions: Store<Lenient<EnvoyConfigRevision>>,
     pub secrets: Store<Secret>,
@@ -79,6 +81,11 @@ pub struct Shared {
     /// One of several replicas: the leadership writes are gated on, and the fleet's
     /// reports. `None`: a single replica, which always writes.
     pub ha: Option<Arc<Ha>>,
+    /// The revisions' status writes per EnvoyConfig (namespace, UID): a re-publication
+    /// within the same revision is written at most once per [`coalesce::STATUS_WINDOW`].
+    status_writes: std::sync::Mutex<Coalescer<(String, String)>>,
+    /// How many times a reconcile resolved a revision's spec ([`Shared::resolutions`]).
+    resolutions: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -92,6 +99,7 @@ impl Shared {
         nack_threshold: u64,
     ) -> Self {
         Self {
+            writer: Writer::new(client.clone(), Leadership::always()),
             client,
             configs,
             revisions,
@@ -102,36 +110,30 @@ impl Shared {
             publish_lock: tokio::sync::Mutex::new(()),
             served: ServedNodes::default(),
             ha: None,
+            status_writes: std::sync::Mutex::new(Coalescer::new(coalesce::STATUS_WINDOW)),
+            resolutions: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// One of several replicas (`docs/ha.md`): writes only while it leads, and judges
     /// NACKs over the fleet.
+    /// Writes only while `leadership` is current (what [`Shared::with_ha`] sets from
+    /// the Lease election; a single replica always writes).
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.writer = Writer::new(self.client.clone(), leadership);
+        self
+    }
+
     pub fn with_ha(mut self, ha: Arc<Ha>) -> Self {
+        self = self.with_leadership(ha.leadership.clone());
         self.ha = Some(ha);
         self
     }
 
-    /// Whether this replica may write to the API server now: a single replica always;
-    /// one of several only while its Lease is current. Checked right before every write.
-    pub fn may_write(&self) -> bool {
-        self.ha.as_ref().is_none_or(|ha| ha.leadership.is_current())
-    }
-
-    /// What a reconcile does after a write it could not make ([`Shared::may_write`]):
-    /// while this replica still holds the Lease (a renewal is late, or in flight) it
-    /// looks again soon; otherwise it waits — winning the Lease reconciles everything.
-    pub fn write_skipped(&self) -> Action {
-        self.write_skipped_or(Action::await_change())
-    }
-
-    /// [`Shared::write_skipped`] where `otherwise` is what a replica that does not hold
-    /// the Lease does (e.g. a retry it needs anyway).
-    pub fn write_skipped_or(&self, otherwise: Action) -> Action {
-        match &self.ha {
-            Some(ha) if ha.leadership.view().holder => Action::requeue(RETRY_RENEWAL),
-            _ => otherwise,
-        }
+    /// How many times the revision reconciles resolved a spec (Secrets and
+    /// EndpointSlices read, resources decoded): for tests and profiles.
+    pub fn resolutions(&self) -> u64 {
+        self.resolutions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This replica's digest of every node it serves or has streams for.
@@ -204,16 +206,28 @@ fn now() -> Timestamp {
     Timestamp::now()
 }
 
-/// Server-side apply of `status` on the status subresource of `name`, as [`FIELD_MANAGER`].
-async fn apply_status<K>(
-    api: &Api<K>,
-    name: &str,
-    status: &impl serde::Serialize,
-) -> Result<(), Error>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    Ok(marin3r_kube::apply::apply_status(api, name, status, FIELD_MANAGER).await?)
+/// A lock that a panic elsewhere does not poison for good.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The per-type versions of `ecr` to judge against the NACKs: what this replica serves
+/// its node when it serves `ecr` (the status may lag behind, [`coalesce`]), else what
+/// its status says.
+pub(super) fn served_versions(
+    ctx: &Shared,
+    ecr: &EnvoyConfigRevision,
+) -> Option<BTreeMap<ResourceType, String>> {
+    match ctx.served.get(&ecr.spec.node_id) {
+        Some(s) if ecr.metadata.uid.as_deref() == Some(s.uid.as_str()) => Some(s.versions),
+        _ => Some(
+            ecr.status
+                .as_ref()?
+                .provides_versions
+                .as_ref()?
+                .to_versions(),
+        ),
+    }
 }
 
 /// Reconciles one EnvoyConfig (see the module docs and [`plan_envoyconfig`]).
@@ -236,11 +250,11 @@ pub async fn reconcile_envoyconfig(
         // Its revisions are garbage collected through their owner reference.
         return Ok(Action::await_change());
     }
-    if !ctx.may_write() {
+    if !ctx.writer.leads() {
         // The leader shows the cacheState (a former leader's would go stale).
         ctx.xds.revisions.forget(&namespace, &name);
         // Another replica leads: it creates the revisions and writes the status.
-        return Ok(ctx.write_skipped());
+        return Ok(ctx.writer.skipped(Action::await_change()));
     }
     let all = ctx.revisions_in(&namespace);
     let mut plan = match plan_envoyconfig(ec, all.iter().filter_map(|r| r.valid().ok()), now()) {
@@ -261,70 +275,67 @@ pub async fn reconcile_envoyconfig(
             action = Action::requeue(again);
         }
     }
-    let revisions: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
-    // Leadership is checked right before each write; one skipped means a retry.
+    // Every write is gated by the writer; one skipped means a retry.
     let mut skipped = false;
-    let mut may_write = || {
-        let may = ctx.may_write();
-        skipped |= !may;
-        may
-    };
-    if let Some(new) = &plan.create
-        && may_write()
-    {
+    let w = &ctx.writer;
+    if let Some(new) = &plan.create {
         let revision = new.name_any();
-        match revisions.create(&PostParams::default(), new).await {
-            Ok(_) => tracing::info!(
+        match w.create(&namespace, new).await {
+            Ok(Written::Done) => tracing::info!(
                 namespace,
                 envoyconfig = name,
                 revision,
                 "created EnvoyConfigRevision"
             ),
+            Ok(Written::Skipped) => skipped = true,
             // Not in our cache yet (or taken by an object we do not own): look again soon.
             Err(e) if is_status(&e, 409) => action = Action::requeue(RETRY_OWNER),
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some((revision, applied_at)) = &plan.touch
-        && may_write()
-    {
+    if let Some((revision, applied_at)) = &plan.touch {
         let patch = json!({"metadata": {"annotations": {
             marin3r_wire::APPLIED_AT_ANNOTATION: applied_at
         }}});
-        revisions
-            .patch(revision, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        tracing::info!(
-            namespace,
-            envoyconfig = name,
-            revision,
-            "re-applied a known revision"
-        );
+        match w
+            .merge_patch::<EnvoyConfigRevision>(&namespace, revision, &patch)
+            .await?
+        {
+            Written::Done => tracing::info!(
+                namespace,
+                envoyconfig = name,
+                revision,
+                "re-applied a known revision"
+            ),
+            Written::Skipped => skipped = true,
+        }
     }
-    for revision in plan.delete.iter().filter(|_| may_write()) {
-        match revisions.delete(revision, &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(
+    for revision in &plan.delete {
+        match w.delete::<EnvoyConfigRevision>(&namespace, revision).await {
+            Ok(Written::Done) => tracing::info!(
                 namespace,
                 envoyconfig = name,
                 revision,
                 "deleted old EnvoyConfigRevision"
             ),
+            Ok(Written::Skipped) => skipped = true,
             Err(e) if is_status(&e, 404) => {}
             Err(e) => return Err(e.into()),
         }
     }
     if let Some(status) = &plan.status
         && ec.status.as_ref() != Some(status)
-        && may_write()
     {
-        let configs: Api<EnvoyConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-        apply_status(&configs, &name, status).await?;
+        let written = w
+            .apply_status::<EnvoyConfig>(&namespace, &name, None, status)
+            .await?;
+        skipped |= written == Written::Skipped;
     }
     if plan.wait_for_deletion {
         action = Action::requeue(WAIT_FOR_DELETION);
     }
     if skipped {
-        action = ctx.write_skipped();
+        action = ctx.writer.skipped(Action::await_change());
     }
     Ok(action)
 }
@@ -340,7 +351,7 @@ fn replicas_in_sync(
     previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 ) -> Option<Duration> {
-    let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
+    let fleet = ha.this_tick(|| ctx.digests());
     let (verdict, again) =
         replicas_in_sync_verdict(ctx, ha, &fleet, ec, tokio::time::Instant::now())?;
     // The plan writes its own conditions afresh: carry this one over, so that its
@@ -409,35 +420,36 @@ fn has_finalizer(meta: &ObjectMeta) -> bool {
 /// Sets the finalizer list with a merge patch guarded by the resource version: a
 /// concurrent change makes it fail with 409 Conflict, and the reconcile is retried.
 async fn set_finalizers(
-    api: &Api<EnvoyConfigRevision>,
+    writer: &Writer,
     meta: &ObjectMeta,
     finalizers: Vec<String>,
-) -> Result<(), Error> {
+) -> Result<Written, Error> {
     let name = meta.name.as_deref().unwrap_or_default();
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
     let patch = json!({"metadata": {
         "resourceVersion": meta.resource_version,
         "finalizers": finalizers,
     }});
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    match writer
+        .merge_patch::<EnvoyConfigRevision>(namespace, name, &patch)
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(written),
         // Already gone: nothing left to finalize.
-        Err(e) if is_status(&e, 404) => Ok(()),
+        Err(e) if is_status(&e, 404) => Ok(Written::Done),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Adds [`marin3r_wire::REVISION_FINALIZER`] to the revision.
-async fn add_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> Result<(), Error> {
+async fn add_finalizer(writer: &Writer, meta: &ObjectMeta) -> Result<Written, Error> {
     let mut list = meta.finalizers.clone().unwrap_or_default();
     list.push(marin3r_wire::REVISION_FINALIZER.to_string());
-    set_finalizers(api, meta, list).await
+    set_finalizers(writer, meta, list).await
 }
 
 /// Removes [`marin3r_wire::REVISION_FINALIZER`] from the revision.
-async fn remove_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> Result<(), Error> {
+async fn remove_finalizer(writer: &Writer, meta: &ObjectMeta) -> Result<Written, Error> {
     let list = meta
         .finalizers
         .iter()
@@ -445,7 +457,16 @@ async fn remove_finalizer(api: &Api<EnvoyConfigRevision>, meta: &ObjectMeta) -> 
         .filter(|f| *f != marin3r_wire::REVISION_FINALIZER)
         .cloned()
         .collect();
-    set_finalizers(api, meta, list).await
+    set_finalizers(writer, meta, list).await
+}
+
+/// What a reconcile does after `written`: `done` when it was written, else what
+/// [`Writer::skipped`] says.
+fn after(ctx: &Shared, written: Written, done: Action) -> Action {
+    match written {
+        Written::Done => done,
+        Written::Skipped => ctx.writer.skipped(done),
+    }
 }
 
 /// Reconciles one EnvoyConfigRevision (see the module docs).
@@ -456,7 +477,6 @@ pub async fn reconcile_revision(
     let meta = obj.meta().clone();
     let namespace = meta.namespace.clone().unwrap_or_default();
     let name = meta.name.clone().unwrap_or_default();
-    let api: Api<EnvoyConfigRevision> = Api::namespaced(ctx.client.clone(), &namespace);
     let deleting = meta.deletion_timestamp.is_some();
     let ecr = match obj.valid() {
         Ok(ecr) => ecr,
@@ -468,34 +488,27 @@ pub async fn reconcile_revision(
                 "malformed EnvoyConfigRevision; skipped"
             );
             if deleting && has_finalizer(&meta) {
-                if !ctx.may_write() {
-                    return Ok(ctx.write_skipped());
-                }
                 // Never block the deletion of an object we cannot read.
-                remove_finalizer(&api, &meta).await?;
+                let written = remove_finalizer(&ctx.writer, &meta).await?;
+                return Ok(after(&ctx, written, Action::await_change()));
             }
             return Ok(Action::await_change());
         }
     };
     if deleting {
-        // Finalizers are the leader's; every replica forgets unclaimed nodes by itself
-        // (`forget_unclaimed_nodes`).
+        // Removing the finalizer is the leader's (the writer skips it elsewhere); the
+        // node is forgotten by every replica (as `forget_unclaimed_nodes` does anyway).
         if has_finalizer(&meta) {
-            if !ctx.may_write() {
-                return Ok(ctx.write_skipped());
-            }
             cleanup(&ctx, ecr).await?;
-            remove_finalizer(&api, &meta).await?;
+            let written = remove_finalizer(&ctx.writer, &meta).await?;
+            return Ok(after(&ctx, written, Action::await_change()));
         }
         return Ok(Action::await_change());
     }
     if !has_finalizer(&meta) {
-        if !ctx.may_write() {
-            return Ok(ctx.write_skipped());
-        }
-        add_finalizer(&api, &meta).await?;
         // The patch triggers the next reconcile.
-        return Ok(Action::await_change());
+        let written = add_finalizer(&ctx.writer, &meta).await?;
+        return Ok(after(&ctx, written, Action::await_change()));
     }
     let Some(owner_uid) = controller_uid(ecr) else {
         tracing::debug!(
@@ -523,8 +536,7 @@ pub async fn reconcile_revision(
     } else {
         publish(&ctx, &namespace, owner_uid, ecr).await
     };
-    let leads = ctx.may_write();
-    if leads {
+    if ctx.writer.leads() {
         log_outcome(&namespace, &name, &ecr.spec.node_id, &outcome);
     }
     let new_status = plan_revision_status(&status, meta.generation, &outcome, now());
@@ -532,8 +544,15 @@ pub async fn reconcile_revision(
         Outcome::OutOfSync { .. } => Action::requeue(RETRY_OUT_OF_SYNC),
         _ => Action::await_change(),
     };
-    if new_status != status && !ctx.may_write() {
-        return Ok(ctx.write_skipped_or(retry));
+    // A re-publication within the same revision (new endpoints, a renewed Secret) is
+    // written at most once per window, the last value at the window's end; the snapshot
+    // was set already.
+    let group = (namespace.clone(), owner_uid.to_string());
+    if new_status != status && plan::republished_only(&status, &new_status) {
+        let gate = lock(&ctx.status_writes).offer(group.clone(), tokio::time::Instant::now());
+        if let Gate::Defer(wait) = gate {
+            return Ok(Action::requeue(wait));
+        }
     }
     if new_status != status {
         // Fenced: the taint is written only on the revision as it was judged (another
@@ -541,10 +560,14 @@ pub async fn reconcile_revision(
         let fence = matches!(outcome, Outcome::Tainted { .. })
             .then_some(meta.resource_version.as_deref())
             .flatten();
-        match marin3r_kube::apply::apply_status_at(&api, &name, fence, &new_status, FIELD_MANAGER)
+        match ctx
+            .writer
+            .apply_status::<EnvoyConfigRevision>(&namespace, &name, fence, &new_status)
             .await
         {
-            Ok(()) => {
+            Ok(Written::Skipped) => return Ok(ctx.writer.skipped(retry)),
+            Ok(Written::Done) => {
+                lock(&ctx.status_writes).written(group, tokio::time::Instant::now());
                 if let Outcome::Tainted { reason, .. } = &outcome {
                     ctx.xds.revisions.tainted_reason(&ecr.spec.node_id, reason);
                 }
@@ -598,8 +621,37 @@ async fn publish(
     let all = ctx.revisions_in(namespace);
     let valid: Vec<&EnvoyConfigRevision> = all.iter().filter_map(|r| r.valid().ok()).collect();
     let ordered = siblings(valid, owner_uid);
-    let revisions = plan::engine(node_id, &ordered);
-    let served = ctx.served.get(node_id).map(|s| s.version);
+    let served = ctx.served.get(node_id);
+    // Only the elected revision is published and only it or the one served can be
+    // tainted: any other answers "not elected" without copying the group into an
+    // engine or resolving anything (each status write of the elected revision
+    // reconciles every sibling).
+    let same = |name: &str, uid: Option<&str>| {
+        Some(name) == ecr.metadata.name.as_deref() && uid == ecr.metadata.uid.as_deref()
+    };
+    let is_elected =
+        plan::elected(&ordered).is_some_and(|e| same(&e.name_any(), e.metadata.uid.as_deref()));
+    let is_served = served
+        .as_ref()
+        .is_some_and(|s| same(&s.name, Some(s.uid.as_str())));
+    if !is_elected && !is_served {
+        return Outcome::NotElected;
+    }
+    let mut revisions = plan::engine(node_id, &ordered);
+    // The NACKs are judged against what is served, which the (coalesced) status may
+    // not show yet.
+    if let Some(s) = &served
+        && let Some(r) = revisions
+            .revisions
+            .iter_mut()
+            .find(|r| r.version == s.version)
+        && ordered
+            .iter()
+            .any(|e| e.metadata.uid.as_deref() == Some(s.uid.as_str()))
+    {
+        r.provides_versions.clone_from(&s.versions);
+    }
+    let served = served.map(|s| s.version);
     let source = StoreSource {
         namespace,
         secrets: &ctx.secrets,
@@ -609,7 +661,11 @@ async fn publish(
         publisher::decide(
             &revisions,
             served.as_deref(),
-            |rev| publisher::resolution(&rev.spec, &source),
+            |rev| {
+                ctx.resolutions
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                publisher::resolution(&rev.spec, &source)
+            },
             nacks,
             ctx.nack_threshold,
         )
@@ -618,9 +674,10 @@ async fn publish(
         // A single replica sees every Envoy of the node.
         None => decide(&ctx.xds.stats),
         // The leader judges over every replica's report; the others follow its taints.
-        Some(ha) if ctx.may_write() => match judged(&revisions, &ordered) {
+        Some(ha) if ctx.writer.leads() => match judged(&revisions, &ordered) {
             Some(judged) => {
-                let fleet = ha.fleet(ctx.digests(), std::time::SystemTime::now());
+                // The fleet as the tick that triggered this reconcile judged it.
+                let fleet = ha.this_tick(|| ctx.digests());
                 let view = FleetView::new(&fleet, judged);
                 let decision = decide(&view);
                 ha.count_vetoes(&view.into_vetoes());
@@ -813,11 +870,7 @@ async fn cleanup(ctx: &Shared, ecr: &EnvoyConfigRevision) -> Result<(), Error> {
     let node_id = &ecr.spec.node_id;
     let namespace = ecr.namespace().unwrap_or_default();
     // Ask the API server about the owner: the cache may not have seen its deletion yet.
-    let owner_alive = match ecr
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-    {
+    let owner_alive = match plan::owner(&ecr.metadata) {
         Some(owner) => {
             let configs: Api<Lenient<EnvoyConfig>> =
                 Api::namespaced(ctx.client.clone(), &namespace);

@@ -184,6 +184,9 @@ pub struct Ha {
     /// Per report: the (uid, resourceVersion) last seen and since when (this replica's
     /// clock): what its freshness is judged by.
     observed: Mutex<HashMap<String, Observed>>,
+    /// The fleet as the last evaluation tick judged it ([`Ha::judged`]): what the
+    /// reconciles it triggers read, so a tick's verdict is carried into them.
+    tick: Mutex<Option<Arc<Fleet>>>,
 }
 
 impl Ha {
@@ -204,6 +207,7 @@ impl Ha {
             vetoed: Mutex::default(),
             seq: std::sync::atomic::AtomicU64::new(0),
             observed: Mutex::default(),
+            tick: Mutex::default(),
         }
     }
 
@@ -223,6 +227,24 @@ impl Ha {
     /// whose clock runs behind does not look stale, one ahead (or a heartbeat dated
     /// 2099) does not look fresh for ever. Each [`Report::heartbeat`] is that instant of
     /// observation on this replica's clock.
+    /// Keeps `fleet` as this tick's ([`Ha::this_tick`]) and returns it.
+    pub fn judged(&self, fleet: Fleet) -> Arc<Fleet> {
+        let fleet = Arc::new(fleet);
+        *self.tick.lock().unwrap_or_else(PoisonError::into_inner) = Some(fleet.clone());
+        fleet
+    }
+
+    /// The fleet as the last tick judged it; before the first tick, judged now from
+    /// `own` (this replica's digests).
+    pub fn this_tick(&self, own: impl FnOnce() -> Vec<NodeDigest>) -> Arc<Fleet> {
+        let last = self
+            .tick
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        last.unwrap_or_else(|| self.judged(self.fleet(own(), SystemTime::now())))
+    }
+
     pub fn fleet(&self, own: Vec<NodeDigest>, now: SystemTime) -> Fleet {
         let seen_now = Instant::now();
         let slices = self.endpoints.state();
@@ -483,11 +505,34 @@ pub fn digests(
         .map(|node_id| {
             let s = served.get(&node_id);
             let versions = s.map(|s| s.versions.clone()).unwrap_or_default();
-            let nacks = stats.node_nacks(&node_id, &versions, threshold);
+            let mut nacks = stats.node_nacks(&node_id, &versions, threshold);
+            // The message of the type the leader will find rejected, as one replica
+            // quotes it ([`crate::nacks::nack_verdict`]): the taint reasons agree.
+            if let Some((t, version)) = most_rejected(&versions, &nacks.min_nacks) {
+                nacks.message = crate::nacks::NackView::nack_message(stats, &node_id, t, version)
+                    .or(nacks.message);
+            }
             fleet::report::digest(&node_id, s, nacks)
         })
         .collect();
     fleet::report::bounded(digests, fleet::report::MAX_REPORT_BYTES)
+}
+
+/// The served version whose smallest NACK count over the pods is the highest (the
+/// first by type on a tie, the order [`crate::nacks::rejected`] looks in), if any was
+/// NACKed.
+fn most_rejected<'v>(
+    versions: &'v BTreeMap<marin3r_envoyconfig::ResourceType, String>,
+    min_nacks: &BTreeMap<marin3r_envoyconfig::ResourceType, u64>,
+) -> Option<(marin3r_envoyconfig::ResourceType, &'v str)> {
+    let mut best: Option<(marin3r_envoyconfig::ResourceType, &str, u64)> = None;
+    for (t, v) in versions {
+        let n = min_nacks.get(t).copied().unwrap_or(0);
+        if n > 0 && best.is_none_or(|(_, _, m)| n > m) {
+            best = Some((*t, v, n));
+        }
+    }
+    best.map(|(t, v, _)| (t, v))
 }
 
 /// Writes this replica's report whenever [`Schedule`] says so, until dropped. A write
@@ -943,6 +988,32 @@ mod tests {
         const { assert!(fleet::MAX_REPORT_BYTES * 3 <= 1_572_864) };
     }
 
+    /// The fleet is judged once per tick: the reconciles the tick triggers read the
+    /// tick's fleet, without judging it again (before the first tick, they judge it once).
+    #[test]
+    fn the_reconciles_read_the_fleet_of_the_tick() {
+        let config = HaConfig::new("d", "ns", "ds-0", None, 15);
+        let ha = Ha::new(
+            config,
+            Leadership::always(),
+            kube::runtime::reflector::store().0,
+            kube::runtime::reflector::store().0,
+            HaMetrics::default(),
+        );
+        let judged_now = std::cell::Cell::new(0);
+        let own = || {
+            judged_now.set(judged_now.get() + 1);
+            Vec::new()
+        };
+        let first = ha.this_tick(own);
+        assert_eq!(judged_now.get(), 1, "no tick yet: judged once");
+        assert!(Arc::ptr_eq(&first, &ha.this_tick(own)));
+        let tick = ha.judged(fleet_serving(&["new", "new"]));
+        let read = ha.this_tick(own);
+        assert!(Arc::ptr_eq(&tick, &read));
+        assert_eq!(judged_now.get(), 1, "the tick's fleet is not judged again");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lag_is_reported_only_once_it_lasted_the_debounce() {
         let config = HaConfig::new("d", "ns", "ds-0", None, 15);
@@ -1043,5 +1114,105 @@ mod tests {
             report_object(&short)["metadata"]["ownerReferences"],
             serde_json::json!([])
         );
+    }
+
+    /// One taint-reason rule for one replica and several: the same NACKs give the
+    /// same reason whether one replica judges its own streams or the leader judges the
+    /// fleet's reports (the rejected type's message, one length bound).
+    #[test]
+    fn one_replica_and_several_give_the_same_taint_reason() {
+        use crate::fleet::{FleetView, Judged};
+        use crate::nacks::{MAX_NACK_MESSAGE, nack_verdict};
+        use marin3r_xds::{NodeInfo, SharedStats, StreamEvent};
+        const N: u64 = 3;
+        let long = "x".repeat(MAX_NACK_MESSAGE * 3);
+        // NACKs: pod, type, count, message.
+        type Nacks<'a> = Vec<(&'a str, ResourceType, u64, &'a str)>;
+        let cases: [(&str, Nacks<'_>); 3] = [
+            (
+                "every pod rejects the listeners",
+                vec![
+                    ("kuard-0", ResourceType::Listener, N, "bad listener"),
+                    ("kuard-1", ResourceType::Listener, N, "bad listener"),
+                ],
+            ),
+            (
+                "another type's NACK is not quoted",
+                vec![
+                    ("kuard-0", ResourceType::Cluster, 1, "one bad cluster"),
+                    ("kuard-0", ResourceType::Listener, N, "bad listener"),
+                    ("kuard-1", ResourceType::Listener, N, "bad listener"),
+                ],
+            ),
+            (
+                "a long message is bounded the same",
+                vec![
+                    ("kuard-0", ResourceType::Listener, N, long.as_str()),
+                    ("kuard-1", ResourceType::Listener, N, long.as_str()),
+                ],
+            ),
+        ];
+        let versions = BTreeMap::from([
+            (ResourceType::Cluster, "C2".to_string()),
+            (ResourceType::Listener, "L2".to_string()),
+        ]);
+        let epoch = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+        ));
+        for (case, nacks) in cases {
+            let stats = SharedStats::new();
+            for pod in ["kuard-0", "kuard-1"] {
+                let node = NodeInfo {
+                    id: "kuard".into(),
+                    pod_name: pod.into(),
+                };
+                stats.stream_opened(&node, marin3r_xds::Api::Sotw);
+            }
+            for (pod, t, n, message) in &nacks {
+                for _ in 0..*n {
+                    stats.record(&[StreamEvent::Nack {
+                        node_id: "kuard".into(),
+                        pod_name: (*pod).into(),
+                        resource_type: *t,
+                        version: versions[t].clone(),
+                        message: (*message).into(),
+                    }]);
+                }
+            }
+            let one = nack_verdict("kuard", "v2", &versions, &stats, N).expect(case);
+
+            let served = BTreeMap::from([(
+                "kuard".to_string(),
+                Served {
+                    uid: "uid-r2".into(),
+                    name: "kuard-v2".into(),
+                    version: "v2".into(),
+                    epoch: epoch.clone(),
+                    versions: versions.clone(),
+                },
+            )]);
+            let now = marin3r_testkit::unix_time(1_800_000_000);
+            let fleet = Fleet {
+                reports: BTreeMap::from([(
+                    "ds-0".to_string(),
+                    Report::new(Some(now), digests(&served, &stats, N, |_| true)),
+                )]),
+                endpoints: BTreeSet::from(["ds-0".to_string()]),
+                now: Some(now),
+            };
+            let judged = Judged {
+                uid: "uid-r2".into(),
+                epoch: epoch.clone(),
+            };
+            let view = FleetView::new(&fleet, judged);
+            let several = nack_verdict("kuard", "v2", &versions, &view, N).expect(case);
+            assert_eq!(one, several, "{case}");
+            assert!(!one.reason.contains("cluster"), "{case}: {}", one.reason);
+            assert!(
+                one.reason.chars().count() < MAX_NACK_MESSAGE + 200,
+                "{case}: {}",
+                one.reason.len()
+            );
+        }
     }
 }

@@ -22,11 +22,13 @@
 //! tainted), which makes the next revision the elected one (rollback). A deleted Pod's
 //! NACK counts are forgotten.
 
+pub mod coalesce;
 pub mod controller;
 pub mod ha;
 pub mod plan;
 pub mod rbac;
 pub mod source;
+pub mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -439,16 +441,13 @@ fn revision_event_targets(
 ) -> Option<(ConfigRef, Vec<RevisionRef>)> {
     let changed = changed(event)?;
     let namespace = changed.namespace()?;
-    let owner = changed
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "EnvoyConfig")?;
+    let owner = plan::owner(changed.meta())?;
     let siblings = revisions
         .state()
         .iter()
         .filter(|r| {
             r.namespace().as_deref() == Some(namespace.as_str())
-                && r.owner_references().iter().any(|o| o.uid == owner.uid)
+                && plan::owner(r.meta()).is_some_and(|o| o.uid == owner.uid)
         })
         .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect();
@@ -601,16 +600,16 @@ async fn evaluate_loop(
         forget_unclaimed_nodes(&shared);
         // With several replicas, the fleet as this tick sees it: judged, observed and
         // compared with the statuses once.
-        let fleet = shared
-            .ha
-            .as_ref()
-            .map(|ha| (ha, ha.fleet(shared.digests(), std::time::SystemTime::now())));
-        for target in rejected_revisions_in(&shared, fleet.as_ref().map(|(_, f)| f)) {
+        let fleet = shared.ha.as_ref().map(|ha| {
+            let fleet = ha.fleet(shared.digests(), std::time::SystemTime::now());
+            (ha, ha.judged(fleet))
+        });
+        for target in rejected_revisions_in(&shared, fleet.as_ref().map(|(_, f)| &**f)) {
             let _ = revision_tx.send(target).await;
         }
         if let Some((ha, fleet)) = &fleet {
             ha.observe(fleet, shared.nack_threshold);
-            if shared.may_write() {
+            if shared.writer.leads() {
                 for target in replicas_in_sync_changes(&shared, ha, fleet) {
                     let _ = config_tx.send(target).await;
                 }
@@ -637,7 +636,7 @@ fn rejected_revisions_in(shared: &Shared, fleet: Option<&crate::fleet::Fleet>) -
     let fleet = match (&shared.ha, fleet) {
         (None, _) => None,
         // Only the leader judges, and only over the fleet.
-        (Some(_), _) if !shared.may_write() => return Vec::new(),
+        (Some(_), _) if !shared.writer.leads() => return Vec::new(),
         (Some(ha), Some(fleet)) => Some((ha, fleet)),
         (Some(_), None) => return Vec::new(),
     };
@@ -651,7 +650,7 @@ fn rejected_revisions_in(shared: &Shared, fleet: Option<&crate::fleet::Fleet>) -
             if !status.is_published() || status.is_tainted() {
                 return None;
             }
-            let versions = status.provides_versions.as_ref()?.to_versions();
+            let versions = controller::served_versions(shared, r)?;
             match &fleet {
                 None => crate::nacks::rejected(
                     &r.spec.node_id,

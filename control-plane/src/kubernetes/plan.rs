@@ -90,19 +90,24 @@ pub fn node_id_label(node_id: &str) -> String {
     }
 }
 
-/// Whether `ecr` is controlled by the object with `uid`.
-pub fn owned_by(ecr: &EnvoyConfigRevision, uid: &str) -> bool {
-    ecr.owner_references()
+/// The one owner rule: the EnvoyConfig a revision belongs to is its controller owner
+/// reference of kind EnvoyConfig (every user of "the owner" reads it here, whether it
+/// holds a typed revision or only its metadata).
+pub fn owner(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
         .iter()
-        .any(|o| o.uid == uid && o.controller == Some(true))
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == "EnvoyConfig")
 }
 
-/// The uid of the controller owner of `ecr`.
+/// Whether `ecr` is controlled by the EnvoyConfig with `uid` ([`owner`]).
+pub fn owned_by(ecr: &EnvoyConfigRevision, uid: &str) -> bool {
+    controller_uid(ecr) == Some(uid)
+}
+
+/// The uid of the EnvoyConfig owning `ecr` ([`owner`]).
 pub fn controller_uid(ecr: &EnvoyConfigRevision) -> Option<&str> {
-    ecr.owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str())
+    owner(&ecr.metadata).map(|o| o.uid.as_str())
 }
 
 fn is_deleting(meta: &ObjectMeta) -> bool {
@@ -441,6 +446,23 @@ pub enum Outcome {
         reason: &'static str,
         message: String,
     },
+}
+
+/// Whether `new` differs from `current` only by `providesVersions` on a revision that
+/// stays published and untainted: a re-publication within the same revision (an
+/// EndpointSlice or Secret it reads changed), the status write that is coalesced
+/// ([`super::coalesce`]). Any other change (published, tainted, a condition) is not.
+pub fn republished_only(
+    current: &EnvoyConfigRevisionStatus,
+    new: &EnvoyConfigRevisionStatus,
+) -> bool {
+    if !current.is_published() || current.is_tainted() || current.last_published_at.is_none() {
+        return false;
+    }
+    let mut same = new.clone();
+    same.provides_versions
+        .clone_from(&current.provides_versions);
+    same == *current
 }
 
 /// The revision's new status after `outcome` (the revision controller writes it when it
@@ -1185,6 +1207,73 @@ mod tests {
             let again = plan_revision_status(&s, Some(1), &outcome, ts(60));
             assert_eq!(again, s, "{case}: idempotent");
         }
+    }
+
+    /// One owner rule: the controller reference of kind EnvoyConfig, nothing else.
+    #[test]
+    fn the_owner_is_the_controller_envoyconfig() {
+        let reference = |kind: &str, uid: &str, controller: Option<bool>| OwnerReference {
+            api_version: "marin3r.3scale.net/v1alpha1".into(),
+            kind: kind.into(),
+            name: "kuard".into(),
+            uid: uid.into(),
+            controller,
+            ..Default::default()
+        };
+        let mut r = ecr(8080, 0, None);
+        for (refs, want) in [
+            (vec![reference("EnvoyConfig", "a", Some(true))], Some("a")),
+            (vec![reference("EnvoyConfig", "a", None)], None),
+            (vec![reference("Deployment", "d", Some(true))], None),
+            (
+                vec![
+                    reference("Deployment", "d", Some(true)),
+                    reference("EnvoyConfig", "b", Some(false)),
+                    reference("EnvoyConfig", "c", Some(true)),
+                ],
+                Some("c"),
+            ),
+        ] {
+            r.metadata.owner_references = Some(refs);
+            assert_eq!(controller_uid(&r), want);
+            assert_eq!(owner(&r.metadata).map(|o| o.uid.as_str()), want);
+            assert!(!owned_by(&r, "d"), "a Deployment never owns a revision");
+        }
+    }
+
+    /// Only a re-publication within the same published revision is coalesced: the
+    /// first publication, a taint, a wait or an unpublication are written at once.
+    #[test]
+    fn only_a_republication_within_the_revision_is_coalescable() {
+        let versions = |v: &str| Outcome::Published {
+            versions: [(ResourceType::Endpoint, v.to_string())].into(),
+        };
+        let first = plan_revision_status(&Default::default(), Some(1), &versions("E1"), ts(0));
+        assert!(
+            !republished_only(&Default::default(), &first),
+            "first publication"
+        );
+        let again = plan_revision_status(&first, Some(1), &versions("E2"), ts(10));
+        assert!(republished_only(&first, &again), "new endpoints");
+        assert!(republished_only(&first, &first), "nothing changed");
+        for outcome in [
+            Outcome::Tainted {
+                reason: "NACK",
+                message: "rejected".into(),
+            },
+            Outcome::OutOfSync {
+                reason: "DependenciesNotReady",
+                message: "slice".into(),
+            },
+            Outcome::NotElected,
+        ] {
+            let s = plan_revision_status(&first, Some(1), &outcome, ts(10));
+            assert!(!republished_only(&first, &s), "{outcome:?}");
+        }
+        let mut tainted = first.clone();
+        tainted.tainted = Some(true);
+        let s = plan_revision_status(&tainted, Some(1), &versions("E2"), ts(10));
+        assert!(!republished_only(&tainted, &s), "tainted");
     }
 
     #[test]
