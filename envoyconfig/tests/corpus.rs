@@ -185,41 +185,20 @@ fn envoy_still_gives_the_recorded_verdicts() {
         "only {} bootstraps",
         bootstraps.len()
     );
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .max(2)
-        * 2;
-    let chunk = bootstraps.len().div_ceil(workers);
-    let wrong: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bootstraps
-            .chunks(chunk)
-            .map(|files| {
-                let (envoy, scratch) = (&envoy, &scratch);
-                scope.spawn(move || {
-                    let mut wrong = Vec::new();
-                    for (file, accepted) in files {
-                        let output = std::process::Command::new(envoy)
-                            .args(["--mode", "validate", "-l", "critical", "-c"])
-                            .arg(corpus().join(file))
-                            .current_dir(scratch)
-                            .output()
-                            .unwrap();
-                        if output.status.success() != *accepted {
-                            wrong.push(format!(
-                                "{file}: recorded {}, Envoy says {}",
-                                if *accepted { "ACCEPT" } else { "REFUSE" },
-                                String::from_utf8_lossy(&output.stdout).trim()
-                            ));
-                        }
-                    }
-                    wrong
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
+    let wrong = marin3r_testkit::batches::in_batches(&bootstraps, |(file, accepted)| {
+        let output = std::process::Command::new(&envoy)
+            .args(["--mode", "validate", "-l", "critical", "-c"])
+            .arg(corpus().join(file))
+            .current_dir(&scratch)
+            .output()
+            .unwrap();
+        (output.status.success() != *accepted).then(|| {
+            format!(
+                "{file}: recorded {}, Envoy says {}",
+                if *accepted { "ACCEPT" } else { "REFUSE" },
+                String::from_utf8_lossy(&output.stdout).trim()
+            )
+        })
     });
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -23,6 +23,7 @@
 //!   discovery-service replicas behind one address).
 //! - [`sockets`] (Linux): the options of a server's side of a test connection (did the
 //!   server set `TCP_NODELAY` on the socket it accepted?).
+//! - [`batches`]: many runs of a slow external program, a few at a time.
 //! - [`envoy`]: where the tests find Envoy 1.40 (`ENVOY_BIN`, else `.venv`); never
 //!   optional.
 //! - [`special_files`]: every kind of entry that is not a usable regular file (FIFO,
@@ -35,6 +36,7 @@
 pub mod admission;
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
+pub mod batches;
 pub mod envoy;
 pub mod golden;
 pub mod http;

@@ -63,38 +63,14 @@ fn envoy_agrees_with_every_case_of_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let cases: Vec<(usize, tls_cases::Case)> = tls_cases::cases().into_iter().enumerate().collect();
     assert!(cases.len() > 80, "{} cases", cases.len());
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .max(2)
-        * 2;
-    let chunk = cases.len().div_ceil(workers);
-    let wrong: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = cases
-            .chunks(chunk)
-            .map(|rows| {
-                let dir = dir.path();
-                scope.spawn(move || {
-                    let mut wrong = Vec::new();
-                    for (i, case) in rows {
-                        let got = envoy_verdict(case, dir, *i);
-                        let good = match (&got, case.envoy.as_str()) {
-                            (Ok(()), "accept") => true,
-                            (Err(log), want) => want != "accept" && log.contains(want),
-                            _ => false,
-                        };
-                        if !good {
-                            wrong
-                                .push(format!("{}: want {:?}, got {got:?}", case.name, case.envoy));
-                        }
-                    }
-                    wrong
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
+    let wrong = marin3r_testkit::batches::in_batches(&cases, |(i, case)| {
+        let got = envoy_verdict(case, dir.path(), *i);
+        let good = match (&got, case.envoy.as_str()) {
+            (Ok(()), "accept") => true,
+            (Err(log), want) => want != "accept" && log.contains(want),
+            _ => false,
+        };
+        (!good).then(|| format!("{}: want {:?}, got {got:?}", case.name, case.envoy))
     });
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
