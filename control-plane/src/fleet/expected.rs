@@ -13,21 +13,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use marin3r_envoyconfig::discoveryservicereplica::DiscoveryServiceReplica;
 
 /// The label EndpointSlices carry with their Service's name.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-/// The names of the pods with a ready or terminating endpoint in `slices` (those of
-/// Service `service`; others are ignored).
-pub fn replicas_with_endpoints<'a>(
+/// The endpoints of the EndpointSlices of Service `service` in `slices` (others are
+/// ignored), with the Pod each one targets.
+fn pod_endpoints<'a, 's>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
-    service: &str,
-) -> BTreeSet<String> {
+    service: &'s str,
+) -> impl Iterator<Item = (&'a Endpoint, &'a ObjectReference)> {
     slices
         .into_iter()
-        .filter(|s| {
+        .filter(move |s| {
             s.metadata
                 .labels
                 .as_ref()
@@ -35,16 +36,25 @@ pub fn replicas_with_endpoints<'a>(
                 .is_some_and(|name| name == service)
         })
         .flat_map(|s| s.endpoints.iter().flatten())
-        .filter(|e| {
+        .filter_map(|e| Some((e, e.target_ref.as_ref()?)))
+        .filter(|(_, r)| r.kind.as_deref() == Some("Pod"))
+}
+
+/// The names of the pods with a ready or terminating endpoint in `slices` (those of
+/// Service `service`; others are ignored).
+pub fn replicas_with_endpoints<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    service: &str,
+) -> BTreeSet<String> {
+    pod_endpoints(slices, service)
+        .filter(|(e, _)| {
             let c = e.conditions.as_ref();
             // Kubernetes: a nil `ready` means ready (unknown state is ready).
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
             ready || terminating
         })
-        .filter_map(|e| e.target_ref.as_ref())
-        .filter(|r| r.kind.as_deref() == Some("Pod"))
-        .filter_map(|r| r.name.clone())
+        .filter_map(|(_, r)| r.name.clone())
         .collect()
 }
 
@@ -54,19 +64,8 @@ pub fn endpoint_pods<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     service: &str,
 ) -> BTreeMap<String, Option<String>> {
-    slices
-        .into_iter()
-        .filter(|s| {
-            s.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                .is_some_and(|name| name == service)
-        })
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .filter_map(|e| e.target_ref.as_ref())
-        .filter(|r| r.kind.as_deref() == Some("Pod"))
-        .filter_map(|r| Some((r.name.clone()?, r.uid.clone())))
+    pod_endpoints(slices, service)
+        .filter_map(|(_, r)| Some((r.name.clone()?, r.uid.clone())))
         .collect()
 }
 
