@@ -16,9 +16,12 @@
 //! fast the machine is.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::attack::{Pki, pki};
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -49,44 +52,6 @@ const LISTENER: ResourceType = ResourceType::Listener;
 const LONG: Duration = Duration::from_secs(30);
 
 // ------------------------------------------------------------------------- server
-
-/// Certificates for `localhost` and `127.0.0.1`, and the client's.
-struct Pki {
-    dir: tempfile::TempDir,
-    bundle: marin3r_certs::Bundle,
-}
-
-fn pki() -> Pki {
-    let bundle = marin3r_certs::issue(&marin3r_certs::IssueOptions {
-        hosts: vec!["localhost".into(), "127.0.0.1".into()],
-        ..Default::default()
-    })
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    bundle.write_to(dir.path()).unwrap();
-    Pki { dir, bundle }
-}
-
-impl Pki {
-    fn server_config(&self) -> Arc<rustls::ServerConfig> {
-        let d: &Path = self.dir.path();
-        marin3r_certs::mtls_server_config(
-            d.join("server/tls.crt"),
-            d.join("server/tls.key"),
-            d.join("ca/ca.crt"),
-            &[b"h2"],
-        )
-        .unwrap()
-    }
-
-    fn client_config(&self) -> Arc<rustls::ClientConfig> {
-        marin3r_testkit::tls::client_config(&self.bundle.ca.cert_pem)
-            .identity(&self.bundle.client.cert_pem, &self.bundle.client.key_pem)
-            .alpn(b"h2")
-            .build()
-            .unwrap()
-    }
-}
 
 fn snapshot(version: u64) -> Snapshot {
     let value = format!("listener version {version}").into_bytes();

@@ -43,9 +43,11 @@ pub const ADS_PATH: &str =
 
 // ------------------------------------------------------------------------- server
 
+/// Certificates for `localhost` and `127.0.0.1`, and the client's (the limits tests and
+/// `connections.rs`).
 pub struct Pki {
     dir: tempfile::TempDir,
-    bundle: marin3r_certs::Bundle,
+    pub bundle: marin3r_certs::Bundle,
 }
 
 pub fn pki() -> Pki {
@@ -60,7 +62,7 @@ pub fn pki() -> Pki {
 }
 
 impl Pki {
-    fn server_config(&self) -> Arc<rustls::ServerConfig> {
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let d: &Path = self.dir.path();
         marin3r_certs::mtls_server_config(
             d.join("server/tls.crt"),
@@ -71,7 +73,7 @@ impl Pki {
         .unwrap()
     }
 
-    fn client_config(&self) -> Arc<rustls::ClientConfig> {
+    pub fn client_config(&self) -> Arc<rustls::ClientConfig> {
         marin3r_testkit::tls::client_config(&self.bundle.ca.cert_pem)
             .identity(&self.bundle.client.cert_pem, &self.bundle.client.key_pem)
             .alpn(b"h2")
