@@ -18,7 +18,7 @@ use kube::ResourceExt as _;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use super::plan::label_matcher;
+use super::plan::{label_matcher, required_labels};
 use marin3r_envoyconfig::envoyconfig::{SecretData, SecretSource};
 
 /// Secrets and EndpointSlices of one namespace, from the watch caches.
@@ -33,8 +33,33 @@ pub struct StoreSource<'a> {
 /// revisions whose selector matches it are reconciled).
 pub type LabelSet = (String, BTreeMap<String, String>);
 
-/// Slices by namespace, then name (so a namespace's slices come out sorted by name).
-type ByNamespace = HashMap<String, BTreeMap<String, Arc<EndpointSlice>>>;
+/// The slices of one namespace: by name (so they come out sorted by name), and the
+/// names of those carrying each `key=value` label (the posting lists a selector's
+/// required labels narrow the candidates with: the churn profile had 30 % of the
+/// discovery service's CPU matching one Service's selector against every slice of the
+/// namespace on each resolution).
+#[derive(Default)]
+struct Namespace {
+    by_name: BTreeMap<String, Arc<EndpointSlice>>,
+    by_label: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl Namespace {
+    fn unindex(&mut self, name: &str, slice: &EndpointSlice) {
+        for (k, v) in slice.labels() {
+            let key = (k.clone(), v.clone());
+            if let Some(names) = self.by_label.get_mut(&key) {
+                names.remove(name);
+                if names.is_empty() {
+                    self.by_label.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Slices by namespace.
+type ByNamespace = HashMap<String, Namespace>;
 
 #[derive(Default)]
 struct SliceState {
@@ -76,16 +101,26 @@ fn key(slice: &EndpointSlice) -> Option<(String, String)> {
 
 fn insert(map: &mut ByNamespace, slice: &EndpointSlice) -> Option<Arc<EndpointSlice>> {
     let (namespace, name) = key(slice)?;
-    map.entry(namespace)
-        .or_default()
-        .insert(name, Arc::new(slice.clone()))
+    let ns = map.entry(namespace).or_default();
+    let old = ns.by_name.insert(name.clone(), Arc::new(slice.clone()));
+    if let Some(old) = &old {
+        ns.unindex(&name, old);
+    }
+    for (k, v) in slice.labels() {
+        let names = ns.by_label.entry((k.clone(), v.clone())).or_default();
+        names.insert(name.clone());
+    }
+    old
 }
 
 fn remove(map: &mut ByNamespace, slice: &EndpointSlice) -> Option<Arc<EndpointSlice>> {
     let (namespace, name) = key(slice)?;
-    let names = map.get_mut(&namespace)?;
-    let old = names.remove(&name);
-    if names.is_empty() {
+    let ns = map.get_mut(&namespace)?;
+    let old = ns.by_name.remove(&name);
+    if let Some(old) = &old {
+        ns.unindex(&name, old);
+    }
+    if ns.by_name.is_empty() {
         map.remove(&namespace);
     }
     old
@@ -144,7 +179,10 @@ impl SliceIndex {
         changed.into_iter().collect()
     }
 
-    /// The slices of `namespace` whose labels `selector` matches, sorted by name.
+    /// The slices of `namespace` whose labels `selector` matches, sorted by name. A
+    /// selector with required labels ([`required_labels`]: a Service's
+    /// `kubernetes.io/service-name`) looks only at the slices of its shortest posting
+    /// list; any other at the namespace's every slice.
     pub fn matching(
         &self,
         namespace: &str,
@@ -152,10 +190,29 @@ impl SliceIndex {
     ) -> Vec<Arc<EndpointSlice>> {
         let matches = label_matcher(selector);
         let s = self.lock();
-        s.slices
-            .get(namespace)
-            .into_iter()
-            .flat_map(BTreeMap::values)
+        let Some(ns) = s.slices.get(namespace) else {
+            return Vec::new();
+        };
+        let required = selector.map(required_labels).unwrap_or_default();
+        let postings = required.iter().map(|(k, v)| {
+            let key = (k.to_string(), v.to_string());
+            ns.by_label.get(&key).map_or(0, BTreeSet::len)
+        });
+        let shortest = postings.enumerate().min_by_key(|(_, n)| *n).map(|(i, _)| i);
+        let candidates: Box<dyn Iterator<Item = &Arc<EndpointSlice>>> = match shortest {
+            Some(i) => {
+                let (k, v) = required[i];
+                let names = ns.by_label.get(&(k.to_string(), v.to_string()));
+                Box::new(
+                    names
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|n| ns.by_name.get(n)),
+                )
+            }
+            None => Box::new(ns.by_name.values()),
+        };
+        candidates
             .filter(|slice| matches(slice.labels()))
             .map(Arc::clone)
             .collect()
@@ -164,12 +221,12 @@ impl SliceIndex {
     /// How many slices are held (the index's whole size, for tests and bounds).
     pub fn len(&self) -> usize {
         let s = self.lock();
-        let listed: usize = s.slices.values().map(BTreeMap::len).sum();
+        let listed: usize = s.slices.values().map(|ns| ns.by_name.len()).sum();
         let relisting: usize = s
             .relist
             .iter()
             .flat_map(|r| r.values())
-            .map(BTreeMap::len)
+            .map(|ns| ns.by_name.len())
             .sum();
         listed + relisting
     }
@@ -193,9 +250,11 @@ fn same_version(a: &EndpointSlice, b: &EndpointSlice) -> bool {
 /// The label sets of the slices that appeared, vanished or changed between two lists.
 fn relist_changes(old: &ByNamespace, new: &ByNamespace) -> BTreeSet<LabelSet> {
     let mut changed = BTreeSet::new();
-    let get = |m: &ByNamespace, ns: &str, name: &str| m.get(ns).and_then(|n| n.get(name)).cloned();
+    let get = |m: &ByNamespace, ns: &str, name: &str| {
+        m.get(ns).and_then(|n| n.by_name.get(name)).cloned()
+    };
     for (ns, names) in old {
-        for (name, o) in names {
+        for (name, o) in &names.by_name {
             match get(new, ns, name) {
                 Some(n) if same_version(o, &n) => {}
                 other => {
@@ -206,7 +265,7 @@ fn relist_changes(old: &ByNamespace, new: &ByNamespace) -> BTreeSet<LabelSet> {
         }
     }
     for (ns, names) in new {
-        for (name, n) in names {
+        for (name, n) in &names.by_name {
             if get(old, ns, name).is_none() {
                 changed.extend(labels_of(n));
             }
@@ -365,13 +424,23 @@ mod tests {
         index.apply_watcher_event(&watcher::Event::Init);
         index.apply_watcher_event(&watcher::Event::InitApply(slice("base", "s", "x", "1")));
         index.apply_watcher_event(&watcher::Event::InitDone);
-        let baseline = (index.len(), index.lock().slices.len());
+        // (slices, namespaces, posting lists), each read under its own lock.
+        let sizes = |index: &SliceIndex| -> (usize, usize, usize) {
+            let len = index.len();
+            let s = index.lock();
+            let postings = s.slices.values().map(|ns| ns.by_label.len()).sum();
+            (len, s.slices.len(), postings)
+        };
+        let baseline = sizes(&index);
         for i in 0..10_000 {
             let s = slice(&format!("ns-{}", i % 100), &format!("s-{i}"), "x", "1");
             index.apply_watcher_event(&watcher::Event::Apply(s.clone()));
+            // Relabelled before it goes: its first label's posting goes with it.
+            let relabelled = slice(&format!("ns-{}", i % 100), &format!("s-{i}"), "y", "2");
+            index.apply_watcher_event(&watcher::Event::Apply(relabelled));
             index.apply_watcher_event(&watcher::Event::Delete(s));
         }
-        assert_eq!((index.len(), index.lock().slices.len()), baseline);
+        assert_eq!(sizes(&index), baseline);
         for i in 0..1_000 {
             index.apply_watcher_event(&watcher::Event::Apply(slice(
                 "tmp",
@@ -384,6 +453,77 @@ mod tests {
         index.apply_watcher_event(&watcher::Event::Init);
         index.apply_watcher_event(&watcher::Event::InitApply(slice("base", "s", "x", "1")));
         index.apply_watcher_event(&watcher::Event::InitDone);
-        assert_eq!((index.len(), index.lock().slices.len()), baseline);
+        assert_eq!(sizes(&index), baseline);
+    }
+
+    /// Matching through the posting lists answers what a scan of the namespace does,
+    /// for selectors with required labels, without, and with a bad operator, while
+    /// slices move between Services.
+    #[test]
+    fn the_posting_lists_answer_as_a_scan_does() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        let index = SliceIndex::new();
+        for i in 0..60 {
+            let app = format!("app-{}", i % 4);
+            index.apply_watcher_event(&watcher::Event::Apply(slice(
+                "a",
+                &format!("s-{i:02}"),
+                &app,
+                "1",
+            )));
+        }
+        for i in (0..60).step_by(7) {
+            let app = format!("app-{}", (i + 1) % 4);
+            index.apply_watcher_event(&watcher::Event::Apply(slice(
+                "a",
+                &format!("s-{i:02}"),
+                &app,
+                "2",
+            )));
+        }
+        let one = |op: &str, values: &[&str]| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: op.into(),
+                values: Some(values.iter().map(|v| v.to_string()).collect()),
+            }]),
+            ..LabelSelector::default()
+        };
+        let selectors = [
+            LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".into(), "app-1".into())])),
+                ..LabelSelector::default()
+            },
+            LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".into(), "none".into())])),
+                ..LabelSelector::default()
+            },
+            one("In", &["app-2"]),
+            one("In", &["app-2", "app-3"]),
+            one("NotIn", &["app-0"]),
+            one("Sideways", &["app-0"]),
+            LabelSelector::default(),
+        ];
+        for selector in &selectors {
+            let matches = label_matcher(Some(selector));
+            let scan: Vec<String> = {
+                let s = index.lock();
+                let ns = s.slices.get("a").expect("namespace a");
+                ns.by_name
+                    .values()
+                    .filter(|x| matches(x.labels()))
+                    .map(|x| x.name_any())
+                    .collect()
+            };
+            let got: Vec<String> = index
+                .matching("a", Some(selector))
+                .iter()
+                .map(|x| x.name_any())
+                .collect();
+            assert_eq!(got, scan, "{selector:?}");
+        }
+        assert_eq!(index.matching("a", None).len(), 0);
+        assert_eq!(index.matching("elsewhere", Some(&selectors[0])).len(), 0);
+        assert_eq!(index.matching("a", Some(&selectors[6])).len(), 60);
     }
 }
