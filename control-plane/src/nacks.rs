@@ -14,7 +14,7 @@ use marin3r_xds::SharedStats;
 pub const MAX_NACK_MESSAGE: usize =
     marin3r_envoyconfig::discoveryservicereplica::MAX_DIGEST_MESSAGE;
 /// Silent pods named in a taint reason (the rest are elided).
-const MAX_SILENT_PODS: usize = 10;
+pub const MAX_SILENT_PODS: usize = 10;
 
 /// What the NACK statistics tell the publisher.
 pub trait NackView {

@@ -134,6 +134,7 @@ impl Sim {
                 BTreeMap::new()
             },
             message: None,
+            silent_pods: Vec::new(),
         }
     }
 

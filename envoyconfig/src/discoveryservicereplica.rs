@@ -94,4 +94,9 @@ pub struct NodeDigest {
     /// characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Pods of the node with a stream on this replica that never answered anything (not
+    /// counted in `minNacks`), sorted; at most one more than a taint reason names, so
+    /// the leader's reason elides the rest as a single replica's does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub silent_pods: Vec<String>,
 }

@@ -225,6 +225,20 @@ impl Fleet {
             .find_map(|d| d.message.clone())
     }
 
+    /// The pods of `node_id` that never answered, over the replicas with a fresh report
+    /// (sorted, each once): what one replica's own statistics say for its streams.
+    pub fn silent_pods(&self, node_id: &str) -> Vec<String> {
+        let now = self.now();
+        let silent: BTreeSet<&String> = self
+            .reports
+            .values()
+            .filter(|r| r.is_fresh(now))
+            .filter_map(|r| r.nodes.get(node_id))
+            .flat_map(|d| &d.silent_pods)
+            .collect();
+        silent.into_iter().cloned().collect()
+    }
+
     /// Pods connected for `node_id` over the expected replicas with a fresh report.
     pub fn pods(&self, node_id: &str) -> u64 {
         let now = self.now();
@@ -290,6 +304,10 @@ impl NackView for FleetView<'_> {
     fn nack_message(&self, node_id: &str, t: ResourceType, version: &str) -> Option<String> {
         self.fleet.message(node_id, t, version)
     }
+
+    fn silent_pods(&self, node_id: &str) -> Vec<String> {
+        self.fleet.silent_pods(node_id)
+    }
 }
 
 /// A [`NackView`] that never sees a rejection: what a replica that does not lead
@@ -334,6 +352,7 @@ mod tests {
             pods,
             min_nacks: BTreeMap::from([("listener".into(), min)]),
             message: Some("unknown cluster".into()),
+            silent_pods: Vec::new(),
         }
     }
 

@@ -6,7 +6,7 @@
 //!
 //! Pure: the shell (`kubernetes::ha`) feeds it the local state and the clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -80,7 +80,16 @@ pub struct Served {
 /// The digest of one node: what is served (`served`, `None` while the node is held)
 /// and how the pods answered it (`nacks`, from `AckNackStats::node_nacks` over the
 /// served versions).
-pub fn digest(node_id: &str, served: Option<&Served>, nacks: NodeNacks) -> NodeDigest {
+///
+/// `silent`: the node's pods that never answered ([`crate::nacks::NackView::silent_pods`]),
+/// of which the first [`crate::nacks::MAX_SILENT_PODS`] + 1 are kept (what the leader's
+/// taint reason needs to name them as one replica's does).
+pub fn digest(
+    node_id: &str,
+    served: Option<&Served>,
+    nacks: NodeNacks,
+    silent: BTreeSet<String>,
+) -> NodeDigest {
     NodeDigest {
         node_id: node_id.to_string(),
         revision: served.map(|s| s.uid.clone()),
@@ -103,6 +112,10 @@ pub fn digest(node_id: &str, served: Option<&Served>, nacks: NodeNacks) -> NodeD
         message: nacks
             .message
             .map(|m| m.chars().take(MAX_DIGEST_MESSAGE).collect()),
+        silent_pods: silent
+            .into_iter()
+            .take(crate::nacks::MAX_SILENT_PODS + 1)
+            .collect(),
     }
 }
 
@@ -189,6 +202,7 @@ mod tests {
                 min_nacks: BTreeMap::from([(ResourceType::Listener, min)]),
                 message: Some("x".repeat(300)),
             },
+            (0..20).map(|i| format!("quiet-{i:02}")).collect(),
         )
     }
 
@@ -198,11 +212,13 @@ mod tests {
         assert_eq!(d.revision.as_deref(), Some("uid"));
         assert_eq!(d.versions["listener"], "L");
         assert_eq!(d.min_nacks["listener"], 1);
+        assert_eq!(d.silent_pods.len(), crate::nacks::MAX_SILENT_PODS + 1);
+        assert_eq!(d.silent_pods[0], "quiet-00");
         assert_eq!(
             d.message.as_ref().map(|m| m.chars().count()),
             Some(MAX_DIGEST_MESSAGE)
         );
-        let held = digest("n", None, NodeNacks::default());
+        let held = digest("n", None, NodeNacks::default(), BTreeSet::new());
         assert_eq!((held.revision, held.versions.len()), (None, 0));
     }
 

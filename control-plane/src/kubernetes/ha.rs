@@ -512,7 +512,8 @@ pub fn digests(
                 nacks.message = crate::nacks::NackView::nack_message(stats, &node_id, t, version)
                     .or(nacks.message);
             }
-            fleet::report::digest(&node_id, s, nacks)
+            let silent = stats.silent_pods(&node_id);
+            fleet::report::digest(&node_id, s, nacks, silent)
         })
         .collect();
     fleet::report::bounded(digests, fleet::report::MAX_REPORT_BYTES)
@@ -1118,9 +1119,10 @@ mod tests {
 
     /// One taint-reason rule for one replica and several: the same NACKs give the
     /// same reason whether one replica judges its own streams or the leader judges the
-    /// fleet's reports (the rejected type's message, one length bound).
-    #[test]
-    fn one_replica_and_several_give_the_same_taint_reason() {
+    /// fleet's reports (the rejected type's message, one length bound, the pods that
+    /// never answered named and elided alike).
+    #[tokio::test(start_paused = true)]
+    async fn one_replica_and_several_give_the_same_taint_reason() {
         use crate::fleet::{FleetView, Judged};
         use crate::nacks::{MAX_NACK_MESSAGE, nack_verdict};
         use marin3r_xds::{NodeInfo, SharedStats, StreamEvent};
@@ -1168,6 +1170,16 @@ mod tests {
                 };
                 stats.stream_opened(&node, marin3r_xds::Api::Sotw);
             }
+            // Pods that subscribe and never answer: not counted, named in the reason.
+            for i in 0..crate::nacks::MAX_SILENT_PODS + 2 {
+                let node = NodeInfo {
+                    id: "kuard".into(),
+                    pod_name: format!("quiet-{i:02}"),
+                };
+                stats.stream_opened(&node, marin3r_xds::Api::Sotw);
+            }
+            tokio::time::advance(marin3r_xds::stats::SILENT_POD_GRACE + Duration::from_secs(1))
+                .await;
             for (pod, t, n, message) in &nacks {
                 for _ in 0..*n {
                     stats.record(&[StreamEvent::Nack {
@@ -1207,9 +1219,16 @@ mod tests {
             let view = FleetView::new(&fleet, judged);
             let several = nack_verdict("kuard", "v2", &versions, &view, N).expect(case);
             assert_eq!(one, several, "{case}");
+            assert!(
+                one.reason.contains("never answered: quiet-00, ") && one.reason.ends_with(", …"),
+                "{case}: {}",
+                one.reason
+            );
+            assert!(!one.reason.contains("quiet-10"), "{case}: {}", one.reason);
             assert!(!one.reason.contains("cluster"), "{case}: {}", one.reason);
             assert!(
-                one.reason.chars().count() < MAX_NACK_MESSAGE + 200,
+                one.reason.chars().count()
+                    < MAX_NACK_MESSAGE + 200 + 15 * crate::nacks::MAX_SILENT_PODS,
                 "{case}: {}",
                 one.reason.len()
             );
