@@ -2,16 +2,21 @@
 //! (an EndpointSlice or a Secret it reads changed) changes only its
 //! `status.providesVersions`. Those writes are coalesced per EnvoyConfig: the first one
 //! is written at once, then at most one per [`STATUS_WINDOW`], and the last value is
-//! always written (a trailing write when the window closes). The snapshot served to
+//! always written (a trailing write when the window closes). While more EnvoyConfigs
+//! re-publish than [`STATUS_BUDGET`] writes a second allow, the window widens to their
+//! number over the budget (300 EnvoyConfigs reading churning Services: one write each
+//! per minute), so these writes stay near the budget whatever the fleet's size (the
+//! churn benchmark: 0.99 API writes per EndpointSlice write with the 5 s window alone,
+//! at 300 reading EnvoyConfigs). The snapshot served to
 //! Envoy is never delayed; what is judged against the NACKs is what is served, not the
-//! status (`controller::served_versions`). Every other status change (published,
+//! status (`publish::served_versions`). Every other status change (published,
 //! tainted, waiting) is written at once, and opens a window too.
 //!
 //! What shows the served version: CSDS reads the snapshot cache, so it (and the CSDS
 //! part of `marin3r status --csds-address …`) is always exact. The revision table of
 //! `marin3r status` in Kubernetes mode and `kubectl get ecr -o yaml` read
-//! `status.providesVersions`, which lags the served versions by at most
-//! [`STATUS_WINDOW`] while endpoints or Secrets change.
+//! `status.providesVersions`, which lags the served versions by at most the window
+//! ([`STATUS_WINDOW`], or the widened one) while endpoints or Secrets change.
 //!
 //! Sans-I/O: [`gate`] and [`Coalescer`] take the instant as input; the reconcile
 //! ([`super::controller::reconcile_revision`]) asks before a coalescable write,
@@ -25,6 +30,11 @@ use tokio::time::Instant;
 /// At most one coalescable status write per EnvoyConfig in this window: 50 slice writes
 /// per second read by an EnvoyConfig cost 0.2 status writes per second instead of 50.
 pub const STATUS_WINDOW: Duration = Duration::from_secs(5);
+
+/// Coalescable status writes per second the process aims at, over every EnvoyConfig:
+/// with more EnvoyConfigs in their window than this many per second, each one's window
+/// is their number over this budget ([`Coalescer::window`]).
+pub const STATUS_BUDGET: u32 = 5;
 
 /// What to do with a coalescable status write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +60,7 @@ pub fn gate(now: Instant, last: Option<Instant>, window: Duration) -> Gate {
 #[derive(Debug)]
 pub struct Coalescer<K> {
     window: Duration,
+    budget: u32,
     entries: HashMap<K, Entry>,
 }
 
@@ -63,15 +74,37 @@ impl<K: std::hash::Hash + Eq> Coalescer<K> {
     pub fn new(window: Duration) -> Self {
         Self {
             window,
+            budget: STATUS_BUDGET,
             entries: HashMap::new(),
         }
+    }
+
+    /// The window now: the base one, widened to the EnvoyConfigs tracked over the budget
+    /// (each writes once per window, so all of them about `budget` times a second).
+    pub fn window(&self) -> Duration {
+        let spread = Duration::from_secs(self.entries.len() as u64) / self.budget.max(1);
+        self.window.max(spread)
+    }
+
+    /// `key`'s window: a widened one is stretched by up to half, by a fixed fraction of
+    /// the key's hash, so EnvoyConfigs written together (a Service many read, a
+    /// restart) drift apart instead of writing in bursts at every window's end.
+    fn window_of(&self, key: &K) -> Duration {
+        let window = self.window();
+        if window == self.window {
+            return window;
+        }
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(key, &mut h);
+        let fraction = (std::hash::Hasher::finish(&h) % 1024) as f64 / 2048.0;
+        window + window.mul_f64(fraction)
     }
 
     /// Whether a coalescable write for `key` is made at `now` ([`gate`]); a deferred one
     /// is pending until a write of `key` is recorded.
     pub fn offer(&mut self, key: K, now: Instant) -> Gate {
         let last = self.entries.get(&key).map(|e| e.last);
-        let gate = gate(now, last, self.window);
+        let gate = gate(now, last, self.window_of(&key));
         if let (Gate::Defer(_), Some(e)) = (gate, self.entries.get_mut(&key)) {
             e.pending = true;
         }
@@ -90,7 +123,8 @@ impl<K: std::hash::Hash + Eq> Coalescer<K> {
                 pending: false,
             },
         );
-        let window = self.window;
+        // Kept while any key's window may still be open (at most 1.5 widened windows).
+        let window = self.window().mul_f64(1.5);
         self.entries
             .retain(|_, e| e.pending || now.saturating_duration_since(e.last) < window);
     }
@@ -174,6 +208,64 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert!(c.pending(&"a"));
         assert_eq!(c.offer("b", t0 + W * 2), Gate::Write);
+    }
+
+    /// 300 EnvoyConfigs re-publishing every 100 ms for 10 minutes: the writes stay near
+    /// the budget (not 60 a second, as one 5 s window each would give), every
+    /// EnvoyConfig is written again and again, and each one's pending value is written
+    /// within the widened window.
+    #[test]
+    fn many_envoyconfigs_share_the_budget_and_each_is_still_written() {
+        let mut c = Coalescer::new(W);
+        let t0 = Instant::now();
+        let keys = 300usize;
+        let mut due: Vec<Instant> = vec![t0; keys];
+        let mut writes = vec![0u32; keys];
+        let mut total_after_warmup = 0u32;
+        let mut longest_wait = Duration::ZERO;
+        let mut offered_at: Vec<Option<Instant>> = vec![None; keys];
+        let mut per_second = vec![0u32; 600];
+        for tick in 0..6_000u64 {
+            let now = t0 + ms(100 * tick);
+            for k in 0..keys {
+                if now < due[k] {
+                    offered_at[k].get_or_insert(now);
+                    continue;
+                }
+                match c.offer(k, now) {
+                    Gate::Write => {
+                        c.written(k, now);
+                        writes[k] += 1;
+                        per_second[(tick / 10) as usize] += 1;
+                        if tick >= 1_200 {
+                            total_after_warmup += 1;
+                        }
+                        if let Some(first) = offered_at[k].take() {
+                            longest_wait = longest_wait.max(now - first);
+                        }
+                    }
+                    Gate::Defer(d) => {
+                        due[k] = now + d;
+                        offered_at[k].get_or_insert(now);
+                    }
+                }
+            }
+        }
+        let rate = f64::from(total_after_warmup) / 480.0;
+        assert!(rate <= f64::from(STATUS_BUDGET) * 1.1, "{rate} writes/s");
+        assert!(writes.iter().all(|w| *w >= 5), "{writes:?}");
+        assert!(longest_wait <= Duration::from_secs(91), "{longest_wait:?}");
+        let busiest = per_second.iter().skip(300).max().copied().unwrap_or(0);
+        assert!(
+            busiest <= STATUS_BUDGET * 6,
+            "{busiest} writes in one second"
+        );
+        // A few EnvoyConfigs keep the base window.
+        let mut few = Coalescer::new(W);
+        for k in 0..3 {
+            few.written(k, t0);
+        }
+        assert_eq!(few.window(), W);
     }
 
     /// Any status write (published, tainted) opens a window: a re-publication right
