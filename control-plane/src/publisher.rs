@@ -87,11 +87,6 @@ static DEFAULT_RUNTIME: LazyLock<Option<Resource>> = LazyLock::new(|| {
         .ok()
 });
 
-/// The resources decoded from specs' own text, shared by every resolution of the process
-/// (both modes resolve through [`resolution`]): an EndpointSlice or Secret event then
-/// re-decodes only what it generates. Bounded, see [`DecodeMemo`].
-static DECODE_MEMO: LazyLock<DecodeMemo> = LazyLock::new(DecodeMemo::new);
-
 /// Adds an empty runtime layer named [`DEFAULT_RTDS_LAYER`] unless the config has one:
 /// Envoy's RTDS init target waits for that named resource (15 s `initial_fetch_timeout`)
 /// before it even asks for clusters and listeners.
@@ -113,8 +108,17 @@ pub fn with_default_runtime(mut resources: Vec<Resource>) -> Vec<Resource> {
 /// revision's status, so it goes through [`redact_pem`] (no PEM block, no long base64
 /// run) whatever produced it; decode errors never show a sensitive field's value in the
 /// first place (`marin3r_envoyconfig::sensitive`).
-pub fn resolution(spec: &EnvoyConfigSpec, secrets: &dyn SecretSource) -> Resolution {
-    match resolve_cached(spec, secrets, &DECODE_MEMO) {
+///
+/// `memo` holds the resources decoded from specs' own text: one per config source (the
+/// local engine's, the Kubernetes backend's), handed to every resolution of it, so an
+/// EndpointSlice or Secret event re-decodes only what it generates. Bounded, see
+/// [`DecodeMemo`].
+pub fn resolution(
+    spec: &EnvoyConfigSpec,
+    secrets: &dyn SecretSource,
+    memo: &DecodeMemo,
+) -> Resolution {
+    match resolve_cached(spec, secrets, memo) {
         Ok(resources) => match Snapshot::new(with_default_runtime(resources)) {
             Ok(snapshot) => Resolution::Ready(Box::new(snapshot)),
             Err(e) => Resolution::Invalid(redact_pem(&e.to_string()).into_owned()),
@@ -541,7 +545,7 @@ mod tests {
         }))
         .unwrap();
         let secrets = marin3r_envoyconfig::envoyconfig::NoSecrets;
-        let Resolution::Waiting(reason) = resolution(&tls, &secrets) else {
+        let Resolution::Waiting(reason) = resolution(&tls, &secrets, &DecodeMemo::new()) else {
             panic!("a missing Secret is a wait");
         };
         assert!(reason.contains("cert"), "{reason}");
@@ -551,10 +555,10 @@ mod tests {
         }))
         .unwrap();
         assert!(matches!(
-            resolution(&broken, &secrets),
+            resolution(&broken, &secrets, &DecodeMemo::new()),
             Resolution::Invalid(_)
         ));
-        let Resolution::Ready(s) = resolution(&spec(1), &secrets) else {
+        let Resolution::Ready(s) = resolution(&spec(1), &secrets, &DecodeMemo::new()) else {
             panic!("valid");
         };
         assert!(
@@ -590,9 +594,11 @@ mod tests {
             ]
         }))
         .unwrap();
-        let Resolution::Invalid(text) =
-            resolution(&spec, &marin3r_envoyconfig::envoyconfig::NoSecrets)
-        else {
+        let Resolution::Invalid(text) = resolution(
+            &spec,
+            &marin3r_envoyconfig::envoyconfig::NoSecrets,
+            &DecodeMemo::new(),
+        ) else {
             panic!("resources that do not decode taint");
         };
         for needle in [
@@ -615,7 +621,7 @@ mod tests {
     }
 
     /// Both modes resolve through [`resolution`]: a spec resolved again (an EndpointSlice
-    /// or Secret event) takes its unchanged resources from the process memo.
+    /// or Secret event) takes its unchanged resources from its source's memo.
     #[test]
     fn resolving_again_takes_unchanged_resources_from_the_memo() {
         let spec = spec_of(vec![
@@ -624,15 +630,21 @@ mod tests {
             cluster("memo-wiring-c"),
         ]);
         let secrets = marin3r_envoyconfig::envoyconfig::NoSecrets;
-        let Resolution::Ready(first) = resolution(&spec, &secrets) else {
+        let memo = DecodeMemo::new();
+        let Resolution::Ready(first) = resolution(&spec, &secrets, &memo) else {
             panic!("the clusters decode");
         };
-        // Other tests share the memo: its counters only grow.
-        let hits = DECODE_MEMO.stats().hits;
-        let Resolution::Ready(second) = resolution(&spec, &secrets) else {
+        let hits = memo.stats().hits;
+        let Resolution::Ready(second) = resolution(&spec, &secrets, &memo) else {
             panic!("the clusters decode");
         };
-        assert!(DECODE_MEMO.stats().hits >= hits + 3);
+        assert!(memo.stats().hits >= hits + 3);
+        // Another source's memo is its own: nothing decoded there yet.
+        let other = DecodeMemo::new();
+        let Resolution::Ready(_) = resolution(&spec, &secrets, &other) else {
+            panic!("the clusters decode");
+        };
+        assert_eq!(other.stats().hits, 0);
         assert_eq!(first.versions(), second.versions());
     }
 
@@ -686,7 +698,11 @@ mod tests {
     }
 
     fn resolve_without_secrets(rev: &Revision) -> Resolution {
-        resolution(&rev.spec, &marin3r_envoyconfig::envoyconfig::NoSecrets)
+        resolution(
+            &rev.spec,
+            &marin3r_envoyconfig::envoyconfig::NoSecrets,
+            &DecodeMemo::new(),
+        )
     }
 
     /// Applies the taints of a decision, as both sources do.

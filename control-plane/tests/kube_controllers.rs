@@ -540,7 +540,7 @@ async fn secret_change_is_republished_without_any_envoyconfig_change() {
     world.put_secret(&renewed);
     let secret: Secret = serde_json::from_value(renewed).unwrap();
     assert_eq!(
-        marin3r_control_plane::kubernetes::secret_readers(&world.shared.revisions, &secret),
+        marin3r_control_plane::kubernetes::secret_readers(&world.shared.groups, &secret),
         [ObjectRef::new(&name).within("default")]
     );
     // Served at once; its status write waits for the window of the first one
@@ -741,7 +741,7 @@ async fn endpoint_slices_become_a_cluster_load_assignment() {
     let scaled = slice("kuard-abc", &["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
     let changed = world.put_slice(&scaled);
     assert_eq!(
-        marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changed),
+        marin3r_control_plane::kubernetes::slice_readers(&world.shared.groups, &changed),
         [ObjectRef::new(&name).within("default")]
     );
     // Past the window of the first status write (re-publications are coalesced).
@@ -772,6 +772,7 @@ async fn a_replica_that_does_not_lead_writes_nothing_through_the_one_writer() {
             marin3r_control_plane::Context::new(marin3r_xds::SharedStats::new()),
             5,
         )
+        .with_groups(world.shared.groups.clone())
         .with_leadership(marin3r_kube::lease::Leadership::new(Duration::from_secs(
             15,
         ))),
@@ -1035,8 +1036,7 @@ async fn a_slice_event_reconciles_the_elected_revision_of_each_reader_only() {
         "1",
         &["10.0.0.1"],
     ));
-    let targets =
-        marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changes);
+    let targets = marin3r_control_plane::kubernetes::slice_readers(&world.shared.groups, &changes);
     let mut names: Vec<String> = targets.iter().map(|r| r.name.clone()).collect();
     names.sort();
     let expected: Vec<String> = (0..10).map(|e| format!("ec-{}-r4", e * 10)).collect();
@@ -1056,8 +1056,7 @@ async fn a_slice_event_reconciles_the_elected_revision_of_each_reader_only() {
         "2",
         &["10.0.0.1"],
     ));
-    let targets =
-        marin3r_control_plane::kubernetes::slice_readers(&world.shared.revisions, &changes);
+    let targets = marin3r_control_plane::kubernetes::slice_readers(&world.shared.groups, &changes);
     assert_eq!(targets.len(), 11);
     assert!(targets.iter().any(|r| r.name == "ec-55-r4"));
 }
@@ -1286,7 +1285,7 @@ async fn slice_updates_that_change_no_endpoint_push_nothing() {
         for s in &slices {
             let changes = world.put_slice(s);
             targets.extend(marin3r_control_plane::kubernetes::slice_readers(
-                &world.shared.revisions,
+                &world.shared.groups,
                 &changes,
             ));
         }
@@ -1391,9 +1390,7 @@ async fn envoyconfig_churn_leaves_nothing_behind() {
             .configs
             .apply_watcher_event(&watcher::Event::Delete(ec.as_ref().clone()));
         let revision = world.revision(name);
-        world
-            .revisions
-            .apply_watcher_event(&watcher::Event::Delete(revision.as_ref().clone()));
+        world.feed_revision(&watcher::Event::Delete(revision.as_ref().clone()));
     }
     marin3r_control_plane::kubernetes::forget_unclaimed_nodes(&world.shared);
     assert!(world.xds().cache.node_ids().is_empty());

@@ -362,8 +362,7 @@ impl Kubernetes {
             let name = cached.meta().name.clone().unwrap_or_default();
             if !objects.contains_key(&("envoyconfigrevisions".to_string(), name)) {
                 self.world
-                    .revisions
-                    .apply_watcher_event(&watcher::Event::Delete((*cached).clone()));
+                    .feed_revision(&watcher::Event::Delete((*cached).clone()));
             }
         }
     }

@@ -4,13 +4,22 @@
 //! with self-healing.
 //!
 //! Layout (sans-I/O core, thin shell):
-//! - [`plan`]: pure decisions (which revision to create, move up, delete, publish; the
+//! - [`plan`]: pure decisions (which revision to create, move up, delete; the
 //!   statuses), on top of the revision engine [`crate::revisions::Revisions`];
+//! - [`group`]: one home per revision group: an EnvoyConfig's ordered revisions and the
+//!   elected one ([`group::Group`], pure), kept by an index fed by the revision watch;
+//! - [`publish`]: what a revision's reconcile publishes or taints, a pure function of
+//!   its group, what is served, the resolver and a NACK view;
 //! - [`controller`]: the two kube-runtime reconcilers carrying the plans out;
+//! - [`writer`]: the one lease-gated writer every API write goes through;
 //! - [`source`]: Secrets and EndpointSlices for [`marin3r_envoyconfig::envoyconfig::resolve`] from the
 //!   watch caches (the EndpointSlices in their own index by namespace, [`SliceIndex`]);
+//! - [`coalesce`]: status writes that follow endpoint churn, coalesced per EnvoyConfig;
+//! - [`ha`]: several replicas (reports, the fleet, `ReplicasInSync`);
+//! - `shared` (what the reconcilers share, the cache operations), `triggers` (what each
+//!   watched change reconciles), `evaluate` (the periodic NACK and fleet judgement);
 //! - this module: [`KubernetesBackend`], one watch cache per kind shared by both
-//!   controllers, the triggers between them, the periodic NACK check and the Pod watch.
+//!   controllers, wiring the above together.
 //!
 //! Triggers: an EnvoyConfig change reconciles it; an EnvoyConfigRevision change
 //! reconciles its EnvoyConfig and every revision of that EnvoyConfig (the elected one
@@ -24,35 +33,46 @@
 
 pub mod coalesce;
 pub mod controller;
+mod evaluate;
+pub mod group;
 pub mod ha;
 pub mod plan;
+pub mod publish;
 pub mod rbac;
+mod shared;
 pub mod source;
+mod triggers;
 pub mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, ReflectHandle};
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt as _};
+use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
 pub use controller::{
-    Error, FIELD_MANAGER, Shared, error_policy, forget_unclaimed_nodes, reconcile_envoyconfig,
-    reconcile_revision, warm_start,
+    Error, FIELD_MANAGER, error_policy, reconcile_envoyconfig, reconcile_revision,
 };
+pub use evaluate::rejected_revisions;
+use evaluate::{evaluate_loop, requeue_when_leading};
 pub use marin3r_kube::Lenient;
 pub use marin3r_kube::rbac::{ApiAccess, DISCOVERY_SERVICE as RBAC, grants};
 use marin3r_kube::watch::{drive, log_result, watch};
+pub use shared::{Shared, forget_unclaimed_nodes, warm_start};
 pub use source::{LabelSet, SliceIndex};
+pub use triggers::{
+    all_secret_readers, elected_readers, pod_watch_config, secret_readers, slice_readers,
+};
+use triggers::{changed, revision_event_targets, send_all, watch_pods};
 
 use marin3r_envoyconfig::envoyconfig::EnvoyConfig;
 use marin3r_envoyconfig::envoyconfigrevision::EnvoyConfigRevision;
@@ -293,9 +313,17 @@ impl KubernetesBackend {
             let config_tx = config_tx.clone();
             tasks.0.push(tokio::spawn(drive(
                 "EnvoyConfigRevision",
-                reflector::reflector(revision_writer, watch(self.api(), wc.clone())),
+                // The group index first, then the watch cache (whose subscribers start
+                // the reconciles): a reconcile always finds the new member's group.
+                reflector::reflector(
+                    revision_writer,
+                    watch(self.api(), wc.clone()).inspect_ok({
+                        let groups = shared.groups.clone();
+                        move |event| groups.apply(event)
+                    }),
+                ),
                 move |event| {
-                    let targets = revision_event_targets(&shared.revisions, &event);
+                    let targets = revision_event_targets(&shared.groups, &event);
                     let (config_tx, revision_tx) = (config_tx.clone(), revision_tx.clone());
                     async move {
                         if let Some((owner, siblings)) = targets {
@@ -322,10 +350,10 @@ impl KubernetesBackend {
                         watcher::Event::InitDone
                             if listed.swap(true, std::sync::atomic::Ordering::Relaxed) =>
                         {
-                            all_secret_readers(&shared.revisions)
+                            all_secret_readers(&shared.groups)
                         }
                         _ => changed(&event)
-                            .map(|s| secret_readers(&shared.revisions, s))
+                            .map(|s| secret_readers(&shared.groups, s))
                             .unwrap_or_default(),
                     };
                     send_all(revision_tx.clone(), targets)
@@ -340,7 +368,7 @@ impl KubernetesBackend {
                 watch(self.api::<EndpointSlice>(), wc.clone()),
                 move |event| {
                     let changes = shared.slices.apply_watcher_event(&event);
-                    let targets = slice_readers(&shared.revisions, &changes);
+                    let targets = slice_readers(&shared.groups, &changes);
                     send_all(revision_tx.clone(), targets)
                 },
             )));
@@ -416,328 +444,6 @@ impl KubernetesBackend {
             tasks,
             election,
         }
-    }
-}
-
-/// The object of a live change (not of the initial list, which reconciles everything
-/// anyway).
-fn changed<K>(event: &watcher::Event<K>) -> Option<&K> {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::Delete(o) => Some(o),
-        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => None,
-    }
-}
-
-async fn send_all<T>(tx: mpsc::Sender<T>, items: Vec<T>) {
-    for item in items {
-        let _ = tx.send(item).await;
-    }
-}
-
-/// For a revision change: its EnvoyConfig, and every revision of that EnvoyConfig.
-fn revision_event_targets(
-    revisions: &Store<Lenient<EnvoyConfigRevision>>,
-    event: &watcher::Event<Lenient<EnvoyConfigRevision>>,
-) -> Option<(ConfigRef, Vec<RevisionRef>)> {
-    let changed = changed(event)?;
-    let namespace = changed.namespace()?;
-    let owner = plan::owner(changed.meta())?;
-    let siblings = revisions
-        .state()
-        .iter()
-        .filter(|r| {
-            r.namespace().as_deref() == Some(namespace.as_str())
-                && plan::owner(r.meta()).is_some_and(|o| o.uid == owner.uid)
-        })
-        .map(|r| ObjectRef::from_obj(r.as_ref()))
-        .collect();
-    Some((ObjectRef::new(&owner.name).within(&namespace), siblings))
-}
-
-/// The elected revision of every EnvoyConfig of `namespace` (`None`: of every
-/// namespace) for which `reads` holds: what a Secret or EndpointSlice change reconciles.
-/// Only the elected revision (the topmost untainted one) is resolved and served, so one
-/// trigger per EnvoyConfig that reads the object is enough; its siblings follow through
-/// the revision events its status write causes, if any. One pass over the revisions,
-/// whatever the number of EnvoyConfigs that read the object.
-pub fn elected_readers(
-    revisions: &[Arc<Lenient<EnvoyConfigRevision>>],
-    namespace: Option<&str>,
-    reads: impl Fn(&EnvoyConfigRevision) -> bool,
-) -> Vec<RevisionRef> {
-    type Owner<'a> = (&'a str, &'a str);
-    let mut by_owner: std::collections::BTreeMap<Owner<'_>, Vec<&EnvoyConfigRevision>> =
-        std::collections::BTreeMap::new();
-    for r in revisions.iter().filter_map(|r| r.valid().ok()) {
-        let Some(ns) = r.metadata.namespace.as_deref() else {
-            continue;
-        };
-        if namespace.is_some_and(|n| n != ns) {
-            continue;
-        }
-        if let Some(uid) = plan::controller_uid(r) {
-            by_owner.entry((ns, uid)).or_default().push(r);
-        }
-    }
-    by_owner
-        .into_iter()
-        .filter_map(|((ns, uid), group)| {
-            // The elected revision is one of the group: a group none of whose revisions
-            // reads it is skipped before the election, which copies every spec of the
-            // group (the churn benchmark's profile: electing every EnvoyConfig's
-            // revisions on each slice event was 25 % of the discovery service's CPU).
-            if !group.iter().any(|r| reads(r)) {
-                return None;
-            }
-            let ordered = plan::siblings(group, uid);
-            let elected = plan::elected(&ordered)?;
-            reads(elected).then(|| ObjectRef::new(&elected.name_any()).within(ns))
-        })
-        .collect()
-}
-
-/// The elected revisions that read Secret `secret` (see [`elected_readers`]).
-pub fn secret_readers(
-    revisions: &Store<Lenient<EnvoyConfigRevision>>,
-    secret: &Secret,
-) -> Vec<RevisionRef> {
-    let (Some(namespace), name) = (secret.namespace(), secret.name_any()) else {
-        return Vec::new();
-    };
-    elected_readers(&revisions.state(), Some(&namespace), |r| {
-        plan::referenced_secrets(&r.spec).contains(&name)
-    })
-}
-
-/// The elected revisions that read any Secret: what a re-list of the Secrets
-/// reconciles (a change made while the watch was down is not seen as an event).
-pub fn all_secret_readers(revisions: &Store<Lenient<EnvoyConfigRevision>>) -> Vec<RevisionRef> {
-    elected_readers(&revisions.state(), None, |r| {
-        !plan::referenced_secrets(&r.spec).is_empty()
-    })
-}
-
-/// The elected revisions whose `generateFromEndpointSlices` selects one of the label
-/// sets `changes` (what [`SliceIndex::apply_watcher_event`] returns: a slice's old and
-/// new labels) in its namespace (see [`elected_readers`]).
-pub fn slice_readers(
-    revisions: &Store<Lenient<EnvoyConfigRevision>>,
-    changes: &[source::LabelSet],
-) -> Vec<RevisionRef> {
-    if changes.is_empty() {
-        return Vec::new();
-    }
-    let all = revisions.state();
-    let mut by_namespace: std::collections::BTreeMap<
-        &str,
-        Vec<&std::collections::BTreeMap<String, String>>,
-    > = std::collections::BTreeMap::new();
-    for (ns, labels) in changes {
-        by_namespace.entry(ns.as_str()).or_default().push(labels);
-    }
-    by_namespace
-        .into_iter()
-        .flat_map(|(ns, label_sets)| {
-            elected_readers(&all, Some(ns), |r| {
-                label_sets
-                    .iter()
-                    .any(|labels| plan::uses_endpoint_slices(&r.spec, labels))
-            })
-        })
-        .collect()
-}
-
-/// The Pod watch: metadata only (`PartialObjectMeta`), injected Pods only
-/// ([`POD_SELECTOR`]), and no store is kept (only deletions are acted upon), so its memory
-/// is one list page, whatever the number of Pods (`bench/examples/pod_watch.rs`).
-pub fn pod_watch_config() -> watcher::Config {
-    watcher::Config::default().labels(&plan::equality_selector(POD_SELECTOR.0, POD_SELECTOR.1))
-}
-
-/// Forgets the NACK counts of deleted injected pods (matched by name, the `pod_name` of
-/// their Envoy's node metadata), so a new pod with the same name (StatefulSets) starts
-/// clean.
-async fn watch_pods(api: Api<PartialObjectMeta<Pod>>, xds: crate::Context) {
-    let stream = watch(api, pod_watch_config());
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Delete(pod)) => {
-                let name = pod.name_any();
-                let nodes = match pod.annotations().get(POD_NODE_ID_ANNOTATION) {
-                    Some(node) => vec![node.clone()],
-                    None => xds.cache.node_ids(),
-                };
-                for node in nodes {
-                    xds.stats.clear_pod(&node, &name);
-                }
-                tracing::debug!(pod = name, "pod deleted; NACK counts cleared");
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(kind = "Pod", error = %e, "watch failed; retrying"),
-        }
-    }
-}
-
-/// Every `interval`: reconciles the published revisions that every pod of their node
-/// rejected (the reconcile taints them); on every replica, forgets the nodes no live
-/// EnvoyConfig claims any more; with several replicas, updates the fleet metrics and,
-/// on the leader, reconciles the EnvoyConfigs whose `ReplicasInSync` must change.
-async fn evaluate_loop(
-    shared: Arc<Shared>,
-    config_tx: mpsc::Sender<ConfigRef>,
-    revision_tx: mpsc::Sender<RevisionRef>,
-    interval: Duration,
-) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        if !shared.xds.ready.is_synced() {
-            // The stores are not complete yet: nothing can be judged or forgotten.
-            continue;
-        }
-        forget_unclaimed_nodes(&shared);
-        // With several replicas, the fleet as this tick sees it: judged, observed and
-        // compared with the statuses once.
-        let fleet = shared.ha.as_ref().map(|ha| {
-            let fleet = ha.fleet(shared.digests(), std::time::SystemTime::now());
-            (ha, ha.judged(fleet))
-        });
-        for target in rejected_revisions_in(&shared, fleet.as_ref().map(|(_, f)| &**f)) {
-            let _ = revision_tx.send(target).await;
-        }
-        if let Some((ha, fleet)) = &fleet {
-            ha.observe(fleet, shared.nack_threshold);
-            if shared.writer.leads() {
-                for target in replicas_in_sync_changes(&shared, ha, fleet) {
-                    let _ = config_tx.send(target).await;
-                }
-            }
-        }
-    }
-}
-
-/// The published, untainted revisions whose served versions every pod rejected: the
-/// verdict alone ([`crate::nacks::rejected`]); the reconcile it triggers derives the
-/// taint and its reason once, in [`crate::publisher::decide`]. With several replicas,
-/// only the leader judges, over the fleet ([`crate::fleet::FleetView`]).
-pub fn rejected_revisions(shared: &Shared) -> Vec<RevisionRef> {
-    let fleet = shared
-        .ha
-        .as_ref()
-        .map(|ha| ha.fleet(shared.digests(), std::time::SystemTime::now()));
-    rejected_revisions_in(shared, fleet.as_ref())
-}
-
-/// [`rejected_revisions`] with several replicas judged over `fleet` (`None`: a single
-/// replica, which judges its own streams).
-fn rejected_revisions_in(shared: &Shared, fleet: Option<&crate::fleet::Fleet>) -> Vec<RevisionRef> {
-    let fleet = match (&shared.ha, fleet) {
-        (None, _) => None,
-        // Only the leader judges, and only over the fleet.
-        (Some(_), _) if !shared.writer.leads() => return Vec::new(),
-        (Some(ha), Some(fleet)) => Some((ha, fleet)),
-        (Some(_), None) => return Vec::new(),
-    };
-    shared
-        .revisions
-        .state()
-        .iter()
-        .filter_map(|r| r.valid().ok())
-        .filter_map(|r| {
-            let status = r.status.as_ref()?;
-            if !status.is_published() || status.is_tainted() {
-                return None;
-            }
-            let versions = controller::served_versions(shared, r)?;
-            match &fleet {
-                None => crate::nacks::rejected(
-                    &r.spec.node_id,
-                    &versions,
-                    &shared.xds.stats,
-                    shared.nack_threshold,
-                ),
-                Some((ha, fleet)) => {
-                    let judged = crate::fleet::Judged::of(r)?;
-                    let view = crate::fleet::FleetView::new(fleet, judged);
-                    let verdict = crate::nacks::rejected(
-                        &r.spec.node_id,
-                        &versions,
-                        &view,
-                        shared.nack_threshold,
-                    );
-                    ha.count_vetoes(&view.into_vetoes());
-                    verdict
-                }
-            }?;
-            Some(ObjectRef::new(&r.name_any()).within(&r.namespace()?))
-        })
-        .collect()
-}
-
-/// The EnvoyConfigs whose `ReplicasInSync` condition no longer says what the fleet
-/// does (past the debounce).
-fn replicas_in_sync_changes(
-    shared: &Shared,
-    ha: &ha::Ha,
-    fleet: &crate::fleet::Fleet,
-) -> Vec<ConfigRef> {
-    let now = tokio::time::Instant::now();
-    shared
-        .configs
-        .state()
-        .iter()
-        .filter_map(|c| c.valid().ok())
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter_map(|ec| {
-            let namespace = ec.namespace()?;
-            let (verdict, _) = controller::replicas_in_sync_verdict(shared, ha, fleet, ec, now)?;
-            let (in_sync, _, message) = verdict?;
-            let current = ec.status.as_ref().and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == plan::REPLICAS_IN_SYNC)
-            });
-            // The count changes too ("2/2" → "3/3" after a replica joined).
-            let same =
-                current.is_some_and(|c| (c.status == "True") == in_sync && c.message == message);
-            (!same).then(|| ObjectRef::new(&ec.name_any()).within(&namespace))
-        })
-        .collect()
-}
-
-/// When this replica becomes the leader, reconciles every EnvoyConfig and revision:
-/// their statuses are recomputed and what the previous leader left is finished.
-async fn requeue_when_leading(
-    shared: Arc<Shared>,
-    mut leading: tokio::sync::watch::Receiver<bool>,
-    config_tx: mpsc::Sender<ConfigRef>,
-    revision_tx: mpsc::Sender<RevisionRef>,
-) {
-    while leading.changed().await.is_ok() {
-        if !*leading.borrow_and_update() {
-            continue;
-        }
-        let configs: Vec<ConfigRef> = shared
-            .configs
-            .state()
-            .iter()
-            .map(|c| ObjectRef::from_obj(c.as_ref()))
-            .collect();
-        let revisions: Vec<RevisionRef> = shared
-            .revisions
-            .state()
-            .iter()
-            .map(|r| ObjectRef::from_obj(r.as_ref()))
-            .collect();
-        tracing::info!(
-            envoyconfigs = configs.len(),
-            revisions = revisions.len(),
-            "leading: reconciling everything"
-        );
-        send_all(config_tx.clone(), configs).await;
-        send_all(revision_tx.clone(), revisions).await;
     }
 }
 

@@ -277,9 +277,14 @@ mod tests {
 
         fn put_revision(&mut self, doc: &Value) -> Arc<Lenient<EnvoyConfigRevision>> {
             let obj: Lenient<EnvoyConfigRevision> = serde_json::from_value(doc.clone()).unwrap();
-            self.revisions
-                .apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+            self.feed(&watcher::Event::Apply(obj.clone()));
             Arc::new(obj)
+        }
+
+        /// A revision watch event: the group index, then the cache (as the backend).
+        fn feed(&mut self, event: &watcher::Event<Lenient<EnvoyConfigRevision>>) {
+            self.shared.groups.apply(event);
+            self.revisions.apply_watcher_event(event);
         }
 
         fn revision(&self, name: &str) -> Value {
@@ -309,8 +314,7 @@ mod tests {
                 let name = parse(&r.uri).name.unwrap();
                 let gone: Lenient<EnvoyConfigRevision> =
                     serde_json::from_value(self.revision(&name)).unwrap();
-                self.revisions
-                    .apply_watcher_event(&watcher::Event::Delete(gone));
+                self.feed(&watcher::Event::Delete(gone));
             }
             names
         }

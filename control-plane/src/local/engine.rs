@@ -170,8 +170,9 @@ pub enum RemoveError {
 #[derive(Debug)]
 pub struct Engine {
     options: Options,
-    /// The folder's Secrets, as of the last [`reconcile`](Self::reconcile).
-    secrets: ManifestSecrets,
+    /// The folder's Secrets, the revision metrics and the decode memo: what [`sync`]
+    /// reads beside the EnvoyConfig it brings in line.
+    env: SyncEnv,
     configs: BTreeMap<Key, Tracked>,
     /// Loaded from the state dir, taken when their EnvoyConfig shows up.
     restored: BTreeMap<Key, StateFile>,
@@ -186,8 +187,18 @@ pub struct Engine {
     /// file, no error): then a change of specs only takes [`Engine::reconcile`]'s
     /// quick path.
     last_clean: bool,
+}
+
+/// What [`sync`] reads beside the EnvoyConfig it brings in line.
+#[derive(Debug, Default)]
+struct SyncEnv {
+    /// The folder's Secrets, as of the last [`Engine::reconcile`].
+    secrets: ManifestSecrets,
     /// The self-healing series (`Context::revisions`; unregistered until set).
     metrics: crate::metrics::RevisionMetrics,
+    /// The resources decoded from the specs' own text, for every resolution of this
+    /// engine ([`publisher::resolution`]).
+    memo: marin3r_envoyconfig::memo::DecodeMemo,
 }
 
 fn source(key: &Key) -> String {
@@ -201,20 +212,19 @@ impl Engine {
                 nack_threshold: options.nack_threshold.max(1),
                 ..options
             },
-            secrets: ManifestSecrets::default(),
+            env: SyncEnv::default(),
             configs: BTreeMap::new(),
             restored: BTreeMap::new(),
             file_errors: BTreeMap::new(),
             unsaved: BTreeSet::new(),
             last: Vec::new(),
             last_clean: false,
-            metrics: crate::metrics::RevisionMetrics::default(),
         }
     }
 
     /// Feeds `metrics` (the process's [`crate::Context::revisions`]) from now on.
     pub fn set_metrics(&mut self, metrics: crate::metrics::RevisionMetrics) {
-        self.metrics = metrics;
+        self.env.metrics = metrics;
     }
 
     pub fn options(&self) -> &Options {
@@ -242,7 +252,7 @@ impl Engine {
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
         // Whether the folder's Secrets changed: asked here, once per reconcile.
-        let secrets_changed = manifests.secrets != self.secrets;
+        let secrets_changed = manifests.secrets != self.env.secrets;
         if let Some(changed) = self.only_specs_changed(manifests, secrets_changed) {
             // The same EnvoyConfigs, node ids and Secrets as last time, in the same
             // order, and no problem then or now: who wins each node is unchanged, so only
@@ -259,7 +269,7 @@ impl Engine {
             tracing::error!(error = %e, "invalid manifest; ignored");
         }
         if secrets_changed {
-            self.secrets = manifests.secrets.clone();
+            self.env.secrets = manifests.secrets.clone();
         }
         self.file_errors = manifests.file_errors.clone();
 
@@ -320,7 +330,7 @@ impl Engine {
             };
             let node_id = &t.revisions.node_id;
             tracing::info!(envoyconfig = %source(&key), node_id = %node_id, "EnvoyConfig removed (or its node id changed); its revisions are dropped");
-            self.metrics.forget(&key.0, &key.1);
+            self.env.metrics.forget(&key.0, &key.1);
             if self.options.state_dir.is_some() {
                 effects.push(Effect::Unsave { key: key.clone() });
             }
@@ -410,7 +420,7 @@ impl Engine {
         effects: &mut Vec<Effect>,
     ) {
         if let Some(t) = self.configs.get_mut(&key) {
-            let may_differ = (secrets == Secrets::MayDiffer).then_some(&self.secrets);
+            let may_differ = (secrets == Secrets::MayDiffer).then_some(&self.env.secrets);
             if !t.changed(ec, may_differ) {
                 // Keep the latest parse: the next look at it is a pointer comparison.
                 t.parsed = Some(Arc::clone(ec));
@@ -446,7 +456,7 @@ impl Engine {
             nacks,
             self.options.nack_threshold,
         );
-        sync(t, &key, &self.secrets, &self.metrics, verdict, now, effects);
+        sync(t, &key, &self.env, verdict, now, effects);
     }
 
     /// Checks the NACK statistics of every served revision
@@ -463,15 +473,7 @@ impl Engine {
                 continue;
             };
             self.unsaved.insert(key.clone());
-            sync(
-                t,
-                key,
-                &self.secrets,
-                &self.metrics,
-                Some(taint),
-                now,
-                &mut effects,
-            );
+            sync(t, key, &self.env, Some(taint), now, &mut effects);
         }
         // A taint is saved even when it leaves nothing to publish (RollbackFailed: the
         // last good snapshot stays served, no other effect).
@@ -516,15 +518,7 @@ impl Engine {
             nacks,
             self.options.nack_threshold,
         );
-        sync(
-            t,
-            &key,
-            &self.secrets,
-            &self.metrics,
-            verdict,
-            now,
-            &mut effects,
-        );
+        sync(t, &key, &self.env, verdict, now, &mut effects);
         let report = report_of(&key, t);
         self.persist(&mut effects);
         Ok((report, effects))
@@ -624,18 +618,22 @@ fn report_of(key: &Key, t: &Tracked) -> EnvoyConfigReport {
 fn sync(
     t: &mut Tracked,
     key: &Key,
-    secrets: &ManifestSecrets,
-    metrics: &crate::metrics::RevisionMetrics,
+    env: &SyncEnv,
     verdict: Option<Taint>,
     now: SystemTime,
     effects: &mut Vec<Effect>,
 ) {
     let envoyconfig = source(key);
     let node_id = t.revisions.node_id.clone();
+    let SyncEnv {
+        secrets,
+        metrics,
+        memo,
+    } = env;
     let namespaced = secrets.for_namespace(t.namespace.as_deref());
     let folder = publisher::Recording::new(&namespaced);
     let decision = publisher::decide_given(&t.revisions, t.served.as_deref(), verdict, |rev| {
-        publisher::resolution(&rev.spec, &folder)
+        publisher::resolution(&rev.spec, &folder, memo)
     });
     for taint in &decision.taints {
         tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %taint.version, reason = %taint.reason, "revision tainted");
@@ -653,7 +651,8 @@ fn sync(
     if publish.is_none() && t.served.is_none() && t.waiting.is_none() {
         // Right after a restart in RollbackFailed: serve what was served before.
         if let Some((version, spec)) = t.restore.take()
-            && let publisher::Resolution::Ready(snapshot) = publisher::resolution(&spec, &folder)
+            && let publisher::Resolution::Ready(snapshot) =
+                publisher::resolution(&spec, &folder, memo)
         {
             tracing::warn!(envoyconfig = %envoyconfig, node_id = %node_id, version = %version, "every revision is tainted; serving the snapshot served before the restart");
             publish = Some(publisher::Publish {
@@ -1207,7 +1206,7 @@ mod tests {
             let now = t(i as u64 + 1);
             assert_eq!(
                 quick
-                    .only_specs_changed(m, m.secrets != quick.secrets)
+                    .only_specs_changed(m, m.secrets != quick.env.secrets)
                     .is_some(),
                 *takes_quick_path,
                 "{step}"

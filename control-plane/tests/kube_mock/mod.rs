@@ -68,9 +68,15 @@ impl World {
 
     pub fn put_revision(&mut self, doc: &Value) -> Arc<Lenient<EnvoyConfigRevision>> {
         let obj: Lenient<EnvoyConfigRevision> = serde_json::from_value(doc.clone()).unwrap();
-        self.revisions
-            .apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+        self.feed_revision(&watcher::Event::Apply(obj.clone()));
         Arc::new(obj)
+    }
+
+    /// A revision watch event: the group index, then the watch cache (the backend's
+    /// order).
+    pub fn feed_revision(&mut self, event: &watcher::Event<Lenient<EnvoyConfigRevision>>) {
+        self.shared.groups.apply(event);
+        self.revisions.apply_watcher_event(event);
     }
 
     pub fn put_secret(&mut self, doc: &Value) {
