@@ -204,7 +204,9 @@ pub async fn serve_with<B: Backend>(
     backend.register_metrics(&mut registry);
     let mut ctx = Context::new(stats);
     ctx.revisions = metrics::RevisionMetrics::register(&mut registry);
-    marin3r_kube::watch::register_reconcile_metrics(&mut registry);
+    // The API client's liveness series (the Kubernetes backend's reconcile counters are
+    // its own: `Backend::register_metrics`).
+    marin3r_kube::client::register_metrics(&mut registry);
     marin3r_process::CertificateExpiry::served([
         ("discovery-service-server", config.server_cert.clone()),
         ("discovery-service-ca", config.ca_file.clone()),

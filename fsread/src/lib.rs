@@ -152,14 +152,6 @@ pub fn read_regular_file(path: &Path, limit: u64) -> Result<Vec<u8>, Error> {
     read_bounded(file, limit, path)
 }
 
-/// [`read_regular_file`] as UTF-8 text (an error names the file and the rule).
-pub fn read_regular_text(path: &Path, limit: u64) -> Result<String, Error> {
-    String::from_utf8(read_regular_file(path, limit)?).map_err(|_| Error::Io {
-        path: path.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"),
-    })
-}
-
 /// Reads `reader` to its end, at most `limit` bytes (more is refused, never held): for
 /// inputs that are streams by nature (standard input). `name` names it in errors.
 pub fn read_bounded(reader: impl Read, limit: u64, name: &Path) -> Result<Vec<u8>, Error> {
@@ -217,18 +209,6 @@ mod tests {
         assert_eq!(
             read_bounded(&b"abc"[..], 3, Path::new("-")).unwrap(),
             b"abc"
-        );
-    }
-
-    #[test]
-    fn text_must_be_utf8() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("a");
-        std::fs::write(&file, [0xff, 0xfe]).unwrap();
-        let e = read_regular_text(&file, 10).unwrap_err();
-        assert!(
-            format!("{:?}", std::error::Error::source(&e)).contains("UTF-8"),
-            "{e:?}"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! Watching: the namespaces a process watches (`WATCH_NAMESPACE`), APIs scoped to them,
 //! watch streams and controllers that retry with [`WatchBackoff`], and what every
 //! controller does with a failed reconcile ([`error_policy`]) or a leftover result
-//! ([`log_result`]).
+//! ([`log_result`]), and the reconcile counters a process hands its controllers
+//! ([`ReconcileMetrics`]).
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -202,14 +203,14 @@ where
     Action::requeue(RETRY_FAILED)
 }
 
-/// Labels of [`RECONCILES`].
+/// Labels of [`ReconcileMetrics`]' reconciles.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 struct ReconcileLabels {
     controller: String,
     result: String,
 }
 
-/// Labels of [`RECONCILE_ERRORS`].
+/// Labels of [`ReconcileMetrics`]' errors.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 struct ControllerLabels {
     controller: String,
@@ -218,14 +219,17 @@ struct ControllerLabels {
 type Counters<L> =
     prometheus_client::metrics::family::Family<L, prometheus_client::metrics::counter::Counter>;
 
-/// Reconciles run, per controller and result (`success`, `error`): fed by every
-/// controller of the process through [`log_result`], so one set per process (a static;
-/// [`register_reconcile_metrics`] exposes it).
-static RECONCILES: std::sync::LazyLock<Counters<ReconcileLabels>> =
-    std::sync::LazyLock::new(Counters::default);
-/// Reconciles that returned an error, per controller.
-static RECONCILE_ERRORS: std::sync::LazyLock<Counters<ControllerLabels>> =
-    std::sync::LazyLock::new(Counters::default);
+/// The reconcile counters of one process: created and registered by the process
+/// ([`ReconcileMetrics::register`]) and handed to every controller it runs, which counts
+/// each result through [`log_result`]. A value, not a static: several processes in one
+/// test (the in-process HA replicas) each count their own.
+#[derive(Debug, Clone, Default)]
+pub struct ReconcileMetrics {
+    /// Reconciles run, per controller and result (`success`, `error`).
+    reconciles: Counters<ReconcileLabels>,
+    /// Reconciles that returned an error, per controller.
+    errors: Counters<ControllerLabels>,
+}
 
 /// What one controller result counts as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,68 +263,71 @@ impl ReconcileResult {
     }
 }
 
-/// Registers the reconcile counters with `registry`, under the names controller-runtime
-/// (and so upstream MARIN3R's operator and discovery service) gives them:
-/// `controller_runtime_reconcile_total{controller, result}` and
-/// `controller_runtime_reconcile_errors_total{controller}`; `controller` is the kind in
-/// lower case (`envoyconfig`, `discoveryservice`, ...), as controller-runtime names it.
-///
-/// Also registers the API client's liveness series ([`crate::client::register_metrics`]):
-/// every process that runs controllers runs watches.
-pub fn register_reconcile_metrics(registry: &mut prometheus_client::registry::Registry) {
-    crate::client::register_metrics(registry);
-    registry.register(
-        "controller_runtime_reconcile",
-        "Reconciles run, per controller and result (success, error)",
-        RECONCILES.clone(),
-    );
-    registry.register(
-        "controller_runtime_reconcile_errors",
-        "Reconciles that returned an error, per controller",
-        RECONCILE_ERRORS.clone(),
-    );
-}
+impl ReconcileMetrics {
+    /// Registers the counters with `registry`, under the names controller-runtime (and
+    /// so upstream MARIN3R's operator and discovery service) gives them:
+    /// `controller_runtime_reconcile_total{controller, result}` and
+    /// `controller_runtime_reconcile_errors_total{controller}`; `controller` is the kind
+    /// in lower case (`envoyconfig`, `discoveryservice`, ...), as controller-runtime
+    /// names it.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "controller_runtime_reconcile",
+            "Reconciles run, per controller and result (success, error)",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Reconciles that returned an error, per controller",
+            self.errors.clone(),
+        );
+    }
 
-/// Counts one reconcile of controller `kind` (see [`register_reconcile_metrics`]).
-pub fn count_reconcile(kind: &str, result: ReconcileResult) {
-    let Some(label) = result.label() else {
-        return;
-    };
-    let controller = kind.to_ascii_lowercase();
-    // Every result and the error counter exist from a controller's first reconcile on
-    // (zeros rather than gaps for dashboards and `rate`).
-    for l in ["success", "error"] {
-        let counter = RECONCILES.get_or_create(&ReconcileLabels {
-            controller: controller.clone(),
-            result: l.to_string(),
-        });
-        if l == label {
-            counter.inc();
+    /// Counts one reconcile of controller `kind`.
+    pub fn count(&self, kind: &str, result: ReconcileResult) {
+        let Some(label) = result.label() else {
+            return;
+        };
+        let controller = kind.to_ascii_lowercase();
+        // Every result and the error counter exist from a controller's first reconcile on
+        // (zeros rather than gaps for dashboards and `rate`).
+        for l in ["success", "error"] {
+            let counter = self.reconciles.get_or_create(&ReconcileLabels {
+                controller: controller.clone(),
+                result: l.to_string(),
+            });
+            if l == label {
+                counter.inc();
+            }
+        }
+        let errors = self.errors.get_or_create(&ControllerLabels { controller });
+        if result == ReconcileResult::Error {
+            errors.inc();
         }
     }
-    let errors = RECONCILE_ERRORS.get_or_create(&ControllerLabels { controller });
-    if result == ReconcileResult::Error {
-        errors.inc();
-    }
 }
 
-/// Controller results: every reconcile is counted ([`count_reconcile`]); failed ones are
-/// logged by [`error_policy`]; what is left (e.g. a trigger for an object deleted
-/// meanwhile) is debug noise.
-pub async fn log_result<T, E1, E2>(
+/// Controller results: every reconcile is counted in `metrics`
+/// ([`ReconcileMetrics::count`]); failed ones are logged by [`error_policy`]; what is
+/// left (e.g. a trigger for an object deleted meanwhile) is debug noise. Done at once; the
+/// ready future makes it the body of the controller stream's `for_each`.
+pub fn log_result<T, E1, E2>(
+    metrics: &ReconcileMetrics,
     kind: &'static str,
     result: Result<T, kube::runtime::controller::Error<E1, E2>>,
-) where
+) -> std::future::Ready<()>
+where
     E1: std::error::Error,
     E2: std::error::Error,
 {
     let counted = ReconcileResult::of(&result);
-    count_reconcile(kind, counted);
+    metrics.count(kind, counted);
     if let Err(e) = result
         && counted == ReconcileResult::NotRun
     {
         tracing::debug!(kind, error = %e, "reconcile not run");
     }
+    std::future::ready(())
 }
 
 /// Runs `controller` (a controller's stream built with `graceful_shutdown_on(shutdown)`,
@@ -397,14 +404,11 @@ mod tests {
         assert_eq!(ReconcileResult::of(&gone), ReconcileResult::NotRun);
         assert_eq!(ReconcileResult::of(&queue), ReconcileResult::NotRun);
 
-        // The counters are the process's (a static): this test's own controller name.
+        let metrics = ReconcileMetrics::default();
         for item in [ok, failed, gone, queue] {
-            log_result("WatchUnitTest", item).await;
+            log_result(&metrics, "WatchUnitTest", item).await;
         }
-        let mut registry = prometheus_client::registry::Registry::default();
-        register_reconcile_metrics(&mut registry);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = encoded(&metrics);
         for line in [
             "controller_runtime_reconcile_total{controller=\"watchunittest\",result=\"success\"} 1",
             "controller_runtime_reconcile_total{controller=\"watchunittest\",result=\"error\"} 1",
@@ -413,15 +417,56 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
         // A controller that never failed shows zero errors.
-        count_reconcile("WatchUnitTestOk", ReconcileResult::Success);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        metrics.count("WatchUnitTestOk", ReconcileResult::Success);
+        let text = encoded(&metrics);
         for line in [
             "controller_runtime_reconcile_total{controller=\"watchunittestok\",result=\"error\"} 0",
             "controller_runtime_reconcile_errors_total{controller=\"watchunittestok\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
+    }
+
+    /// `metrics` registered alone, as Prometheus text.
+    fn encoded(metrics: &ReconcileMetrics) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    /// Two processes in one test (the in-process HA replicas) count apart: the same
+    /// controller's reconciles in one value are not seen in the other.
+    #[test]
+    fn two_values_count_apart() {
+        let (one, other) = (ReconcileMetrics::default(), ReconcileMetrics::default());
+        one.count("EnvoyConfig", ReconcileResult::Error);
+        one.count("EnvoyConfig", ReconcileResult::Success);
+        other.count("EnvoyConfig", ReconcileResult::Success);
+        let (one, other) = (encoded(&one), encoded(&other));
+        for (text, line) in [
+            (
+                &one,
+                "controller_runtime_reconcile_errors_total{controller=\"envoyconfig\"} 1",
+            ),
+            (
+                &other,
+                "controller_runtime_reconcile_errors_total{controller=\"envoyconfig\"} 0",
+            ),
+            (
+                &other,
+                "controller_runtime_reconcile_total{controller=\"envoyconfig\",result=\"success\"} 1",
+            ),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        // A clone is the same counters (what every controller of a process is handed).
+        let metrics = ReconcileMetrics::default();
+        metrics.clone().count("EnvoyConfig", ReconcileResult::Error);
+        assert!(encoded(&metrics).lines().any(
+            |l| l == "controller_runtime_reconcile_errors_total{controller=\"envoyconfig\"} 1"
+        ));
     }
 
     #[test]

@@ -92,7 +92,7 @@ async fn a_watch_that_stays_down_is_reported_stale_until_it_is_back() {
     let api = FakeApiServer::new();
     let store = reflect::<Secret>(&api).await;
     let mut registry = prometheus_client::registry::Registry::default();
-    marin3r_kube::watch::register_reconcile_metrics(&mut registry);
+    marin3r_kube::client::register_metrics(&mut registry);
     assert!(!watch_is_stale("secrets"));
     api.set_outage(Outage::Hang);
     tokio::time::sleep(SILENCE + Duration::from_secs(1)).await;

@@ -243,11 +243,10 @@ fn exported_by_the_code() -> BTreeSet<String> {
         Some(marin3r_envoyconfig::envoyconfig::CacheState::Rollback),
     );
     revisions.replicas_in_sync("ns", "ec", "n", true);
-    marin3r_kube::watch::register_reconcile_metrics(&mut registry);
-    marin3r_kube::watch::count_reconcile(
-        "Observability",
-        marin3r_kube::watch::ReconcileResult::Error,
-    );
+    let reconciles = marin3r_kube::watch::ReconcileMetrics::default();
+    reconciles.register(&mut registry);
+    reconciles.count("Observability", marin3r_kube::watch::ReconcileResult::Error);
+    marin3r_kube::client::register_metrics(&mut registry);
     let issued = marin3r_process::IssuedCertificates::default();
     issued.register(&mut registry);
     issued.set("DiscoveryServiceCertificate", "ns", "n", 1);

@@ -243,6 +243,7 @@ pub async fn run(
     client: Client,
     namespace: Option<String>,
     images: Images,
+    reconciles: marin3r_kube::watch::ReconcileMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = namespace.as_deref();
@@ -302,6 +303,8 @@ pub async fn run(
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, marin3r_kube::watch::error_policy, ctx)
-        .for_each(|result| marin3r_kube::watch::log_result("EnvoyDeployment", result));
+        .for_each(move |result| {
+            marin3r_kube::watch::log_result(&reconciles, "EnvoyDeployment", result)
+        });
     marin3r_kube::watch::run_until_shutdown(reconciling, &own, shutdown).await;
 }

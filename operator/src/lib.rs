@@ -69,13 +69,12 @@ impl Default for Images {
 
 /// Runs the three controllers (certificates, DiscoveryServices, EnvoyDeployments) over
 /// `namespaces` (empty: every namespace; else one set of controllers per namespace)
-/// until `shutdown` completes; the certificate controllers feed `issued`
-/// ([`certificate::Context::issued`]).
+/// until `shutdown` completes, counting into `metrics`.
 pub async fn run(
     client: kube::Client,
     namespaces: &[String],
     images: Images,
-    issued: marin3r_process::IssuedCertificates,
+    metrics: Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     use futures::FutureExt as _;
@@ -91,7 +90,7 @@ pub async fn run(
             certificate::controller(
                 client.clone(),
                 namespace.as_deref(),
-                issued.clone(),
+                metrics.clone(),
                 shutdown.clone(),
             )
             .boxed(),
@@ -101,6 +100,7 @@ pub async fn run(
                 client.clone(),
                 namespace.clone(),
                 images.clone(),
+                metrics.reconciles.clone(),
                 shutdown.clone(),
             )
             .boxed(),
@@ -110,12 +110,32 @@ pub async fn run(
                 client.clone(),
                 namespace,
                 images.clone(),
+                metrics.reconciles.clone(),
                 shutdown.clone(),
             )
             .boxed(),
         );
     }
     futures::future::join_all(tasks).await;
+}
+
+/// The operator process's metrics its controllers feed: made and registered once by
+/// [`serve`] and handed to every controller, also across leader terms (clones share the
+/// series).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// The certificates' expiry series ([`certificate::Context::issued`]).
+    pub issued: marin3r_process::IssuedCertificates,
+    /// `controller_runtime_reconcile*` of every controller.
+    pub reconciles: marin3r_kube::watch::ReconcileMetrics,
+}
+
+impl Metrics {
+    /// Registers every series with `registry`.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.issued.register(registry);
+        self.reconciles.register(registry);
+    }
 }
 
 /// Who holds the leader Lease: the pod's namespace and name.
@@ -171,11 +191,9 @@ pub async fn serve(
         "1 while this replica holds the leader Lease and runs the controllers",
         leader_gauge.clone(),
     );
-    marin3r_kube::watch::register_reconcile_metrics(&mut registry);
-    // The certificates' expiry series: one set for this process, handed to every
-    // certificate controller (also across leader terms).
-    let issued = marin3r_process::IssuedCertificates::default();
-    issued.register(&mut registry);
+    marin3r_kube::client::register_metrics(&mut registry);
+    let controller_metrics = Metrics::default();
+    controller_metrics.register(&mut registry);
     let readiness = marin3r_process::Readiness::new();
     readiness.set_synced();
     marin3r_process::register_ready_metric(&mut registry, readiness.clone());
@@ -203,7 +221,14 @@ pub async fn serve(
             match leader {
                 None => {
                     leader_gauge.set(1);
-                    run(client, &namespaces, images, issued, stopping.wait()).await;
+                    run(
+                        client,
+                        &namespaces,
+                        images,
+                        controller_metrics,
+                        stopping.wait(),
+                    )
+                    .await;
                     Ok(())
                 }
                 Some(leader) => leader::run_while_leader(
@@ -211,14 +236,14 @@ pub async fn serve(
                     &leader.namespace,
                     &leader.identity,
                     |stop| {
-                        let (client, namespaces, images, issued) = (
+                        let (client, namespaces, images, metrics) = (
                             client.clone(),
                             namespaces.clone(),
                             images.clone(),
-                            issued.clone(),
+                            controller_metrics.clone(),
                         );
                         async move {
-                            run(client, &namespaces, images, issued, async {
+                            run(client, &namespaces, images, metrics, async {
                                 let _ = stop.await;
                             })
                             .await;

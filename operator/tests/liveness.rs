@@ -45,7 +45,7 @@ async fn every_watch_of_the_operator_is_re_established_after_a_hang() {
                             client,
                             &[],
                             marin3r_operator::Images::default(),
-                            marin3r_process::IssuedCertificates::default(),
+                            marin3r_operator::Metrics::default(),
                             async {
                                 let _ = stop.await;
                             },

@@ -1,5 +1,5 @@
 //! The admission patch is built from what injection adds and removes
-//! ([`Injection::into_patch`]), not from a diff of two trees. These properties prove it is
+//! ([`Injection::patch`]), not from a diff of two trees. These properties prove it is
 //! exact: applying the patch to the input gives exactly [`Injection::into_pod`], for every
 //! golden input of the webhook and for generated Pods (user containers with and without
 //! lifecycles and unknown fields, absent or `null` lists, grace periods, the shutdown
@@ -18,13 +18,14 @@ use serde_json::{Map, Value, json};
 
 /// The patch of `pod` as the webhook writes it (added objects serialised once), read back;
 /// `None` when there is none. It must be byte for byte what `json_patch` writes for
-/// `Injection::into_patch`, and so must the `Value` form's own writer.
+/// `Injection::patch` as a `json_patch::Patch`, and so must the `Value` form's own writer.
 fn written_patch(pod: &Value) -> Option<json_patch::Patch> {
     let plan = || plan_pod(pod, Some("ns"), &Defaults::default());
     let (Ok(Plan::Inject(a)), Ok(Plan::Inject(b))) = (plan(), plan()) else {
         return None;
     };
-    let want = String::from_utf8(serde_json::to_vec(&b.into_patch()).unwrap()).unwrap();
+    let want = String::from_utf8(serde_json::to_vec(&json_patch::Patch::from(b.patch())).unwrap())
+        .unwrap();
     let text = |bytes| String::from_utf8(bytes).unwrap();
     assert_eq!(text(a.patch().to_json().unwrap()), want);
     match plan_pod_as::<Box<RawValue>>(pod, Some("ns"), &Defaults::default()) {
@@ -49,7 +50,7 @@ fn check(pod: &Value) -> Option<Value> {
     };
     let injected = again.into_pod();
     let mut patched = pod.clone();
-    let patch = injection.into_patch();
+    let patch = json_patch::Patch::from(injection.patch());
     json_patch::patch(&mut patched, &patch)
         .unwrap_or_else(|e| panic!("patch {patch:?} does not apply to {pod}: {e}"));
     assert_eq!(patched, injected, "patch {patch:?} on {pod}");
@@ -65,7 +66,11 @@ fn check_with_reinjection(pod: &Value, variants: &[Map<String, Value>]) {
     };
     match plan_pod(&injected, Some("ns"), &Defaults::default()) {
         Ok(Plan::Inject(again)) => {
-            assert_eq!(again.into_patch().0, vec![], "re-injecting {injected}");
+            assert_eq!(
+                json_patch::Patch::from(again.patch()).0,
+                vec![],
+                "re-injecting {injected}"
+            );
             assert_eq!(
                 written_patch(&injected).map(|p| p.0),
                 Some(vec![]),

@@ -42,8 +42,6 @@ pub const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str =
 
 /// The uid-range of [`example_namespace`] (a namespace OpenShift annotated).
 pub const EXAMPLE_UID_RANGE: &str = "1000680000/10000";
-/// The first UID of [`EXAMPLE_UID_RANGE`].
-pub const EXAMPLE_UID: i64 = 1_000_680_000;
 /// The MCS level of [`example_namespace`].
 pub const EXAMPLE_MCS: &str = "s0:c26,c15";
 
@@ -944,6 +942,9 @@ pub fn admit_template(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first UID of [`EXAMPLE_UID_RANGE`].
+    const EXAMPLE_UID: i64 = 1_000_680_000;
 
     /// A Pod as a user writes it for Pod Security `restricted`, without a UID.
     fn app_pod() -> Value {

@@ -199,19 +199,6 @@ impl DeltaStream {
             .collect()
     }
 
-    /// What the client is believed to hold for `t`: name → resource version.
-    pub fn client_versions(&self, t: ResourceType) -> BTreeMap<String, String> {
-        self.types
-            .get(&t)
-            .map(|s| {
-                s.client
-                    .iter()
-                    .filter_map(|(n, v)| v.clone().map(|v| (n.clone(), v)))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     /// Handles one request of the client.
     pub fn handle_request(
         &mut self,
@@ -605,6 +592,21 @@ mod tests {
     use prost::Message;
     use prost_types::Any;
     use std::time::Duration;
+
+    impl DeltaStream {
+        /// What the client is believed to hold for `t`: name → resource version.
+        fn client_versions(&self, t: ResourceType) -> BTreeMap<String, String> {
+            self.types
+                .get(&t)
+                .map(|s| {
+                    s.client
+                        .iter()
+                        .filter_map(|(n, v)| v.clone().map(|v| (n.clone(), v)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+    }
 
     fn node() -> Node {
         Node {

@@ -162,14 +162,6 @@ impl SotwStream {
             .collect()
     }
 
-    /// The version of `t` last sent on this stream.
-    pub fn sent_version(&self, t: ResourceType) -> Option<&str> {
-        self.types
-            .get(&t)
-            .and_then(|s| s.sent.as_ref())
-            .map(|s| s.version.as_str())
-    }
-
     /// Handles one request of the client.
     pub fn handle_request(
         &mut self,
@@ -393,6 +385,16 @@ mod tests {
     use prost::Message;
     use prost_types::Any;
     use std::time::Duration;
+
+    impl SotwStream {
+        /// The version of `t` last sent on this stream.
+        fn sent_version(&self, t: ResourceType) -> Option<&str> {
+            self.types
+                .get(&t)
+                .and_then(|s| s.sent.as_ref())
+                .map(|s| s.version.as_str())
+        }
+    }
 
     fn node() -> Node {
         crate::NodeInfo {

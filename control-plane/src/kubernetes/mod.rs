@@ -110,6 +110,8 @@ pub struct KubernetesBackend {
     ha: Option<ha::HaConfig>,
     /// The `marin3r_ha_*` series (registered with the process's metrics).
     ha_metrics: ha::HaMetrics,
+    /// The `controller_runtime_reconcile*` series (registered with the process's metrics).
+    reconciles: marin3r_kube::watch::ReconcileMetrics,
     running: Option<Running>,
 }
 
@@ -164,6 +166,7 @@ impl KubernetesBackend {
             initial_sync_timeout: DEFAULT_INITIAL_SYNC_TIMEOUT,
             ha: None,
             ha_metrics: ha::HaMetrics::default(),
+            reconciles: marin3r_kube::watch::ReconcileMetrics::default(),
             running: None,
         }
     }
@@ -474,7 +477,7 @@ impl crate::Backend for KubernetesBackend {
         let config_controller = config_controller
             .reconcile_on(ReceiverStream::new(config_triggers))
             .run(reconcile_envoyconfig, error_policy, shared.clone())
-            .for_each(|r| log_result("EnvoyConfig", r));
+            .for_each(|r| log_result(&self.reconciles, "EnvoyConfig", r));
         let revision_controller = match revisions {
             Some(sub) => Controller::for_shared_stream(sub, shared.revisions.clone()),
             None => Controller::new(self.api(), watcher::Config::default()),
@@ -482,7 +485,7 @@ impl crate::Backend for KubernetesBackend {
         let revision_controller = revision_controller
             .reconcile_on(ReceiverStream::new(revision_triggers))
             .run(reconcile_revision, error_policy, shared.clone())
-            .for_each(|r| log_result("EnvoyConfigRevision", r));
+            .for_each(|r| log_result(&self.reconciles, "EnvoyConfigRevision", r));
         tokio::select! {
             () = shutdown => {}
             _ = futures::future::join(config_controller, revision_controller) => {}
@@ -510,6 +513,7 @@ impl crate::Backend for KubernetesBackend {
     }
 
     fn register_metrics(&mut self, registry: &mut prometheus_client::registry::Registry) {
+        self.reconciles.register(registry);
         if self.ha.is_some() {
             self.ha_metrics = ha::HaMetrics::register(registry);
         }

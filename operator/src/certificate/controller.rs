@@ -234,11 +234,11 @@ pub async fn reconcile_at(
 /// Runs the DiscoveryServiceCertificate controller until `shutdown` completes, over
 /// `namespaces` (`WATCH_NAMESPACE` split on commas): none means every namespace, one or
 /// more mean one controller per namespace (a CA only ever signs certificates of its own
-/// namespace, so they share nothing but `issued`, [`Context::issued`]).
+/// namespace, so they share nothing but the process's `metrics`, [`Context::issued`]).
 pub async fn run(
     client: Client,
     namespaces: &[String],
-    issued: IssuedCertificates,
+    metrics: crate::Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     use futures::FutureExt as _;
@@ -252,7 +252,7 @@ pub async fn run(
         controller(
             client.clone(),
             ns.as_deref(),
-            issued.clone(),
+            metrics.clone(),
             shutdown.clone(),
         )
     }))
@@ -265,7 +265,7 @@ pub async fn run(
 pub fn controller<F>(
     client: Client,
     namespace: Option<&str>,
-    issued: IssuedCertificates,
+    metrics: crate::Metrics,
     shutdown: F,
 ) -> impl std::future::Future<Output = ()> + Send + use<F>
 where
@@ -281,8 +281,9 @@ where
     let ctx = Arc::new(Context {
         client,
         certificates: store.clone(),
-        issued,
+        issued: metrics.issued,
     });
+    let reconciles = metrics.reconciles;
     let shutdown = futures::FutureExt::shared(shutdown);
     let reconciling = controller
         .owns_objects(
@@ -300,7 +301,9 @@ where
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, marin3r_kube::watch::error_policy, ctx)
-        .for_each(|result| marin3r_kube::watch::log_result("DiscoveryServiceCertificate", result));
+        .for_each(move |result| {
+            marin3r_kube::watch::log_result(&reconciles, "DiscoveryServiceCertificate", result)
+        });
     async move { marin3r_kube::watch::run_until_shutdown(reconciling, &own, shutdown).await }
 }
 

@@ -1,7 +1,6 @@
 //! Carrying an [`Injection`] out: as the admission response's JSON patch, or as the
 //! injected Pod. Both walk the same edits.
 
-use json_patch::Patch;
 use serde_json::{Map, Value};
 
 use super::edit::{Added, GraceEdit, Injection, LISTS};
@@ -95,11 +94,6 @@ impl<F: Added> Injection<'_, F> {
 }
 
 impl Injection<'_> {
-    /// [`Injection::patch`] as a `json_patch::Patch`.
-    pub fn into_patch(self) -> Patch {
-        self.patch().into()
-    }
-
     /// The injected Pod: a copy of the Pod with the edits applied.
     pub fn into_pod(self) -> Value {
         let mut out = self.pod.clone();

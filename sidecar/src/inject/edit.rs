@@ -13,7 +13,7 @@ use super::pod::{list, to_value};
 use crate::Error;
 
 /// How an [`Injection`] holds the objects it adds (the generated containers and volumes):
-/// as `Value` trees, for [`Injection::into_pod`] and [`Injection::into_patch`], or
+/// as `Value` trees, for [`Injection::into_pod`] and [`Injection::patch`], or
 /// serialised once as JSON text (`Box<RawValue>`), for an admission response that only
 /// writes the patch out ([`InjectionPatch::to_json`](super::InjectionPatch::to_json)). Both forms come from the same
 /// generated objects and give the same patch.
