@@ -35,7 +35,7 @@ pub enum Verdict {
     Settled(Outcome),
     /// Set the cache to this (after checking, under the publish lock, that the revision
     /// is still elected).
-    Publish(Publish),
+    Publish(Box<Publish>),
 }
 
 impl<'a> Candidate<'a> {
@@ -111,7 +111,7 @@ impl<'a> Candidate<'a> {
             });
         }
         match decision.publish.filter(|p| p.version == *version) {
-            Some(p) => Verdict::Publish(p),
+            Some(p) => Verdict::Publish(Box::new(p)),
             None => Verdict::Settled(Outcome::NotElected),
         }
     }
