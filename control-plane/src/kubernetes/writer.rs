@@ -71,100 +71,94 @@ impl Writer {
         }
     }
 
-    fn api<K>(&self, namespace: &str) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
+    fn api<K: Object>(&self, namespace: &str) -> Api<K> {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    /// Creates `object` in `namespace`.
-    pub async fn create<K>(&self, namespace: &str, object: &K) -> Result<Written, kube::Error>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Serialize
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
+    /// The gate itself, once for every kind of write: `write` is sent (polled) only
+    /// while this replica may write.
+    async fn gated<T>(
+        &self,
+        write: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Written, kube::Error> {
         if !self.leads() {
             return Ok(Written::Skipped);
         }
-        self.api::<K>(namespace)
-            .create(&PostParams::default(), object)
-            .await?;
+        write.await?;
         Ok(Written::Done)
+    }
+
+    /// Creates `object` in `namespace`.
+    pub async fn create<K: Object + Serialize>(
+        &self,
+        namespace: &str,
+        object: &K,
+    ) -> Result<Written, kube::Error> {
+        let api = self.api::<K>(namespace);
+        self.gated(api.create(&PostParams::default(), object)).await
     }
 
     /// A JSON merge patch of `name` (with `metadata.resourceVersion` in `patch`, a
     /// change made meanwhile makes it fail with 409 Conflict).
-    pub async fn merge_patch<K>(
+    pub async fn merge_patch<K: Object>(
         &self,
         namespace: &str,
         name: &str,
         patch: &serde_json::Value,
-    ) -> Result<Written, kube::Error>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
-        if !self.leads() {
-            return Ok(Written::Skipped);
-        }
-        self.api::<K>(namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-        Ok(Written::Done)
+    ) -> Result<Written, kube::Error> {
+        let api = self.api::<K>(namespace);
+        let params = PatchParams::default();
+        self.gated(api.patch(name, &params, &Patch::Merge(patch)))
+            .await
     }
 
     /// Deletes `name`.
-    pub async fn delete<K>(&self, namespace: &str, name: &str) -> Result<Written, kube::Error>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
-        if !self.leads() {
-            return Ok(Written::Skipped);
-        }
-        self.api::<K>(namespace)
-            .delete(name, &DeleteParams::default())
-            .await?;
-        Ok(Written::Done)
+    pub async fn delete<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Written, kube::Error> {
+        let api = self.api::<K>(namespace);
+        self.gated(api.delete(name, &DeleteParams::default())).await
     }
 
     /// Server-side apply of `status` on the status subresource of `name`, as
     /// [`FIELD_MANAGER`]; fenced by `resource_version` when given
     /// ([`marin3r_kube::apply::apply_status_at`]).
-    pub async fn apply_status<K>(
+    pub async fn apply_status<K: Object>(
         &self,
         namespace: &str,
         name: &str,
         resource_version: Option<&str>,
         status: &impl Serialize,
-    ) -> Result<Written, kube::Error>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
-        if !self.leads() {
-            return Ok(Written::Skipped);
-        }
-        marin3r_kube::apply::apply_status_at(
-            &self.api::<K>(namespace),
+    ) -> Result<Written, kube::Error> {
+        let api = self.api::<K>(namespace);
+        let write = marin3r_kube::apply::apply_status_at(
+            &api,
             name,
             resource_version,
             status,
             FIELD_MANAGER,
-        )
-        .await?;
-        Ok(Written::Done)
+        );
+        self.gated(write).await
     }
+}
+
+/// A namespaced kind the writer writes (the bounds of kube's `Api` calls, once).
+pub trait Object:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Object for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
 }
 
 #[cfg(test)]
