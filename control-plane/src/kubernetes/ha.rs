@@ -989,18 +989,23 @@ mod tests {
         const { assert!(fleet::MAX_REPORT_BYTES * 3 <= 1_572_864) };
     }
 
+    /// Replica `ds-0` of discovery service `d`, always leading, with empty report and
+    /// endpoint stores.
+    fn leading_replica(metrics: HaMetrics) -> Ha {
+        Ha::new(
+            HaConfig::new("d", "ns", "ds-0", None, 15),
+            Leadership::always(),
+            kube::runtime::reflector::store().0,
+            kube::runtime::reflector::store().0,
+            metrics,
+        )
+    }
+
     /// The fleet is judged once per tick: the reconciles the tick triggers read the
     /// tick's fleet, without judging it again (before the first tick, they judge it once).
     #[test]
     fn the_reconciles_read_the_fleet_of_the_tick() {
-        let config = HaConfig::new("d", "ns", "ds-0", None, 15);
-        let ha = Ha::new(
-            config,
-            Leadership::always(),
-            kube::runtime::reflector::store().0,
-            kube::runtime::reflector::store().0,
-            HaMetrics::default(),
-        );
+        let ha = leading_replica(HaMetrics::default());
         let judged_now = std::cell::Cell::new(0);
         let own = || {
             judged_now.set(judged_now.get() + 1);
@@ -1017,14 +1022,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lag_is_reported_only_once_it_lasted_the_debounce() {
-        let config = HaConfig::new("d", "ns", "ds-0", None, 15);
-        let ha = Ha::new(
-            config,
-            Leadership::always(),
-            kube::runtime::reflector::store().0,
-            kube::runtime::reflector::store().0,
-            HaMetrics::default(),
-        );
+        let ha = leading_replica(HaMetrics::default());
         let t0 = Instant::now();
         let lagging = fleet_serving(&["new", "new", "old"]);
         let in_sync = fleet_serving(&["new", "new", "new"]);
@@ -1064,13 +1062,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn deleted_nodes_leave_no_lag_and_no_veto_series() {
         let mut registry = prometheus_client::registry::Registry::default();
-        let ha = Ha::new(
-            HaConfig::new("d", "ns", "ds-0", None, 15),
-            Leadership::always(),
-            kube::runtime::reflector::store().0,
-            kube::runtime::reflector::store().0,
-            HaMetrics::register(&mut registry),
-        );
+        let ha = leading_replica(HaMetrics::register(&mut registry));
         let text = |registry: &prometheus_client::registry::Registry| {
             let mut out = String::new();
             prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
