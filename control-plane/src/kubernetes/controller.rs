@@ -391,16 +391,21 @@ async fn publish(ctx: &Shared, group: &Group, ecr: &EnvoyConfigRevision) -> Outc
         publisher::resolution(&rev.spec, &source, &ctx.memo)
     };
     let threshold = ctx.nack_threshold;
-    let verdict = match (&ctx.ha, candidate.judged()) {
+    // Only the HA leader names the judged revision (a single replica never needs it).
+    let judged = match &ctx.ha {
+        Some(ha) if ctx.writer.leads() => candidate.judged().map(|j| (ha, j)),
+        _ => None,
+    };
+    let verdict = match (&ctx.ha, judged) {
         (None, _) => candidate.decide(resolve, &ctx.xds.stats, threshold),
-        (Some(ha), Some(judged)) if ctx.writer.leads() => {
+        (Some(_), Some((ha, judged))) => {
             let fleet = ha.this_tick(|| ctx.digests());
             let view = FleetView::new(&fleet, judged);
             let verdict = candidate.decide(resolve, &view, threshold);
             ha.count_vetoes(&view.into_vetoes());
             verdict
         }
-        (Some(_), _) => candidate.decide(resolve, &NoVerdict, threshold),
+        (Some(_), None) => candidate.decide(resolve, &NoVerdict, threshold),
     };
     let p = match verdict {
         Verdict::Settled(outcome) => return outcome,

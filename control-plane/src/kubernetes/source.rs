@@ -193,23 +193,21 @@ impl SliceIndex {
         let Some(ns) = s.slices.get(namespace) else {
             return Vec::new();
         };
-        let required = selector.map(required_labels).unwrap_or_default();
-        let postings = required.iter().map(|(k, v)| {
-            let key = (k.to_string(), v.to_string());
-            ns.by_label.get(&key).map_or(0, BTreeSet::len)
-        });
-        let shortest = postings.enumerate().min_by_key(|(_, n)| *n).map(|(i, _)| i);
+        // The posting list of each required label (`None`: no slice carries it, so none
+        // matches); the shortest one holds every candidate.
+        let postings: Vec<Option<&BTreeSet<String>>> = (selector.map(required_labels))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| ns.by_label.get(&(k.to_string(), v.to_string())))
+            .collect();
+        let shortest = postings.iter().min_by_key(|p| p.map_or(0, BTreeSet::len));
         let candidates: Box<dyn Iterator<Item = &Arc<EndpointSlice>>> = match shortest {
-            Some(i) => {
-                let (k, v) = required[i];
-                let names = ns.by_label.get(&(k.to_string(), v.to_string()));
-                Box::new(
-                    names
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|n| ns.by_name.get(n)),
-                )
-            }
+            Some(names) => Box::new(
+                names
+                    .iter()
+                    .flat_map(|set| set.iter())
+                    .filter_map(|n| ns.by_name.get(n)),
+            ),
             None => Box::new(ns.by_name.values()),
         };
         candidates
